@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv and install
+# txkafka with its test extras first; Kafka jars come from Maven Central on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test unit bench soak broker clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/txkafka demo
+
+test: $(STAMP)
+	$(BIN)/python .ci/pytest_gate.py $(PYTEST_ARGS)
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+bench: $(STAMP)
+	$(BIN)/txkafka bench
+
+broker: $(STAMP)
+	$(BIN)/txkafka broker start
+
+clean:
+	-$(BIN)/txkafka broker stop --clean
+	rm -rf $(VENV) results

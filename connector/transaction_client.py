@@ -1,0 +1,420 @@
+"""The transaction protocol client: find coordinators, describe, list and end transactions.
+
+Why: Kafka's transaction coordinator accepts EndTxn from any connection; it checks only the
+transactional id, producer id, epoch and state. This lets the driver commit transactions that the
+executors opened and pre-committed. EndTxn is sent at version <= 4: librdkafka opens pre-KIP-890
+transactions and v5 belongs to the new protocol.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+from .broker_connection import BrokerConnection, SecurityConfig, error_name
+from .errors import KafkaAuthorizationError, KafkaProtocolError, TransactionError
+from .kafka_wire import Reader, Writer
+
+METADATA = 3
+FIND_COORDINATOR = 10
+END_TXN = 26
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
+
+KEY_TYPE_TRANSACTION = 1
+
+# Broker error codes (the numbers are Kafka's; names from librdkafka's table at run time).
+NONE = 0
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+REQUEST_TIMED_OUT = 7
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+INVALID_PRODUCER_ID_MAPPING = 49
+CONCURRENT_TRANSACTIONS = 51
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+CLUSTER_AUTHORIZATION_FAILED = 31
+PRODUCER_FENCED = 90
+TRANSACTIONAL_ID_NOT_FOUND = 105
+
+_RETRIABLE = {
+    COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, REQUEST_TIMED_OUT,
+    CONCURRENT_TRANSACTIONS,
+}
+_COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
+# EndTxn answers meaning "this transaction is not (or no longer) the one you named".
+FENCED_CODES = {INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING}
+
+
+@dataclass(frozen=True)
+class TransactionDescription:
+    transactional_id: str
+    error_code: int
+    state: str
+    timeout_ms: int
+    start_time_ms: int
+    producer_id: int
+    producer_epoch: int
+    partitions: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def ongoing(self) -> bool:
+        return self.state == "Ongoing"
+
+    def deadline_ms(self) -> int | None:
+        """Wall-clock time (ms) at which the coordinator will abort this transaction."""
+        if self.start_time_ms < 0:
+            return None
+        return self.start_time_ms + self.timeout_ms
+
+
+@dataclass(frozen=True)
+class TransactionListing:
+    transactional_id: str
+    producer_id: int
+    state: str
+
+
+class TransactionClient:
+    """A driver-side client for the coordinator APIs, safe to share between threads.
+
+    ``kafka_config`` is the librdkafka-style config (``bootstrap.servers`` and security settings).
+    Every call is bounded by ``timeout`` seconds including retries.
+    """
+
+    def __init__(
+        self,
+        kafka_config: Mapping[str, object],
+        *,
+        timeout: float = 30.0,
+        client_id: str = "txkafka-committer",
+    ) -> None:
+        servers = str(kafka_config.get("bootstrap.servers") or "")
+        if not servers:
+            raise KafkaProtocolError("kafka.bootstrap.servers is empty")
+        self.bootstrap = [_split_host_port(s) for s in servers.split(",") if s.strip()]
+        self.security = SecurityConfig.from_kafka_config(kafka_config)
+        self.timeout = timeout
+        self.client_id = client_id
+        self._conns: dict[tuple[str, int], BrokerConnection] = {}
+        self._coordinators: dict[str, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        hosts = ",".join(f"{h}:{p}" for h, p in self.bootstrap)
+        return f"TransactionClient({hosts}, {self.security.protocol})"
+
+    def close(self) -> None:
+        with self._lock:
+            conns = list(self._conns.values())
+            self._conns.clear()
+        for c in conns:
+            c.close()
+
+    def __enter__(self) -> "TransactionClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ connections
+
+    def _conn(self, host: str, port: int) -> BrokerConnection:
+        key = (host, port)
+        with self._lock:
+            conn = self._conns.get(key)
+            if conn is None:
+                conn = BrokerConnection(host, port, self.security, timeout=self.timeout,
+                                        client_id=self.client_id)
+                self._conns[key] = conn
+        return conn.connect()
+
+    def _drop(self, host: str, port: int) -> None:
+        with self._lock:
+            conn = self._conns.pop((host, port), None)
+        if conn:
+            conn.close()
+
+    def _any_broker(self) -> BrokerConnection:
+        errors = []
+        hosts = list(self.bootstrap)
+        random.shuffle(hosts)
+        for host, port in hosts:
+            try:
+                return self._conn(host, port)
+            except KafkaProtocolError as e:
+                if type(e).__name__ == "KafkaAuthenticationError":
+                    raise
+                errors.append(str(e))
+        raise KafkaProtocolError("no bootstrap server answered: " + "; ".join(errors))
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        """(node id, host, port) of every live broker, from a Metadata request."""
+        conn = self._any_broker()
+        v = conn.version_for(METADATA, 9, 12)
+        w = Writer(True).array([], lambda ww, t: None).boolean(False)
+        if v <= 10:
+            w.boolean(False)  # include_cluster_authorized_operations
+        w.boolean(False).tags()
+        r = conn.request(METADATA, v, w.build(), flexible=True)
+        r.int32()  # throttle
+
+        def broker(rr: Reader) -> tuple[int, str, int]:
+            node, host, port = rr.int32(), rr.string() or "", rr.int32()
+            rr.string()  # rack
+            rr.tags()
+            return node, host, port
+
+        return r.array(broker)
+
+    # ----------------------------------------------------------- coordinators
+
+    def coordinator(self, transactional_id: str, refresh: bool = False) -> tuple[str, int]:
+        if not refresh:
+            with self._lock:
+                hit = self._coordinators.get(transactional_id)
+            if hit:
+                return hit
+        found = self.find_coordinators([transactional_id])
+        return found[transactional_id]
+
+    def find_coordinators(self, transactional_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """Batched FindCoordinator (v4+, KIP-699), retried while coordinators load."""
+        pending = sorted(set(transactional_ids))
+        found: dict[str, tuple[str, int]] = {}
+        deadline = time.monotonic() + self.timeout
+        backoff = 0.05
+        while pending:
+            conn = self._any_broker()
+            v = conn.version_for(FIND_COORDINATOR, 4, 4)
+            body = (Writer(True).int8(KEY_TYPE_TRANSACTION)
+                    .array(pending, lambda ww, k: ww.string(k)).tags().build())
+            r = conn.request(FIND_COORDINATOR, v, body, flexible=True)
+            r.int32()
+            retry = []
+
+            def coord(rr: Reader) -> None:
+                key = rr.string() or ""
+                node, host, port, err = rr.int32(), rr.string() or "", rr.int32(), rr.int16()
+                msg = rr.string()
+                rr.tags()
+                if err == NONE:
+                    found[key] = (host, port)
+                elif err in _RETRIABLE:
+                    retry.append(key)
+                elif err == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                    raise KafkaAuthorizationError(
+                        f"not authorized for transactional id {key!r}: the principal needs "
+                        f"DESCRIBE (and WRITE to commit) on TransactionalId {key!r}"
+                    )
+                else:
+                    raise TransactionError(
+                        f"FindCoordinator for transactional id {key!r}: {error_name(err)} {msg or ''}",
+                        err,
+                    )
+
+            r.array(coord)
+            pending = retry
+            if pending:
+                if time.monotonic() > deadline:
+                    raise TransactionError(
+                        f"no transaction coordinator for {pending[:3]} within {self.timeout:.0f}s"
+                    )
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+        with self._lock:
+            self._coordinators.update(found)
+        return found
+
+    def _call_coordinator(self, transactional_id: str, send) -> Reader:
+        """Send to the id's coordinator, re-finding it once if the connection breaks."""
+        host, port = self.coordinator(transactional_id)
+        try:
+            return send(self._conn(host, port))
+        except KafkaProtocolError:
+            self._drop(host, port)
+            host, port = self.coordinator(transactional_id, refresh=True)
+            return send(self._conn(host, port))
+
+    # ---------------------------------------------------------------- describe
+
+    def describe(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
+        """DescribeTransactions for each id, grouped per coordinator, retried while loading."""
+        ids = sorted(set(transactional_ids))
+        out: dict[str, TransactionDescription] = {}
+        deadline = time.monotonic() + self.timeout
+        backoff = 0.05
+        while ids:
+            coords = self.find_coordinators(ids)
+            by_coord: dict[tuple[str, int], list[str]] = {}
+            for tid in ids:
+                by_coord.setdefault(coords[tid], []).append(tid)
+            retry: list[str] = []
+            for (host, port), group in by_coord.items():
+                try:
+                    descs = self._describe_at(host, port, group)
+                except KafkaProtocolError:
+                    self._drop(host, port)
+                    retry.extend(group)
+                    continue
+                for d in descs:
+                    if d.error_code in _RETRIABLE:
+                        retry.append(d.transactional_id)
+                    elif d.error_code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                        raise KafkaAuthorizationError(
+                            f"not authorized to describe transactional id {d.transactional_id!r}: "
+                            f"the principal needs DESCRIBE on TransactionalId {d.transactional_id!r}"
+                        )
+                    else:
+                        out[d.transactional_id] = d
+            ids = sorted(set(retry))
+            if ids:
+                if time.monotonic() > deadline:
+                    raise TransactionError(f"DescribeTransactions did not settle for {ids[:3]}")
+                with self._lock:
+                    for tid in ids:
+                        self._coordinators.pop(tid, None)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+        return out
+
+    def _describe_at(self, host: str, port: int, ids: list[str]) -> list[TransactionDescription]:
+        conn = self._conn(host, port)
+        v = conn.version_for(DESCRIBE_TRANSACTIONS, 0, 0)
+        body = Writer(True).array(ids, lambda ww, k: ww.string(k)).tags().build()
+        r = conn.request(DESCRIBE_TRANSACTIONS, v, body, flexible=True)
+        r.int32()
+
+        def topic(rr: Reader) -> tuple[str, list[int]]:
+            name = rr.string() or ""
+            parts = rr.array(lambda x: x.int32())
+            rr.tags()
+            return name, parts
+
+        def state(rr: Reader) -> TransactionDescription:
+            err = rr.int16()
+            tid = rr.string() or ""
+            st = rr.string() or ""
+            timeout_ms = rr.int32()
+            start = rr.int64()
+            pid = rr.int64()
+            epoch = rr.int16()
+            parts = dict(rr.array(topic))
+            rr.tags()
+            return TransactionDescription(tid, err, st, timeout_ms, start, pid, epoch, parts)
+
+        return r.array(state)
+
+    # -------------------------------------------------------------------- list
+
+    def list_transactions(
+        self,
+        *,
+        prefix: str | None = None,
+        states: Iterable[str] = (),
+    ) -> list[TransactionListing]:
+        """ListTransactions on every broker (each coordinates a share of the ids)."""
+        states = list(states)
+        result: list[TransactionListing] = []
+        for _node, host, port in self.brokers():
+            conn = self._conn(host, port)
+            v = conn.version_for(LIST_TRANSACTIONS, 0, 0)
+            body = (Writer(True).array(states, lambda ww, s: ww.string(s))
+                    .array([], lambda ww, p: ww.int64(p)).tags().build())
+            r = conn.request(LIST_TRANSACTIONS, v, body, flexible=True)
+            r.int32()
+            err = r.int16()
+            if err == CLUSTER_AUTHORIZATION_FAILED:
+                raise KafkaAuthorizationError(
+                    "ListTransactions needs DESCRIBE on the cluster or on the sink's transactional ids"
+                )
+            if err:
+                raise TransactionError(f"ListTransactions at {host}:{port}: {error_name(err)}", err)
+            r.array(lambda rr: rr.string())  # unknown state filters
+
+            def listing(rr: Reader) -> TransactionListing:
+                tid = rr.string() or ""
+                pid = rr.int64()
+                st = rr.string() or ""
+                rr.tags()
+                return TransactionListing(tid, pid, st)
+
+            for item in r.array(listing):
+                if prefix is None or item.transactional_id.startswith(prefix):
+                    result.append(item)
+        return sorted(result, key=lambda t: t.transactional_id)
+
+    # -------------------------------------------------------------------- end
+
+    def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                commit: bool) -> int:
+        """Send EndTxn; retry retriable answers; return the final error code (0 on success).
+
+        Non-retriable answers are returned, not raised: the caller decides what INVALID_TXN_STATE or
+        PRODUCER_FENCED mean for its batch.
+        """
+        deadline = time.monotonic() + self.timeout
+        backoff = 0.02
+        refresh = False
+        while True:
+            host, port = self.coordinator(transactional_id, refresh=refresh)
+            refresh = False
+            try:
+                conn = self._conn(host, port)
+                v = conn.version_for(END_TXN, 0, 4)
+                flexible = v >= 3
+                body = (Writer(flexible).string(transactional_id).int64(producer_id)
+                        .int16(producer_epoch).boolean(commit).tags().build())
+                r = conn.request(END_TXN, v, body, flexible=flexible)
+                r.int32()
+                err = r.int16()
+            except KafkaProtocolError:
+                self._drop(host, port)
+                err = COORDINATOR_NOT_AVAILABLE
+            if err == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise KafkaAuthorizationError(
+                    f"not authorized to end transaction {transactional_id!r}: the principal needs "
+                    f"WRITE on TransactionalId {transactional_id!r}"
+                )
+            if err not in _RETRIABLE:
+                return err
+            if time.monotonic() > deadline:
+                return err
+            if err in _COORDINATOR_MOVED:
+                refresh = True
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 0.5)
+
+    def end_many(
+        self,
+        txns: Iterable[tuple[str, int, int]],
+        commit: bool,
+        parallelism: int = 8,
+    ) -> dict[str, int]:
+        """EndTxn for many (id, producer id, epoch) in parallel; returns id -> error code."""
+        items = list(txns)
+        if not items:
+            return {}
+        if len(items) == 1:
+            tid, pid, ep = items[0]
+            return {tid: self.end_txn(tid, pid, ep, commit)}
+        self.find_coordinators(t[0] for t in items)
+        with ThreadPoolExecutor(max_workers=min(parallelism, len(items))) as pool:
+            futs = {t[0]: pool.submit(self.end_txn, t[0], t[1], t[2], commit) for t in items}
+            return {tid: f.result() for tid, f in futs.items()}
+
+
+def _split_host_port(server: str) -> tuple[str, int]:
+    s = server.strip()
+    for scheme in ("PLAINTEXT://", "SSL://", "SASL_PLAINTEXT://", "SASL_SSL://"):
+        if s.upper().startswith(scheme):
+            s = s[len(scheme):]
+    host, _, port = s.rpartition(":")
+    if not host or not port.isdigit():
+        raise KafkaProtocolError(f"bootstrap server {server!r} is not host:port")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,153 @@
+"""Fixtures: a real Apache Kafka (testcontainers, the native embedded broker, or TXKAFKA_BOOTSTRAP),
+a 3-node cluster, one shared SparkSession, and separate driver processes that tests can kill.
+
+Nothing here skips: if a broker or Spark cannot start, the tests that need them fail with the reason
+(and the broker's log tail). CI sets CI=true; locally the behaviour is the same.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from integration_tests.kafka_helpers import KafkaTarget
+from txkafka.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
+
+# Executors start "python3" from PATH unless told: make them use this interpreter (it has txkafka).
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+BROKER_MODE = os.environ.get("TXKAFKA_BROKER", "auto")  # auto | native | testcontainers
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-not-found]
+
+        return bool(docker.from_env(timeout=3).ping())
+    except Exception:  # noqa: BLE001 - any failure means "no Docker here"
+        return False
+
+
+def _testcontainers_kafka():
+    # testcontainers 4.15's Kafka module drives Confluent's images (Apache Kafka inside; 7.9 = 3.9).
+    from testcontainers.community.kafka import KafkaContainer  # type: ignore[import-not-found]
+
+    image = os.environ.get("TXKAFKA_KAFKA_IMAGE", "confluentinc/cp-kafka:7.9.0")
+    container = KafkaContainer(image).with_kraft()
+    for k, v in {
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
+    }.items():
+        container.with_env(k, v)
+    container.start()
+    return container
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory) -> KafkaTarget:
+    """A single-node Apache Kafka with transactions working."""
+    external = os.environ.get("TXKAFKA_BOOTSTRAP")
+    if external:
+        yield KafkaTarget(external, "external")
+        return
+    if BROKER_MODE == "testcontainers" or (BROKER_MODE == "auto" and _docker_answers()):
+        container = _testcontainers_kafka()
+        try:
+            yield KafkaTarget(container.get_bootstrap_server(), "testcontainers")
+        finally:
+            container.stop()
+        return
+    cluster = EmbeddedKafka("pytest-single", 1, root=tmp_path_factory.mktemp("kafka1"))
+    try:
+        cluster.start(timeout=240)
+    except EmbeddedKafkaError as e:
+        cluster.destroy()
+        pytest.fail(f"the native Kafka broker did not start:\n{e}", pytrace=False)
+    try:
+        yield KafkaTarget(cluster.bootstrap_servers, "native", cluster)
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture(scope="session")
+def kafka3(tmp_path_factory) -> KafkaTarget:
+    """A 3-node native cluster (RF 3, min ISR 2) for failover tests; tests may kill one node."""
+    cluster = EmbeddedKafka("pytest-three", 3, root=tmp_path_factory.mktemp("kafka3"))
+    try:
+        cluster.start(timeout=300)
+    except EmbeddedKafkaError as e:
+        cluster.destroy()
+        pytest.fail(f"the 3-node Kafka cluster did not start:\n{e}", pytrace=False)
+    try:
+        yield KafkaTarget(cluster.bootstrap_servers, "native", cluster)
+    finally:
+        cluster.destroy()
+
+
+def spark_builder(app: str = "txkafka-tests", master: str = "local[2]"):
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.streaming.stopTimeout", "30s")
+        .config("spark.python.worker.reuse", "true")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
+    )
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """One local[2] SparkSession for the whole run (it takes 6-20 s to start)."""
+    try:
+        session = spark_builder().getOrCreate()
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"Spark did not start: {type(e).__name__}: {e}", pytrace=False)
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    for q in session.streams.active:
+        q.stop()
+    session.stop()
+
+
+@pytest.fixture
+def checkpoint_dir():
+    d = tempfile.mkdtemp(prefix="txkafka-ckpt-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def driver_processes():
+    """Start query drivers as separate processes (so tests can SIGKILL them); all reaped at the end."""
+    from integration_tests.spark_driver import DriverProcess
+
+    started: list[DriverProcess] = []
+
+    def start(script: str | Path, *args: str, env: dict | None = None) -> DriverProcess:
+        proc = DriverProcess(script, list(args), env=env)
+        proc.start()
+        started.append(proc)
+        return proc
+
+    yield start
+    for p in started:
+        p.kill()

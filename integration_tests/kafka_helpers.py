@@ -1,0 +1,183 @@
+"""Test-side Kafka helpers: topics, transactional producers, and exhaustive read_committed reads.
+
+Reads stop at partition EOF (the last stable offset for read_committed), never at a poll timeout,
+so a test that expects records and gets none fails instead of passing on a slow broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from txkafka.connector.transaction_client import TransactionClient
+
+QUIET = logging.getLogger("txkafka.tests.librdkafka")
+QUIET.addHandler(logging.NullHandler())
+QUIET.propagate = False
+
+
+@dataclass(frozen=True)
+class Record:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+class KafkaTarget:
+    """A running cluster as the tests see it: bootstrap servers plus helpers."""
+
+    def __init__(self, bootstrap: str, kind: str, cluster=None, extra_conf: dict | None = None):
+        self.bootstrap = bootstrap
+        self.kind = kind
+        self.cluster = cluster
+        self.extra_conf = dict(extra_conf or {})
+
+    def __repr__(self) -> str:
+        return f"KafkaTarget({self.kind}, {self.bootstrap})"
+
+    @property
+    def conf(self) -> dict:
+        return {"bootstrap.servers": self.bootstrap, **self.extra_conf}
+
+    @property
+    def replication_factor(self) -> int:
+        return 3 if self.cluster is not None and len(self.cluster.node_infos) == 3 else 1
+
+    def admin(self) -> AdminClient:
+        return AdminClient({**self.conf, "logger": QUIET})
+
+    def create_topic(self, name: str | None = None, partitions: int = 1,
+                     config: dict[str, str] | None = None) -> str:
+        name = name or unique("t")
+        admin = self.admin()  # keep a reference: a collected client cancels its futures
+        fs = admin.create_topics(
+            [NewTopic(name, partitions, self.replication_factor, config=config or {})],
+            operation_timeout=30,
+        )
+        for f in fs.values():
+            f.result(timeout=60)
+        del admin
+        self.wait_topic(name, partitions)
+        return name
+
+    def wait_topic(self, name: str, partitions: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            md = self.admin().list_topics(name, timeout=10)
+            t = md.topics.get(name)
+            if t is not None and t.error is None and len(t.partitions) == partitions and all(
+                p.leader >= 0 for p in t.partitions.values()
+            ):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"topic {name} not ready with {partitions} partitions")
+
+    def producer(self, transactional_id: str | None = None, **conf) -> Producer:
+        c = {**self.conf, "partitioner": "murmur2_random", "logger": QUIET, "linger.ms": 5, **conf}
+        if transactional_id:
+            c["transactional.id"] = transactional_id
+        return Producer(c)
+
+    def produce(self, topic: str, records: Iterable[tuple], *, transactional: bool = False,
+                commit: bool = True, headers: Sequence | None = None) -> int:
+        """Produce (key, value[, partition[, timestamp_ms]]) tuples; transactional on request."""
+        p = self.producer(unique("test-tx") if transactional else None)
+        if transactional:
+            p.init_transactions(30)
+            p.begin_transaction()
+        n = 0
+        for rec in records:
+            key, value = rec[0], rec[1]
+            kwargs = {}
+            if len(rec) > 2 and rec[2] is not None:
+                kwargs["partition"] = rec[2]
+            if len(rec) > 3 and rec[3] is not None:
+                kwargs["timestamp"] = rec[3]
+            if headers is not None:
+                kwargs["headers"] = list(headers)
+            _encode = (lambda x: x.encode() if isinstance(x, str) else x)
+            while True:
+                try:
+                    p.produce(topic, _encode(value), _encode(key), **kwargs)
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            n += 1
+        if transactional:
+            if commit:
+                p.commit_transaction(30)
+            else:
+                # Flush first: librdkafka purges unsent records on abort, and the test wants
+                # aborted records (and the abort marker) really written to the log.
+                p.flush(30)
+                p.abort_transaction(30)
+        else:
+            left = p.flush(30)
+            assert left == 0, f"{left} records not delivered"
+        return n
+
+    def partitions(self, topic: str) -> list[int]:
+        md = self.admin().list_topics(topic, timeout=10)
+        return sorted(md.topics[topic].partitions)
+
+    def read_all(self, topic: str, *, isolation: str = "read_committed",
+                 timeout: float = 60.0) -> list[Record]:
+        """Every record of every partition from the start to the current end, in offset order."""
+        parts = self.partitions(topic)
+        c = Consumer({
+            **self.conf, "group.id": unique("reader"), "enable.auto.commit": False,
+            "enable.partition.eof": True, "isolation.level": isolation, "logger": QUIET,
+        })
+        # Assign at the first offset: an empty partition then reports EOF at once.
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        pending = set(parts)
+        out: list[Record] = []
+        deadline = time.monotonic() + timeout
+        try:
+            while pending:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"read_all({topic}) did not reach the end of {pending}")
+                msgs = c.consume(1000, 0.5)
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            pending.discard(m.partition())
+                            continue
+                        raise KafkaException(err)
+                    out.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
+                                      m.timestamp()[1], tuple(m.headers() or ())))
+        finally:
+            c.close()
+        out.sort(key=lambda r: (r.partition, r.offset))
+        return out
+
+    def open_transactions(self, prefix: str) -> list:
+        """Transactions of ``prefix`` that a read_committed reader would wait for."""
+        with TransactionClient(self.conf) as tc:
+            listed = tc.list_transactions(prefix=prefix)
+            active = [t for t in listed if t.state not in ("Empty", "CompleteCommit", "CompleteAbort",
+                                                           "Dead")]
+            return active
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        c = Consumer({**self.conf, "group.id": unique("wm"), "logger": QUIET})
+        try:
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in self.partitions(topic)}
+        finally:
+            c.close()

@@ -1,0 +1,98 @@
+"""The foundation: a real Apache Kafka with working transactions, from the project's own tooling."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from confluent_kafka import KafkaException
+
+from integration_tests.kafka_helpers import unique
+from txkafka.embedded_kafka import EmbeddedKafka
+
+
+def test_committed_visible_aborted_hidden(kafka):
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, [(f"c{i}", f"committed-{i}") for i in range(20)], transactional=True)
+    kafka.produce(topic, [(f"a{i}", f"aborted-{i}") for i in range(7)], transactional=True,
+                  commit=False)
+    kafka.produce(topic, [(f"d{i}", f"committed2-{i}") for i in range(5)], transactional=True)
+
+    committed = kafka.read_all(topic, isolation="read_committed")
+    values = sorted(r.value.decode() for r in committed)
+    assert values == sorted([f"committed-{i}" for i in range(20)] +
+                            [f"committed2-{i}" for i in range(5)])
+
+    everything = kafka.read_all(topic, isolation="read_uncommitted")
+    assert sum(r.value.startswith(b"aborted-") for r in everything) == 7
+    # Markers occupy offsets: the log end is past the record count.
+    assert sum(kafka.end_offsets(topic).values()) > len(everything)
+
+
+def test_second_producer_with_same_id_fences_the_first(kafka):
+    topic = kafka.create_topic()
+    tid = unique("fence")
+    first = kafka.producer(tid)
+    first.init_transactions(30)
+    first.begin_transaction()
+    first.produce(topic, b"from-first")
+    first.flush(10)
+
+    second = kafka.producer(tid)
+    second.init_transactions(30)  # fences `first` and aborts its open transaction
+    second.begin_transaction()
+    second.produce(topic, b"from-second")
+    second.commit_transaction(30)
+
+    with pytest.raises(KafkaException) as err:
+        first.commit_transaction(10)
+    assert err.value.args[0].fatal() or "fenced" in str(err.value).lower()
+
+    values = [r.value for r in kafka.read_all(topic)]
+    assert values == [b"from-second"]
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "txkafka", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_broker_command_start_is_idempotent_and_stop_cleans_up():
+    name = unique("cli")
+    try:
+        first = _cli("broker", "start", "--name", name)
+        assert first.returncode == 0, first.stderr
+        bootstrap = first.stdout.strip().splitlines()[-1]
+        assert bootstrap.startswith("127.0.0.1:")
+        again = _cli("broker", "start", "--name", name)
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip().splitlines()[-1] == bootstrap
+        assert "already running" in again.stderr
+        status = _cli("broker", "status", "--name", name)
+        assert status.returncode == 0
+        assert all(n["alive"] for n in json.loads(status.stdout)["nodes"])
+    finally:
+        stop = _cli("broker", "stop", "--clean", "--name", name)
+    assert stop.returncode == 0, stop.stderr
+    assert _cli("broker", "status", "--name", name).returncode == 3
+
+
+def test_three_nodes_keep_serving_transactions_with_one_node_down(kafka3):
+    topic = kafka3.create_topic(partitions=3)
+    kafka3.produce(topic, [(f"k{i}", f"before-{i}") for i in range(30)], transactional=True)
+    cluster: EmbeddedKafka = kafka3.cluster
+    victim = 2
+    cluster.kill_node(victim)
+    try:
+        assert victim not in cluster.alive_nodes()
+        kafka3.produce(topic, [(f"k{i}", f"during-{i}") for i in range(30)], transactional=True)
+        kafka3.produce(topic, [(f"k{i}", f"aborted-{i}") for i in range(5)], transactional=True,
+                       commit=False)
+        values = {r.value.decode() for r in kafka3.read_all(topic)}
+        assert values == {f"before-{i}" for i in range(30)} | {f"during-{i}" for i in range(30)}
+    finally:
+        cluster.start_node(victim)
+    cluster.wait_ready(120)
+    assert sorted(cluster.alive_nodes()) == [1, 2, 3]

@@ -1,0 +1,1 @@
+"""Thin adapters from PySpark's Python Data Source API to the Kafka core in txkafka.connector."""

@@ -1,0 +1,3 @@
+from txkafka.cli import main
+
+raise SystemExit(main())
