@@ -12,6 +12,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,bench]'
+	$(BIN)/python .ci/editable_toplevel.py
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -73,6 +73,16 @@ class SecurityConfig:
             raise KafkaConfigError(
                 f"security.protocol {protocol} needs kafka.sasl.username and kafka.sasl.password"
             )
+        if protocol in ("SSL", "SASL_SSL") and get("ssl.keystore.location"):
+            # librdkafka would use it, this client cannot (Python's ssl reads PEM only): refuse
+            # rather than connect without the client certificate.
+            raise KafkaConfigError(
+                "kafka.ssl.keystore.location (PKCS#12) is not supported by the driver's transaction "
+                "client: give the client certificate and key as PEM instead, with "
+                "kafka.ssl.certificate.location and kafka.ssl.key.location (convert with: openssl "
+                "pkcs12 -in keystore.p12 -clcerts -nokeys -out cert.pem; openssl pkcs12 -in "
+                "keystore.p12 -nocerts -out key.pem)"
+            )
         verify = (get("enable.ssl.certificate.verification") or "true").lower() != "false"
         algo = get("ssl.endpoint.identification.algorithm")
         check_host = verify and (algo is None or algo.lower() == "https")
@@ -101,7 +111,22 @@ class SecurityConfig:
         return self.protocol.startswith("SASL")
 
     def ssl_context(self) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=self.ssl_ca_location, cadata=self.ssl_ca_pem)
+        cafile = capath = None
+        loc = self.ssl_ca_location
+        if loc and loc.lower() != "probe":  # librdkafka's "probe": the system's CA store
+            if os.path.isdir(loc):
+                capath = loc  # librdkafka accepts a directory of hashed CA certificates too
+            elif os.path.isfile(loc):
+                cafile = loc
+            else:
+                raise KafkaConfigError(f"kafka.ssl.ca.location={loc!r} is not a file or directory")
+        try:
+            ctx = ssl.create_default_context(cafile=cafile, capath=capath, cadata=self.ssl_ca_pem)
+        except (ssl.SSLError, OSError, ValueError) as e:
+            raise KafkaConfigError(
+                f"could not load the CA certificates of kafka.ssl.ca.location={loc!r} / "
+                f"kafka.ssl.ca.pem: {type(e).__name__}: {e}"
+            ) from None
         if not self.verify_certificate:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
@@ -132,7 +157,9 @@ class SecurityConfig:
                 raise KafkaConfigError(
                     f"could not load the client certificate/key (kafka.ssl.certificate.location="
                     f"{self.ssl_certificate_location!r}, kafka.ssl.key.location="
-                    f"{self.ssl_key_location!r}): {type(e).__name__}: {e.args[-1] if e.args else e}"
+                    f"{self.ssl_key_location!r}): {type(e).__name__}: {e.args[-1] if e.args else e}. "
+                    "Check that both are PEM and that kafka.ssl.key.password is the key's password "
+                    "(a wrong one reads as 'PEM lib')"
                 ) from None
         finally:
             for name in tmp:
@@ -170,6 +197,7 @@ class BrokerConnection:
         self._sock: socket.socket | None = None
         self._correlation = 0
         self._lock = threading.Lock()
+        self._connect_lock = threading.Lock()
         self.api_versions: dict[int, tuple[int, int]] = {}
 
     def __repr__(self) -> str:
@@ -180,19 +208,31 @@ class BrokerConnection:
     def connect(self) -> "BrokerConnection":
         if self._sock is not None:
             return self
+        with self._connect_lock:
+            if self._sock is None:
+                self._connect()
+        return self
+
+    def _connect(self) -> None:
+        # Config errors (CA file, client key) surface before any socket is opened.
+        ctx = self.security.ssl_context() if self.security.uses_ssl else None
         try:
             raw = socket.create_connection((self.host, self.port), timeout=self.timeout)
         except OSError as e:
             raise KafkaProtocolError(f"cannot connect to broker {self.host}:{self.port}: {e}") from None
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock: socket.socket = raw
-        if self.security.uses_ssl:
+        if ctx is not None:
             try:
-                sock = self.security.ssl_context().wrap_socket(raw, server_hostname=self.host)
+                sock = ctx.wrap_socket(raw, server_hostname=self.host)
             except ssl.SSLError as e:
                 raw.close()
+                why = e.reason or str(e)
+                detail = getattr(e, "verify_message", None)
+                if detail:
+                    why = f"{why} ({detail})"
                 raise KafkaAuthenticationError(
-                    f"TLS handshake with {self.host}:{self.port} failed: {e.reason or e}. Check "
+                    f"TLS handshake with {self.host}:{self.port} failed: {why}. Check "
                     "kafka.ssl.ca.location (the CA that signed the broker certificate) and the "
                     "broker's host name (kafka.ssl.endpoint.identification.algorithm)."
                 ) from None
@@ -209,7 +249,6 @@ class BrokerConnection:
         except BaseException:
             self.close()
             raise
-        return self
 
     def close(self) -> None:
         if self._sock is not None:
@@ -311,6 +350,18 @@ class BrokerConnection:
                 self._sock.sendall(struct.pack(">i", len(frame)) + frame)
                 size = struct.unpack(">i", self._recv_exact(4))[0]
                 payload = self._recv_exact(size)
+            except ssl.SSLError as e:
+                self.close()
+                if "ALERT" in str(e.reason or "").upper():
+                    raise KafkaAuthenticationError(
+                        f"TLS: the broker {self.host}:{self.port} rejected the connection "
+                        f"({e.reason}). The listener probably requires a client certificate it "
+                        "trusts: check kafka.ssl.certificate.location and kafka.ssl.key.location"
+                    ) from None
+                raise KafkaProtocolError(
+                    f"connection to {self.host}:{self.port} failed during API {api_key}: "
+                    f"SSLError: {e.reason or e}"
+                ) from None
             except (OSError, EOFError) as e:
                 self.close()
                 raise KafkaProtocolError(

@@ -48,3 +48,7 @@ class DataLossError(TxKafkaError):
 
 class OffsetsUnavailableError(TxKafkaError):
     """Offsets could not be fetched within the bounded number of retries."""
+
+
+class RecordFetchTimeoutError(TxKafkaError, TimeoutError):
+    """An executor got no records of its offset range for ``kafkaConsumer.pollTimeoutMs``."""

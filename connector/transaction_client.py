@@ -16,7 +16,12 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 from .broker_connection import BrokerConnection, SecurityConfig, error_name
-from .errors import KafkaAuthorizationError, KafkaProtocolError, TransactionError
+from .errors import (
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaProtocolError,
+    TransactionError,
+)
 from .kafka_wire import Reader, Writer
 
 METADATA = 3
@@ -147,21 +152,33 @@ class TransactionClient:
         for host, port in hosts:
             try:
                 return self._conn(host, port)
+            except KafkaAuthenticationError:
+                raise  # the same credentials fail on every broker: say so at once
             except KafkaProtocolError as e:
-                if type(e).__name__ == "KafkaAuthenticationError":
-                    raise
                 errors.append(str(e))
         raise KafkaProtocolError("no bootstrap server answered: " + "; ".join(errors))
 
     def brokers(self) -> list[tuple[int, str, int]]:
         """(node id, host, port) of every live broker, from a Metadata request."""
+        try:
+            return self._brokers_once()
+        except KafkaProtocolError as e:
+            if type(e).__name__ == "KafkaAuthenticationError":
+                raise
+            return self._brokers_once()  # a stale pooled connection was dropped: retry once
+
+    def _brokers_once(self) -> list[tuple[int, str, int]]:
         conn = self._any_broker()
         v = conn.version_for(METADATA, 9, 12)
         w = Writer(True).array([], lambda ww, t: None).boolean(False)
         if v <= 10:
             w.boolean(False)  # include_cluster_authorized_operations
         w.boolean(False).tags()
-        r = conn.request(METADATA, v, w.build(), flexible=True)
+        try:
+            r = conn.request(METADATA, v, w.build(), flexible=True)
+        except KafkaProtocolError:
+            self._drop(conn.host, conn.port)
+            raise
         r.int32()  # throttle
 
         def broker(rr: Reader) -> tuple[int, str, int]:
@@ -231,16 +248,6 @@ class TransactionClient:
             self._coordinators.update(found)
         return found
 
-    def _call_coordinator(self, transactional_id: str, send) -> Reader:
-        """Send to the id's coordinator, re-finding it once if the connection breaks."""
-        host, port = self.coordinator(transactional_id)
-        try:
-            return send(self._conn(host, port))
-        except KafkaProtocolError:
-            self._drop(host, port)
-            host, port = self.coordinator(transactional_id, refresh=True)
-            return send(self._conn(host, port))
-
     # ---------------------------------------------------------------- describe
 
     def describe(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
@@ -258,6 +265,8 @@ class TransactionClient:
             for (host, port), group in by_coord.items():
                 try:
                     descs = self._describe_at(host, port, group)
+                except KafkaAuthenticationError:
+                    raise  # not retriable: TLS or SASL refused us
                 except KafkaProtocolError:
                     self._drop(host, port)
                     retry.extend(group)
@@ -321,12 +330,20 @@ class TransactionClient:
         """ListTransactions on every broker (each coordinates a share of the ids)."""
         states = list(states)
         result: list[TransactionListing] = []
+        body = (Writer(True).array(states, lambda ww, s: ww.string(s))
+                .array([], lambda ww, p: ww.int64(p)).tags().build())
         for _node, host, port in self.brokers():
-            conn = self._conn(host, port)
-            v = conn.version_for(LIST_TRANSACTIONS, 0, 0)
-            body = (Writer(True).array(states, lambda ww, s: ww.string(s))
-                    .array([], lambda ww, p: ww.int64(p)).tags().build())
-            r = conn.request(LIST_TRANSACTIONS, v, body, flexible=True)
+            try:
+                conn = self._conn(host, port)
+                r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,
+                                 flexible=True)
+            except KafkaProtocolError as e:
+                if type(e).__name__ == "KafkaAuthenticationError":
+                    raise
+                self._drop(host, port)
+                conn = self._conn(host, port)
+                r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,
+                                 flexible=True)
             r.int32()
             err = r.int16()
             if err == CLUSTER_AUTHORIZATION_FAILED:
@@ -373,6 +390,8 @@ class TransactionClient:
                 r = conn.request(END_TXN, v, body, flexible=flexible)
                 r.int32()
                 err = r.int16()
+            except KafkaAuthenticationError:
+                raise  # not retriable: TLS or SASL refused us
             except KafkaProtocolError:
                 self._drop(host, port)
                 err = COORDINATOR_NOT_AVAILABLE

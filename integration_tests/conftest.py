@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from integration_tests.conftest_secure import secure_kafka  # noqa: F401  (session fixture)
 from integration_tests.kafka_helpers import KafkaTarget
 from txkafka.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
 
@@ -96,7 +97,7 @@ def kafka3(tmp_path_factory) -> KafkaTarget:
         cluster.destroy()
 
 
-def spark_builder(app: str = "txkafka-tests", master: str = "local[2]"):
+def spark_builder(app: str = "txkafka-tests", master: str = "local[2,4]"):
     from pyspark.sql import SparkSession
 
     return (
@@ -116,7 +117,7 @@ def spark_builder(app: str = "txkafka-tests", master: str = "local[2]"):
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local[2] SparkSession for the whole run (it takes 6-20 s to start)."""
+    """One local[2,4] SparkSession (2 cores, up to 4 task attempts) for the whole run."""
     try:
         session = spark_builder().getOrCreate()
     except Exception as e:  # noqa: BLE001
@@ -126,6 +127,20 @@ def spark():
     for q in session.streams.active:
         q.stop()
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """A standalone Spark cluster with two single-core workers on distinct loopback hosts."""
+    from integration_tests.spark_standalone import SparkStandalone
+
+    cluster = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"))
+    try:
+        cluster.start()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture

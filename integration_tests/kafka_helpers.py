@@ -166,13 +166,23 @@ class KafkaTarget:
         out.sort(key=lambda r: (r.partition, r.offset))
         return out
 
-    def open_transactions(self, prefix: str) -> list:
-        """Transactions of ``prefix`` that a read_committed reader would wait for."""
+    def open_transactions(self, prefix: str, settle_s: float = 15.0) -> list:
+        """Transactions of ``prefix`` that a read_committed reader would wait for.
+
+        PrepareCommit/PrepareAbort last only while the coordinator writes markers: wait for them
+        to finish, so what remains is really open (Ongoing) or stuck.
+        """
+        deadline = time.monotonic() + settle_s
         with TransactionClient(self.conf) as tc:
-            listed = tc.list_transactions(prefix=prefix)
-            active = [t for t in listed if t.state not in ("Empty", "CompleteCommit", "CompleteAbort",
-                                                           "Dead")]
-            return active
+            while True:
+                listed = tc.list_transactions(prefix=prefix)
+                active = [t for t in listed if t.state not in ("Empty", "CompleteCommit",
+                                                               "CompleteAbort", "Dead")]
+                if not any(t.state.startswith("Prepare") for t in active):
+                    return active
+                if time.monotonic() > deadline:
+                    return active
+                time.sleep(0.2)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         c = Consumer({**self.conf, "group.id": unique("wm"), "logger": QUIET})

@@ -203,7 +203,8 @@ class EmbeddedKafka:
 
     ``listeners`` maps extra listener names to security protocols (for secured-cluster tests); their
     settings go in ``extra_config``. The PLAINTEXT listener always exists: it is the inter-broker
-    listener and the one the readiness check uses.
+    listener and the one the readiness check uses. ``format_args`` are appended to StorageTool's
+    ``format`` command (for example ``["--add-scram", "SCRAM-SHA-512=[name=u,password=p]"]``).
     """
 
     def __init__(
@@ -215,6 +216,7 @@ class EmbeddedKafka:
         transaction_version: int | None = None,
         extra_config: dict[str, str] | None = None,
         listeners: dict[str, str] | None = None,
+        format_args: list[str] | None = None,
         heap: str = "768m",
         progress: Progress = _stderr_progress,
     ) -> None:
@@ -228,6 +230,7 @@ class EmbeddedKafka:
         self.transaction_version = transaction_version
         self.extra_config = dict(extra_config or {})
         self.listeners = dict(listeners or {})
+        self.format_args = list(format_args or [])
         self.heap = heap
         self.progress = progress
         self.node_infos: list[NodeInfo] = []
@@ -350,6 +353,7 @@ class EmbeddedKafka:
             cmd.append("--standalone")
         if self.transaction_version is not None:
             cmd += ["--feature", f"transaction.version={self.transaction_version}"]
+        cmd += self.format_args
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def _launch(self, lib: Path, node: NodeInfo) -> None:

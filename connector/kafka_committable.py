@@ -1,0 +1,58 @@
+"""What a task hands to the driver after pre-commit: enough to validate and end its transaction."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class KafkaCommittable:
+    """One pre-committed (flushed, verified, still open) transaction of one task attempt."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partition_id: int
+    attempt: int
+    batch_id: int
+    record_count: int
+    # topic -> partitions written in this transaction (from librdkafka's statistics)
+    topic_partitions: dict[str, list[int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "KafkaCommittable":
+        tp = {str(t): sorted(int(p) for p in ps) for t, ps in (d.get("topic_partitions") or {}).items()}
+        return cls(
+            transactional_id=str(d["transactional_id"]),
+            producer_id=int(d["producer_id"]),
+            producer_epoch=int(d["producer_epoch"]),
+            partition_id=int(d["partition_id"]),
+            attempt=int(d["attempt"]),
+            batch_id=int(d["batch_id"]),
+            record_count=int(d["record_count"]),
+            topic_partitions=tp,
+        )
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        """The (id, producer id, epoch) triple that EndTxn needs."""
+        return self.transactional_id, self.producer_id, self.producer_epoch
+
+    def describe_partitions(self) -> str:
+        return ", ".join(f"{t}[{','.join(map(str, ps))}]" for t, ps in sorted(self.topic_partitions.items()))
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """A task's answer: a committable, or nothing (empty task, skipped batch) with a count."""
+
+    partition_id: int
+    attempt: int
+    batch_id: int
+    committable: KafkaCommittable | None = None
+    record_count: int = 0
+    skipped: bool = False

@@ -1,0 +1,306 @@
+"""The driver side of the sink: validate, decide, commit, recover (Flink's KafkaCommitter for Spark).
+
+The protocol for batch N (docs/design.md has the failure matrix):
+1. Validate every pre-committed transaction with DescribeTransactions: Ongoing, same producer id and
+   epoch, time left before the coordinator's timeout. Any failure: abort all, fail the batch.
+2. Decide: write "batch N round R: commit these" to the sink's commit log, durably, before any EndTxn.
+3. Commit: EndTxn(commit) for each, in parallel, retrying retriable answers; record the outcome.
+4. Sweep: abort every open transaction of this sink that no decision covers (failed attempts,
+   speculative losers, the previous run's leftovers).
+
+Recovery runs in every ``streamWriter()`` call, i.e. on the driver before a batch's tasks start: a
+decided round without an outcome is rolled forward (never aborted). A re-run of a batch the log
+says is complete writes nothing and anything it did write is aborted. A decided transaction that
+the broker aborted before its commit landed is recorded as lost; the batch's re-run writes exactly
+those task partitions again, so nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from .errors import TransactionError, TransactionLostError
+from .fault_injection import FaultInjector
+from .kafka_committable import KafkaCommittable, TaskResult
+from .sink_commit_log import BatchState, SinkCommitLog
+from .sink_options import SinkConfig
+from .transaction_client import (
+    FENCED_CODES,
+    INVALID_TXN_STATE,
+    TRANSACTIONAL_ID_NOT_FOUND,
+    TransactionClient,
+)
+from .transactional_id_factory import TransactionalIdFactory
+
+log = logging.getLogger(__name__)
+
+_LOST_CODES = FENCED_CODES | {INVALID_TXN_STATE, TRANSACTIONAL_ID_NOT_FOUND}
+_PRUNE_EVERY = 50
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """What tasks must do, from the commit log as it stood when the batch was planned."""
+
+    logged_batch: int | None = None
+    logged_complete: bool = False
+    redo: frozenset[int] = frozenset()
+
+    @classmethod
+    def from_state(cls, state: BatchState | None) -> "WritePlan":
+        if state is None:
+            return cls()
+        return cls(state.batch_id, state.complete, state.redo_partitions)
+
+    def should_write(self, batch_id: int, partition_id: int) -> bool:
+        if self.logged_batch is None or batch_id > self.logged_batch:
+            return True
+        if batch_id < self.logged_batch:
+            return False  # an older batch than the log's newest: already written
+        if self.logged_complete:
+            return False  # invariant 3: Spark re-runs a batch the sink already committed
+        return partition_id in self.redo
+
+
+@dataclass
+class CommitReport:
+    batch_id: int
+    transactions: int = 0
+    records: int = 0
+    aborted: int = 0
+    orphans_aborted: int = 0
+    seconds: float = 0.0
+    skipped: bool = False
+
+
+# Driver-side clients are reused across batches: Spark keeps the planning and commit processes alive.
+_CLIENTS: dict[tuple, TransactionClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def shared_client(kafka_conf: dict[str, str], timeout_s: float) -> TransactionClient:
+    key = (tuple(sorted(kafka_conf.items())), timeout_s)
+    with _CLIENTS_LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = _CLIENTS[key] = TransactionClient(kafka_conf, timeout=timeout_s)
+        return client
+
+
+class KafkaCommitter:
+    def __init__(
+        self,
+        cfg: SinkConfig,
+        ids: TransactionalIdFactory,
+        commit_log: SinkCommitLog | None,
+        client: TransactionClient | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.ids = ids
+        self.log = commit_log
+        self.client = client or shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)
+        self.faults = FaultInjector.get(cfg.fault_injection)
+        self.last_report: CommitReport | None = None
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self) -> BatchState | None:
+        """Roll forward a decided round that has no outcome yet (invariants 2 and 4)."""
+        if self.log is None:
+            return None
+        state = self.log.latest()
+        if state is not None and state.pending is not None:
+            rnd = state.pending
+            log.warning("rolling forward batch %d round %d (%d transactions) decided by an earlier "
+                        "run", state.batch_id, rnd.number, len(rnd.decision))
+            try:
+                self._end_round(state.batch_id, rnd.number, rnd.decision, recovering=True)
+            except TransactionLostError as e:
+                # Recorded in the outcome; this batch's re-run writes the lost partitions again.
+                log.error("%s", e)
+            state = self.log.batch_state(state.batch_id)
+        return state
+
+    # -------------------------------------------------------------------- commit
+
+    def commit(self, batch_id: int, results: Sequence[TaskResult | None]) -> CommitReport:
+        started = time.monotonic()
+        report = CommitReport(batch_id)
+        committables = [r.committable for r in results if r is not None and r.committable]
+        state = self.log.batch_state(batch_id) if self.log else None
+        if state is not None and state.pending is not None:
+            self.recover()
+            state = self.log.batch_state(batch_id) if self.log else None
+
+        if state is not None and state.complete:
+            # Invariant 3: the sink already committed this batch; whatever the re-run wrote goes.
+            report.aborted = self._abort(committables)
+            report.skipped = True
+            report.orphans_aborted = self.sweep_orphans()
+            report.seconds = time.monotonic() - started
+            self.last_report = report
+            return report
+
+        redo = state.redo_partitions if state is not None else frozenset()
+        if state is not None and redo:
+            stray = [c for c in committables if c.partition_id not in redo]
+            if stray:
+                report.aborted += self._abort(stray)
+                committables = [c for c in committables if c.partition_id in redo]
+            missing = sorted(redo - {c.partition_id for c in committables})
+            if missing:
+                self._abort(committables)
+                lost = [c for c in state.last.lost if c.partition_id in missing]
+                raise TransactionLostError(self._lost_message(batch_id, lost, rerun_failed=True))
+
+        if not committables:
+            report.orphans_aborted = self.sweep_orphans() if self._needs_sweep(results) else 0
+            report.seconds = time.monotonic() - started
+            self.last_report = report
+            return report
+
+        committables = self._validate(batch_id, committables)
+        self.faults.check("before_decision", batch=batch_id)
+        round_no = (state.last.number + 1) if state is not None and state.rounds else 0
+        all_partitions = sorted({r.partition_id for r in results if r is not None})
+        if self.log is not None:
+            self.log.write_decision(batch_id, round_no, committables, all_partitions)
+        self.faults.check("after_decision", batch=batch_id)
+        self._end_round(batch_id, round_no, committables, recovering=False)
+        self.faults.check("after_sink_commit", batch=batch_id)
+
+        report.transactions = len(committables)
+        report.records = sum(c.record_count for c in committables)
+        report.orphans_aborted = self.sweep_orphans(keep={c.transactional_id for c in committables})
+        if self.log is not None and batch_id % _PRUNE_EVERY == 0:
+            self.log.prune()
+        report.seconds = time.monotonic() - started
+        self.last_report = report
+        log.info("batch %d: committed %d transactions, %d records in %.3fs", batch_id,
+                 report.transactions, report.records, report.seconds)
+        return report
+
+    def abort(self, batch_id: int, results: Sequence[TaskResult | None]) -> int:
+        """Spark gave up on the batch. A decided round still commits; everything else is aborted."""
+        decided: set[str] = set()
+        if self.log is not None:
+            state = self.log.batch_state(batch_id)
+            if state is not None and state.pending is not None:
+                self.recover()
+            if state is not None:
+                decided = {c.transactional_id for r in state.rounds for c in r.decision}
+        mine = [r.committable for r in results if r is not None and r.committable]
+        n = self._abort([c for c in mine if c.transactional_id not in decided])
+        return n + self.sweep_orphans(keep=decided)
+
+    # ---------------------------------------------------------------- internals
+
+    @staticmethod
+    def _needs_sweep(results: Sequence[TaskResult | None]) -> bool:
+        return any(r is None or r.attempt > 0 for r in results)
+
+    def _validate(self, batch_id: int, committables: list[KafkaCommittable]) -> list[KafkaCommittable]:
+        """Invariant 7: every transaction is open, ours, and not about to time out."""
+        descs = self.client.describe(c.transactional_id for c in committables)
+        now_ms = time.time() * 1000
+        margin_ms = max(2000.0, 0.05 * self.cfg.transaction_timeout_ms)
+        problems = []
+        checked = []
+        for c in committables:
+            d = descs.get(c.transactional_id)
+            if d is None or d.error_code:
+                problems.append(f"{c.transactional_id}: not found by the coordinator")
+            elif d.state != "Ongoing":
+                problems.append(f"{c.transactional_id}: state {d.state}, expected Ongoing")
+            elif (d.producer_id, d.producer_epoch) != (c.producer_id, c.producer_epoch):
+                problems.append(
+                    f"{c.transactional_id}: producer {d.producer_id}/epoch {d.producer_epoch}, the "
+                    f"task reported {c.producer_id}/{c.producer_epoch} (fenced by another attempt)"
+                )
+            elif d.deadline_ms() is not None and d.deadline_ms() - now_ms < margin_ms:
+                problems.append(
+                    f"{c.transactional_id}: {max(0, (d.deadline_ms() - now_ms) / 1000):.1f}s left "
+                    f"of its {d.timeout_ms / 1000:.0f}s timeout; raise kafka.transaction.timeout.ms"
+                )
+            else:
+                parts = {t: sorted(ps) for t, ps in d.partitions.items()} or c.topic_partitions
+                checked.append(KafkaCommittable(**{**c.to_json(), "topic_partitions": parts}))
+        if problems:
+            self._abort(committables)
+            raise TransactionError(
+                f"batch {batch_id}: {len(problems)} of {len(committables)} transactions cannot be "
+                f"committed, so none is; the batch fails and re-runs on restart: "
+                + "; ".join(problems)
+            )
+        return checked
+
+    def _end_round(self, batch_id: int, round_no: int, decision: list[KafkaCommittable],
+                   *, recovering: bool) -> None:
+        codes: dict[str, int] = {}
+        rest = list(decision)
+        if self.faults.armed and len(rest) > 1:
+            first = rest.pop(0)
+            codes.update(self.client.end_many([first.key], commit=True))
+            self.faults.check("during_recovery" if recovering else "between_endtxn", batch=batch_id)
+        codes.update(self.client.end_many([c.key for c in rest], commit=True,
+                                          parallelism=self.cfg.commit_parallelism))
+        committed = [c for c in decision if codes.get(c.transactional_id) == 0]
+        lost = [c for c in decision if codes.get(c.transactional_id) in _LOST_CODES]
+        unknown = [c for c in decision if c not in committed and c not in lost]
+        if unknown:
+            from .broker_connection import error_name
+
+            raise TransactionError(
+                f"batch {batch_id}: the commit of {len(unknown)} decided transactions did not "
+                f"finish ({', '.join(f'{c.transactional_id}: {error_name(codes.get(c.transactional_id, -1))}' for c in unknown[:5])}); "
+                "the decision stands and the next attempt (or restart) completes it"
+            )
+        if self.log is not None:
+            self.log.write_outcome(batch_id, round_no, committed, lost)
+        if lost:
+            raise TransactionLostError(self._lost_message(batch_id, lost, rerun_failed=False))
+
+    def _lost_message(self, batch_id: int, lost: list[KafkaCommittable], rerun_failed: bool) -> str:
+        parts = "; ".join(
+            f"task partition {c.partition_id} ({c.record_count} records to "
+            f"{c.describe_partitions() or 'unknown partitions'}, transaction {c.transactional_id})"
+            for c in lost
+        )
+        offsets = self.log.spark_source_offsets(batch_id) if self.log else None
+        where = f"; the batch read source offsets {offsets}" if offsets else ""
+        if rerun_failed:
+            return (f"batch {batch_id}: the broker aborted decided transactions ({parts}) and the "
+                    f"re-run produced no records for them{where}. The input of this batch is no "
+                    f"longer reproducible; txkafka stops instead of losing these records silently.")
+        return (f"batch {batch_id}: the broker aborted {len(lost)} decided transaction(s) before "
+                f"their commit landed (transaction timeout or fencing): {parts}{where}. Nothing "
+                f"else of the batch is affected. Restart the query: txkafka re-runs exactly these "
+                f"task partitions of batch {batch_id}. Consider raising kafka.transaction.timeout.ms.")
+
+    def _abort(self, committables: Iterable[KafkaCommittable]) -> int:
+        items = [c.key for c in committables]
+        if not items:
+            return 0
+        codes = self.client.end_many(items, commit=False, parallelism=self.cfg.commit_parallelism)
+        return sum(1 for code in codes.values() if code == 0)
+
+    def sweep_orphans(self, keep: Iterable[str] = ()) -> int:
+        """Invariant 6: abort every open transaction of this sink that no decision covers."""
+        keep = set(keep)
+        listed = self.client.list_transactions(prefix=self.ids.sink_prefix, states=["Ongoing"])
+        orphans = [t.transactional_id for t in listed
+                   if t.transactional_id not in keep and self.ids.owns(t.transactional_id)]
+        if not orphans:
+            return 0
+        descs = self.client.describe(orphans)
+        targets = [(d.transactional_id, d.producer_id, d.producer_epoch) for d in descs.values()
+                   if d.state == "Ongoing"]
+        codes = self.client.end_many(targets, commit=False, parallelism=self.cfg.commit_parallelism)
+        aborted = sum(1 for c in codes.values() if c == 0)
+        if aborted:
+            log.warning("aborted %d orphan transaction(s) of sink %s", aborted, self.ids.sink_prefix)
+        return aborted

@@ -1,0 +1,252 @@
+"""The sink's commit log: durable decisions and outcomes, beside Spark's own under the checkpoint.
+
+Why under the checkpoint: the log shares the query's life; deleting the checkpoint resets both.
+Why pyarrow.fs: HDFS, S3 and GCS work as well as local disk. Each record is written atomically
+(rename where the filesystem has it; a whole-object PUT on object stores) and never rewritten.
+
+Layout (``<checkpoint>/txkafka-sink/``):
+    sink.json                               the sink's identity (sink id, prefix)
+    log/<batch>-<round>.decision.json       "commit these transactions" (written before any EndTxn)
+    log/<batch>-<round>.outcome.json        which were committed, which the broker had aborted
+
+A batch normally has one round. When the broker aborted a decided transaction before its commit
+landed (timeout), the outcome lists it as lost; the re-run of that batch writes exactly those task
+partitions again as the next round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from .errors import CommitLogError
+from .kafka_committable import KafkaCommittable
+
+SINK_DIR = "txkafka-sink"
+_RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome)\.json$")
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SinkIdentity:
+    sink_id: str
+    prefix: str
+    created_ms: int
+
+
+@dataclass
+class Round:
+    number: int
+    decision: list[KafkaCommittable]
+    all_partitions: list[int]
+    outcome: dict[str, Any] | None = None
+
+    @property
+    def lost(self) -> list[KafkaCommittable]:
+        if not self.outcome:
+            return []
+        return [KafkaCommittable.from_json(c) for c in self.outcome.get("lost", [])]
+
+
+@dataclass
+class BatchState:
+    batch_id: int
+    rounds: list[Round] = field(default_factory=list)
+
+    @property
+    def last(self) -> Round:
+        return self.rounds[-1]
+
+    @property
+    def pending(self) -> Round | None:
+        """A decided round whose EndTxn calls may not all have landed: roll it forward."""
+        return self.last if self.rounds and self.last.outcome is None else None
+
+    @property
+    def complete(self) -> bool:
+        return bool(self.rounds) and self.last.outcome is not None and not self.last.lost
+
+    @property
+    def redo_partitions(self) -> frozenset[int]:
+        """Task partitions whose transactions the broker aborted: the re-run writes only these."""
+        if not self.rounds or self.last.outcome is None:
+            return frozenset()
+        return frozenset(c.partition_id for c in self.last.lost)
+
+
+def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in location or location.startswith("file:"):
+        try:
+            return pafs.FileSystem.from_uri(location)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several types
+            raise CommitLogError(f"cannot open checkpoint location {location!r}: {e}") from None
+    return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+class SinkCommitLog:
+    def __init__(self, checkpoint_location: str) -> None:
+        self.location = checkpoint_location
+        self.fs, root = _filesystem(checkpoint_location)
+        self.checkpoint_root = root.rstrip("/")
+        self.root = f"{self.checkpoint_root}/{SINK_DIR}"
+        self.log_dir = f"{self.root}/log"
+        self._atomic_put = self.fs.type_name in ("s3", "gcs")
+
+    def __repr__(self) -> str:
+        return f"SinkCommitLog({self.root})"
+
+    # ------------------------------------------------------------------ io
+
+    def _write(self, path: str, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload, sort_keys=True, indent=1).encode()
+        parent = path.rsplit("/", 1)[0]
+        self.fs.create_dir(parent, recursive=True)
+        if self._atomic_put:
+            with self.fs.open_output_stream(path) as out:
+                out.write(data)
+            return
+        tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
+        with self.fs.open_output_stream(tmp) as out:
+            out.write(data)
+        if isinstance(self.fs, pafs.LocalFileSystem):
+            # Make the record survive a machine crash, not only a process crash.
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.fs.move(tmp, path)
+
+    def _read(self, path: str) -> dict[str, Any] | None:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                raw = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if "not found" in str(e).lower() or "no such file" in str(e).lower():
+                return None
+            raise CommitLogError(f"cannot read {path}: {e}") from None
+        try:
+            return json.loads(raw)
+        except ValueError as e:
+            raise CommitLogError(f"sink commit log record {path} is corrupt: {e}") from None
+
+    # ------------------------------------------------------------ identity
+
+    def identity(self, prefix: str) -> SinkIdentity:
+        """The sink's id, created on first use. The prefix may change between runs; the id not."""
+        path = f"{self.root}/sink.json"
+        rec = self._read(path)
+        if rec is None:
+            rec = {"sink_id": secrets.token_hex(4), "prefix": prefix,
+                   "created_ms": int(time.time() * 1000), "version": FORMAT_VERSION}
+            self._write(path, rec)
+            rec = self._read(path) or rec  # a concurrent creator's record wins for both
+        return SinkIdentity(str(rec["sink_id"]), str(rec.get("prefix", prefix)),
+                            int(rec.get("created_ms", 0)))
+
+    # ------------------------------------------------------------- records
+
+    def _name(self, batch_id: int, round_no: int, kind: str) -> str:
+        return f"{self.log_dir}/{batch_id:020d}-{round_no:03d}.{kind}.json"
+
+    def write_decision(self, batch_id: int, round_no: int, committables: list[KafkaCommittable],
+                       all_partitions: list[int]) -> None:
+        self._write(self._name(batch_id, round_no, "decision"), {
+            "batch_id": batch_id,
+            "round": round_no,
+            "decided_ms": int(time.time() * 1000),
+            "all_partitions": sorted(all_partitions),
+            "transactions": [c.to_json() for c in committables],
+        })
+
+    def write_outcome(self, batch_id: int, round_no: int, committed: list[KafkaCommittable],
+                      lost: list[KafkaCommittable], extra: dict[str, Any] | None = None) -> None:
+        self._write(self._name(batch_id, round_no, "outcome"), {
+            "batch_id": batch_id,
+            "round": round_no,
+            "completed_ms": int(time.time() * 1000),
+            "committed": [c.transactional_id for c in committed],
+            "records": sum(c.record_count for c in committed),
+            "lost": [c.to_json() for c in lost],
+            **(extra or {}),
+        })
+
+    def _entries(self) -> dict[int, dict[int, set[str]]]:
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self.log_dir, allow_not_found=True))
+        except OSError as e:
+            raise CommitLogError(f"cannot list {self.log_dir}: {e}") from None
+        out: dict[int, dict[int, set[str]]] = {}
+        for info in infos:
+            m = _RECORD.match(info.base_name)
+            if m:
+                out.setdefault(int(m.group(1)), {}).setdefault(int(m.group(2)), set()).add(m.group(3))
+        return out
+
+    def batch_ids(self) -> list[int]:
+        return sorted(self._entries())
+
+    def batch_state(self, batch_id: int, _entries: dict | None = None) -> BatchState | None:
+        entries = (_entries if _entries is not None else self._entries()).get(batch_id)
+        if not entries:
+            return None
+        state = BatchState(batch_id)
+        for round_no in sorted(entries):
+            if "decision" not in entries[round_no]:
+                raise CommitLogError(
+                    f"batch {batch_id} round {round_no} has an outcome but no decision in "
+                    f"{self.log_dir}"
+                )
+            dec = self._read(self._name(batch_id, round_no, "decision")) or {}
+            outcome = None
+            if "outcome" in entries[round_no]:
+                outcome = self._read(self._name(batch_id, round_no, "outcome"))
+            state.rounds.append(Round(
+                round_no,
+                [KafkaCommittable.from_json(c) for c in dec.get("transactions", [])],
+                list(dec.get("all_partitions", [])),
+                outcome,
+            ))
+        return state
+
+    def latest(self) -> BatchState | None:
+        entries = self._entries()
+        if not entries:
+            return None
+        return self.batch_state(max(entries), entries)
+
+    def prune(self, keep_batches: int = 100) -> int:
+        """Delete records of all but the newest ``keep_batches`` batches; returns files removed."""
+        entries = self._entries()
+        old = sorted(entries)[:-keep_batches] if len(entries) > keep_batches else []
+        removed = 0
+        for b in old:
+            for r, kinds in entries[b].items():
+                for kind in kinds:
+                    try:
+                        self.fs.delete_file(self._name(b, r, kind))
+                        removed += 1
+                    except OSError:
+                        pass
+        return removed
+
+    def spark_source_offsets(self, batch_id: int) -> str | None:
+        """The source offsets Spark logged for a batch (``offsets/N``), for error messages."""
+        path = f"{self.checkpoint_root}/offsets/{batch_id}"
+        try:
+            with self.fs.open_input_stream(path) as f:
+                lines = f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return None
+        # Line 1 is the format version, line 2 the batch metadata, then one line per source.
+        return " | ".join(lines[2:]) or None

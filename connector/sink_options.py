@@ -1,0 +1,141 @@
+"""The sink's options, parsed and validated once into a typed config.
+
+Names follow Spark's ``kafka`` sink (``kafka.*``, ``topic``) plus Flink's ``deliveryGuarantee`` and
+``transactionalIdPrefix``. Everything here is checked when the query starts, so bad input fails
+before any transaction opens.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Mapping
+
+from .errors import KafkaConfigError
+from .kafka_config import describe_config, kafka_client_config
+
+DEFAULT_PREFIX = "txkafka"
+# librdkafka's own default; the broker caps it with transaction.max.timeout.ms (15 min default).
+DEFAULT_TRANSACTION_TIMEOUT_MS = 60_000
+
+_SINK_OWNED = {
+    "transactional.id": "the sink assigns transactional ids itself; set transactionalIdPrefix",
+    "enable.idempotence": "the sink always writes with an idempotent producer",
+    "auto.offset.reset": "a reader setting; it has no meaning for the sink",
+    "enable.auto.commit": "a reader setting; it has no meaning for the sink",
+}
+
+# Kafka's rule for transactional ids is "any string"; we keep prefixes to ACL-friendly characters.
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9._\-]{1,200}$")
+
+
+class DeliveryGuarantee(str, Enum):
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive lookup that works for Spark's CaseInsensitiveDict and for plain dicts."""
+    try:
+        v = options.get(name)
+    except Exception:  # noqa: BLE001
+        v = None
+    if v is not None:
+        return str(v)
+    low = name.lower()
+    for k, val in options.items():
+        if str(k).lower() == low:
+            return None if val is None else str(val)
+    return None
+
+
+def _positive_int(options: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
+    raw = _get(options, name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise KafkaConfigError(f"option '{name}' must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise KafkaConfigError(f"option '{name}' must be >= {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """Everything the writer's tasks and its committer need, already validated."""
+
+    kafka: dict[str, str] = field(repr=False)
+    topic: str | None
+    guarantee: DeliveryGuarantee
+    transactional_id_prefix: str
+    transaction_timeout_ms: int
+    checkpoint_location: str | None
+    commit_timeout_ms: int
+    commit_parallelism: int
+    fault_injection: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"SinkConfig(topic={self.topic!r}, guarantee={self.guarantee.value}, "
+            f"prefix={self.transactional_id_prefix!r}, "
+            f"transaction_timeout_ms={self.transaction_timeout_ms}, "
+            f"kafka={describe_config(self.kafka)})"
+        )
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee is DeliveryGuarantee.EXACTLY_ONCE
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka["bootstrap.servers"]
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> "SinkConfig":
+        kafka = kafka_client_config(options, owned=_SINK_OWNED)
+
+        topic = _get(options, "topic")
+        if topic is not None and not topic.strip():
+            raise KafkaConfigError("option 'topic' is empty; give a topic name or drop the option")
+
+        raw_guarantee = (_get(options, "deliveryGuarantee") or DeliveryGuarantee.EXACTLY_ONCE.value)
+        try:
+            guarantee = DeliveryGuarantee(raw_guarantee.strip().lower())
+        except ValueError:
+            raise KafkaConfigError(
+                f"option 'deliveryGuarantee' must be 'exactly_once' or 'at_least_once', got "
+                f"{raw_guarantee!r}"
+            ) from None
+
+        prefix = _get(options, "transactionalIdPrefix") or DEFAULT_PREFIX
+        if not _PREFIX_RE.match(prefix):
+            raise KafkaConfigError(
+                f"option 'transactionalIdPrefix' must be 1-200 characters of letters, digits, "
+                f"'.', '_' or '-', got {prefix!r}"
+            )
+
+        timeout = _positive_int(kafka, "transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS,
+                                minimum=1000)
+        kafka.pop("transaction.timeout.ms", None)
+
+        checkpoint = _get(options, "checkpointLocation")
+        if streaming and guarantee is DeliveryGuarantee.EXACTLY_ONCE and not checkpoint:
+            raise KafkaConfigError(
+                "the exactly-once sink keeps its commit log under the query's checkpoint: set "
+                "option('checkpointLocation', ...) on writeStream"
+            )
+
+        return cls(
+            kafka=kafka,
+            topic=topic.strip() if topic else None,
+            guarantee=guarantee,
+            transactional_id_prefix=prefix,
+            transaction_timeout_ms=timeout,
+            checkpoint_location=checkpoint,
+            commit_timeout_ms=_positive_int(options, "commitTimeoutMs", 120_000, minimum=1000),
+            commit_parallelism=_positive_int(options, "commitParallelism", 8),
+            fault_injection=_get(options, "txkafka.faultInjection"),
+        )

@@ -1,0 +1,94 @@
+"""Checks the sink makes against the cluster when a query starts, so misconfiguration fails early.
+
+Spark has no query-start hook for Python writers, so these run in the first ``streamWriter()`` call
+of each driver process and are cached for the life of that process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from .client_errors import SecurityErrorProbe, translate_kafka_error
+from .errors import (
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaConfigError,
+    KafkaProtocolError,
+)
+from .kafka_writer import SinkSchema
+from .secrets_redaction import redact_text
+from .sink_options import SinkConfig
+
+log = logging.getLogger(__name__)
+_quiet = logging.getLogger("txkafka.librdkafka.admin")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+_DONE: set[tuple] = set()
+_LOCK = threading.Lock()
+
+
+def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30.0) -> None:
+    key = (tuple(sorted(cfg.kafka.items())), cfg.topic, cfg.transaction_timeout_ms, cfg.exactly_once)
+    with _LOCK:
+        if key in _DONE:
+            return
+    _check_cluster(cfg, timeout_s)
+    with _LOCK:
+        _DONE.add(key)
+
+
+def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    probe = SecurityErrorProbe(cfg.kafka)
+    admin = AdminClient({**cfg.kafka, "logger": _quiet, "error_cb": probe.on_error})
+    try:
+        md = admin.list_topics(topic=cfg.topic, timeout=timeout_s) if cfg.topic else \
+            admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        admin.poll(0)
+        err = translate_kafka_error(e, cfg.kafka, action="checking the sink's topic at start",
+                                    topic=cfg.topic, role="writer", probe=probe)
+        if isinstance(err, (KafkaAuthorizationError, KafkaAuthenticationError)):
+            raise err from None
+        raise KafkaProtocolError(
+            f"cannot reach Kafka at kafka.bootstrap.servers={cfg.bootstrap_servers}: "
+            f"{redact_text(str(e), cfg.kafka)}"
+        ) from None
+    if cfg.topic:
+        t = md.topics.get(cfg.topic)
+        err = t.error if t is not None else None
+        if t is None or (err is not None and "UNKNOWN_TOPIC" in err.name()):
+            raise KafkaConfigError(
+                f"topic {cfg.topic!r} (option 'topic') does not exist on {cfg.bootstrap_servers}; "
+                "create it first (txkafka never auto-creates topics)"
+            )
+        if err is not None and "AUTHORIZATION" in err.name():
+            raise KafkaAuthorizationError(
+                f"not authorized to describe topic {cfg.topic!r}: the writer principal needs WRITE "
+                f"and DESCRIBE on Topic {cfg.topic!r}"
+            )
+    if not cfg.exactly_once or not md.brokers:
+        return
+    broker_id = sorted(md.brokers)[0]
+    try:
+        fut = admin.describe_configs([ConfigResource("broker", str(broker_id))])
+        entries = list(fut.values())[0].result(timeout=timeout_s)
+    except KafkaException as e:
+        # DescribeConfigs needs DESCRIBE_CONFIGS on the cluster; without it we cannot check the cap.
+        log.warning("cannot read transaction.max.timeout.ms from broker %s (%s); not checking "
+                    "kafka.transaction.timeout.ms against it", broker_id,
+                    redact_text(str(e), cfg.kafka))
+        return
+    entry = entries.get("transaction.max.timeout.ms")
+    if entry is not None and entry.value is not None:
+        cap = int(entry.value)
+        if cfg.transaction_timeout_ms > cap:
+            raise KafkaConfigError(
+                f"kafka.transaction.timeout.ms={cfg.transaction_timeout_ms} is above the broker's "
+                f"transaction.max.timeout.ms={cap}; lower it to at most {cap} or raise the broker "
+                "setting"
+            )

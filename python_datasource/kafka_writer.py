@@ -1,0 +1,186 @@
+"""Spark's writer calls, adapted to the sink's core (txkafka.connector).
+
+Where each call runs (pyspark 4.3):
+- ``streamWriter()``: on the driver, once while planning each micro-batch (the object is then pickled
+  to the tasks) and again, on a fresh object, for ``commit``/``abort``. Both run recovery: rolling a
+  decided batch forward is safe at either point and never touches the current batch's open
+  transactions (invariant 5).
+- ``write()``: in an executor's Python worker, once per task attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Iterator, List, Optional
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructType,
+)
+
+from txkafka.connector.errors import KafkaConfigError
+from txkafka.connector.kafka_committable import TaskResult
+from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
+from txkafka.connector.kafka_writer import KafkaWriter, SinkSchema, validate_input_schema
+from txkafka.connector.sink_commit_log import SinkCommitLog
+from txkafka.connector.sink_options import SinkConfig
+from txkafka.connector.sink_validation import validate_at_start
+from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+
+log = logging.getLogger(__name__)
+
+
+class TxKafkaCommitMessage(WriterCommitMessage):
+    """Carries one task's result from executor to driver."""
+
+    def __init__(self, result: TaskResult) -> None:
+        self.result = result
+
+    def __repr__(self) -> str:
+        c = self.result.committable
+        return (f"TxKafkaCommitMessage(partition={self.result.partition_id}, "
+                f"attempt={self.result.attempt}, txn={c.transactional_id if c else None}, "
+                f"records={self.result.record_count})")
+
+
+def _simple_type(dt: DataType) -> str:
+    if isinstance(dt, StringType):
+        return "string"
+    if isinstance(dt, BinaryType):
+        return "binary"
+    if isinstance(dt, IntegerType):
+        return "int"
+    if isinstance(dt, LongType):
+        return "long"
+    if isinstance(dt, ShortType):
+        return "short"
+    if isinstance(dt, ByteType):
+        return "byte"
+    if isinstance(dt, ArrayType) and isinstance(dt.elementType, StructType):
+        names = {f.name.lower(): f.dataType for f in dt.elementType.fields}
+        if (set(names) == {"key", "value"} and isinstance(names["key"], StringType)
+                and isinstance(names["value"], (BinaryType, StringType))):
+            return "headers"
+    return dt.simpleString()
+
+
+def _results(messages: List[Optional[WriterCommitMessage]]) -> list[TaskResult | None]:
+    return [m.result if isinstance(m, TxKafkaCommitMessage) else None for m in messages]
+
+
+def _task_context() -> tuple[int, int, int | None]:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return 0, 0, None
+    raw = ctx.getLocalProperty("streaming.sql.batchId")
+    return ctx.partitionId(), ctx.attemptNumber(), int(raw) if raw is not None else None
+
+
+class _KafkaWrite:
+    """Shared by the streaming and batch writers: config, identity, plan, task-side write."""
+
+    def __init__(self, options, schema: StructType, overwrite: bool, streaming: bool) -> None:
+        self.cfg = SinkConfig.from_options(options, streaming=streaming)
+        self.streaming = streaming
+        self.sink_schema: SinkSchema = validate_input_schema(
+            {f.name: _simple_type(f.dataType) for f in schema.fields}, self.cfg.topic
+        )
+        if overwrite:
+            raise KafkaConfigError(
+                "txkafka appends to Kafka topics; SaveMode/OutputMode that overwrites is not "
+                "supported (use mode('append'))"
+            )
+        self.plan = WritePlan()
+        self.ids: TransactionalIdFactory | None = None
+        self._committer: KafkaCommitter | None = None
+        validate_at_start(self.cfg, self.sink_schema)
+        if not self.cfg.exactly_once:
+            return
+        if streaming:
+            commit_log = SinkCommitLog(self.cfg.checkpoint_location or "")
+            identity = commit_log.identity(self.cfg.transactional_id_prefix)
+            self.ids = TransactionalIdFactory(self.cfg.transactional_id_prefix, identity.sink_id)
+            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
+            # Driver-side recovery before this batch's tasks start (invariant 4).
+            self.plan = WritePlan.from_state(self._committer.recover())
+        else:
+            # A batch write is one job with its own ids, committed by this same object after it
+            # comes back from pickling; it keeps no durable log (see docs/design.md).
+            self.ids = TransactionalIdFactory(self.cfg.transactional_id_prefix,
+                                              "b" + uuid.uuid4().hex[:8])
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_committer"] = None  # live clients never travel to executors
+        return state
+
+    def committer(self) -> KafkaCommitter:
+        if self._committer is None:
+            assert self.ids is not None
+            commit_log = SinkCommitLog(self.cfg.checkpoint_location or "") if self.streaming else None
+            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
+        return self._committer
+
+    # ------------------------------------------------------------------ task side
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> TxKafkaCommitMessage:
+        partition_id, attempt, batch_id = _task_context()
+        batch = batch_id if batch_id is not None else 0
+        if self.cfg.exactly_once and not self.plan.should_write(batch, partition_id):
+            skipped = 0
+            for b in iterator:  # drain: the input must be consumed even when nothing is written
+                skipped += b.num_rows
+            return TxKafkaCommitMessage(TaskResult(partition_id, attempt, batch, None, 0, True))
+        tid = self.ids.transactional_id(partition_id, attempt) if self.ids else None
+        writer = KafkaWriter(self.cfg, self.sink_schema, batch_id=batch, partition_id=partition_id,
+                             attempt=attempt, transactional_id=tid)
+        try:
+            committable = writer.write(iterator)
+        finally:
+            writer.release()
+        return TxKafkaCommitMessage(
+            TaskResult(partition_id, attempt, batch, committable, writer.count)
+        )
+
+
+class KafkaStreamingWrite(_KafkaWrite, DataSourceStreamArrowWriter):
+    def __init__(self, options, schema: StructType, overwrite: bool) -> None:
+        _KafkaWrite.__init__(self, options, schema, overwrite, streaming=True)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        if self.cfg.exactly_once:
+            self.committer().commit(batchId, _results(messages))
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        if self.cfg.exactly_once:
+            self.committer().abort(batchId, _results(messages))
+
+
+class KafkaBatchWrite(_KafkaWrite, DataSourceArrowWriter):
+    def __init__(self, options, schema: StructType, overwrite: bool) -> None:
+        _KafkaWrite.__init__(self, options, schema, overwrite, streaming=False)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        if self.cfg.exactly_once:
+            self.committer().commit(0, _results(messages))
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        if self.cfg.exactly_once:
+            self.committer().abort(0, _results(messages))
+

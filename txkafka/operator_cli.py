@@ -1,0 +1,174 @@
+"""Operator commands: the sink's open transactions and its commit log.
+
+    txkafka transactions list  -b HOST:PORT (--checkpoint DIR | --prefix P) [--all]
+    txkafka transactions abort -b HOST:PORT (--checkpoint DIR | --prefix P) [--id ID ...] [--yes]
+    txkafka commit-log show    --checkpoint DIR [--last N] [--json]
+
+Security settings are librdkafka's (``-X security.protocol=SASL_SSL -X sasl.mechanism=...``) or a
+properties file (``--command-config``); secret values are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .connector.sink_commit_log import SinkCommitLog
+
+
+def _client_conf(args: argparse.Namespace) -> dict[str, str]:
+    conf: dict[str, str] = {"bootstrap.servers": args.bootstrap_servers}
+    if getattr(args, "command_config", None):
+        with open(args.command_config) as fh:
+            for line in fh:
+                line = line.strip()
+                if line and not line.startswith("#") and "=" in line:
+                    k, v = line.split("=", 1)
+                    conf[k.strip()] = v.strip()
+    for item in getattr(args, "conf", None) or []:
+        k, _, v = item.partition("=")
+        conf[k.strip()] = v.strip()
+    return conf
+
+
+def _sink_prefix(args: argparse.Namespace) -> tuple[str, set[str]]:
+    """The id prefix to act on, and the ids a decided-but-unfinished batch still needs."""
+    if args.checkpoint:
+        log = SinkCommitLog(args.checkpoint)
+        ident = log.identity(args.prefix or "txkafka")
+        prefix = f"{args.prefix or ident.prefix}-{ident.sink_id}-"
+        latest = log.latest()
+        pending = {c.transactional_id for c in latest.pending.decision} if latest and latest.pending else set()
+        return prefix, pending
+    if not args.prefix:
+        raise SystemExit("error: give --checkpoint (the query's checkpoint) or --prefix")
+    return args.prefix, set()
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .connector.transaction_client import TransactionClient
+
+    prefix, pending = _sink_prefix(args)
+    with TransactionClient(_client_conf(args)) as tc:
+        listed = tc.list_transactions(prefix=prefix, states=[] if args.all else ["Ongoing"])
+        descs = tc.describe(t.transactional_id for t in listed) if listed else {}
+    now = time.time() * 1000
+    rows = []
+    for t in listed:
+        d = descs.get(t.transactional_id)
+        rows.append({
+            "transactional_id": t.transactional_id,
+            "state": t.state,
+            "producer_id": t.producer_id,
+            "producer_epoch": d.producer_epoch if d else None,
+            "age_s": round((now - d.start_time_ms) / 1000, 1) if d and d.start_time_ms > 0 else None,
+            "timeout_s": d.timeout_ms / 1000 if d else None,
+            "partitions": {k: v for k, v in (d.partitions if d else {}).items()},
+            "decided_pending_commit": t.transactional_id in pending,
+        })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(f"{len(rows)} transaction(s) with prefix {prefix!r}")
+        for r in rows:
+            flag = "  [DECIDED: will be committed on restart]" if r["decided_pending_commit"] else ""
+            print(f"  {r['transactional_id']:<48} {r['state']:<14} pid={r['producer_id']} "
+                  f"epoch={r['producer_epoch']} age={r['age_s']}s partitions={r['partitions']}{flag}")
+    return 0
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    from .connector.transaction_client import TransactionClient
+
+    prefix, pending = _sink_prefix(args)
+    with TransactionClient(_client_conf(args)) as tc:
+        listed = [t for t in tc.list_transactions(prefix=prefix, states=["Ongoing"])
+                  if not args.id or t.transactional_id in args.id]
+        protected = [t.transactional_id for t in listed if t.transactional_id in pending]
+        if protected and not args.force:
+            print(f"refusing to abort {len(protected)} transaction(s) of a decided batch (the query "
+                  f"commits them when it restarts; aborting loses them): {', '.join(protected)}. "
+                  "Use --force to abort anyway.", file=sys.stderr)
+        targets = [t for t in listed if args.force or t.transactional_id not in pending]
+        if not targets:
+            print("nothing to abort")
+            return 0
+        if not args.yes:
+            print(f"would abort {len(targets)} transaction(s): "
+                  f"{', '.join(t.transactional_id for t in targets)}; add --yes to do it")
+            return 0
+        descs = tc.describe(t.transactional_id for t in targets)
+        codes = tc.end_many([(d.transactional_id, d.producer_id, d.producer_epoch)
+                             for d in descs.values() if d.state == "Ongoing"], commit=False)
+    ok = sum(1 for c in codes.values() if c == 0)
+    print(f"aborted {ok} of {len(codes)} transaction(s)")
+    return 0 if ok == len(codes) else 1
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    log = SinkCommitLog(args.checkpoint)
+    batches = log.batch_ids()[-args.last:]
+    ident = log.identity("txkafka") if batches else None
+    out = []
+    for b in batches:
+        st = log.batch_state(b)
+        if st is None:
+            continue
+        out.append({
+            "batch": b,
+            "status": "complete" if st.complete else ("decided, not finished" if st.pending else
+                                                       f"lost partitions {sorted(st.redo_partitions)}"),
+            "rounds": [{
+                "round": r.number,
+                "transactions": len(r.decision),
+                "records": sum(c.record_count for c in r.decision),
+                "committed": len(r.outcome.get("committed", [])) if r.outcome else None,
+                "lost": [c.partition_id for c in r.lost],
+            } for r in st.rounds],
+        })
+    if args.json:
+        print(json.dumps({"sink_id": ident.sink_id if ident else None, "batches": out}, indent=2))
+        return 0
+    if ident is None:
+        print(f"no sink commit log under {args.checkpoint}")
+        return 0
+    print(f"sink {ident.sink_id} (prefix {ident.prefix!r}) at {log.root}")
+    for b in out:
+        rounds = "; ".join(f"round {r['round']}: {r['transactions']} txns, {r['records']} records"
+                           + (f", lost {r['lost']}" if r["lost"] else "") for r in b["rounds"])
+        print(f"  batch {b['batch']:>8}  {b['status']:<24} {rounds}")
+    return 0
+
+
+def register_cli(sub) -> None:
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--bootstrap-servers", "-b", required=True)
+        p.add_argument("--checkpoint", help="the query's checkpointLocation (finds the sink's ids)")
+        p.add_argument("--prefix", help="transactional id prefix (with --checkpoint: the sink's)")
+        p.add_argument("--conf", "-X", action="append", help="librdkafka setting key=value")
+        p.add_argument("--command-config", help="properties file with client settings")
+        p.add_argument("--json", action="store_true")
+
+    t = sub.add_parser("transactions", help="list or abort the sink's open transactions")
+    tsub = t.add_subparsers(dest="action", required=True)
+    tl = tsub.add_parser("list", help="open transactions of the sink")
+    common(tl)
+    tl.add_argument("--all", action="store_true", help="every state, not only Ongoing")
+    tl.set_defaults(func=cmd_list)
+    ta = tsub.add_parser("abort", help="abort open transactions (never a decided batch's)")
+    common(ta)
+    ta.add_argument("--id", action="append", help="only this transactional id (repeatable)")
+    ta.add_argument("--yes", action="store_true", help="really abort (default: dry run)")
+    ta.add_argument("--force", action="store_true", help="also abort a decided batch's transactions")
+    ta.set_defaults(func=cmd_abort)
+
+    c = sub.add_parser("commit-log", help="show the sink's commit log")
+    csub = c.add_subparsers(dest="action", required=True)
+    cs = csub.add_parser("show")
+    cs.add_argument("--checkpoint", required=True)
+    cs.add_argument("--last", type=int, default=20)
+    cs.add_argument("--json", action="store_true")
+    cs.set_defaults(func=cmd_log)
+

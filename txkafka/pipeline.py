@@ -1,0 +1,157 @@
+"""A Kafka -> txkafka -> Kafka pipeline as a standalone driver program.
+
+Used by the demo, the tests and the chaos suite, which run it in its own process so they can kill
+it (SIGKILL: a driver crash) and restart it from the same checkpoint. Stops by itself once every
+input record up to the input's end offsets (taken at start) has been committed, or after --timeout.
+
+    python -m txkafka.pipeline --bootstrap HOST:PORT --input in --output out --checkpoint DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def build_session(master: str, app: str, extra_conf: dict[str, str]):
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    b = (SparkSession.builder.master(master).appName(app)
+         .config("spark.ui.enabled", "false")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    for k, v in extra_conf.items():
+        b = b.config(k, v)
+    return b.getOrCreate()
+
+
+def end_offsets(bootstrap: str, topic: str, kafka_conf: dict[str, str]) -> dict[int, int]:
+    """Last stable offsets of every partition: what the pipeline must have consumed to be done."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "txkafka-pipeline-probe",
+                  "isolation.level": "read_committed", **kafka_conf})
+    try:
+        md = c.list_topics(topic, timeout=30)
+        parts = sorted(md.topics[topic].partitions)
+        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
+                for p in parts}
+    finally:
+        c.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    kafka_conf = dict(kv.split("=", 1) for kv in (args.kafka_conf or []))
+    spark = build_session(args.master, "txkafka-pipeline", dict(
+        kv.split("=", 1) for kv in (args.spark_conf or [])))
+    spark.sparkContext.setLogLevel("ERROR")
+
+    reader = (spark.readStream.format("txkafka")
+              .option("kafka.bootstrap.servers", args.bootstrap)
+              .option("subscribe", args.input)
+              .option("startingOffsets", "earliest"))
+    if args.max_offsets:
+        reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets))
+    for k, v in kafka_conf.items():
+        reader = reader.option(f"kafka.{k}", v)
+    src = reader.load()
+
+    if args.mode == "map":
+        out = src.selectExpr("key", "concat(CAST(value AS STRING), '|seen') AS value")
+        output_mode = "append"
+    elif args.mode == "aggregate":
+        out = (src.groupBy("key").count()
+               .selectExpr("key", "CAST(`count` AS STRING) AS value"))
+        output_mode = "update"
+    else:
+        raise SystemExit(f"unknown --mode {args.mode}")
+
+    writer = (out.writeStream.format("txkafka")
+              .outputMode(output_mode)
+              .option("kafka.bootstrap.servers", args.bootstrap)
+              .option("topic", args.output)
+              .option("checkpointLocation", args.checkpoint)
+              .option("deliveryGuarantee", args.guarantee))
+    if args.transaction_timeout_ms:
+        writer = writer.option("kafka.transaction.timeout.ms", str(args.transaction_timeout_ms))
+    if args.fault:
+        writer = writer.option("txkafka.faultInjection", args.fault)
+    for k, v in kafka_conf.items():
+        writer = writer.option(f"kafka.{k}", v)
+    writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+
+    target = end_offsets(args.bootstrap, args.input, kafka_conf) if args.until_done else None
+    q = writer.start()
+    print(f"PIPELINE-STARTED query={q.id} target={json.dumps(target)}", flush=True)
+    deadline = time.monotonic() + args.timeout
+    last_batch = -1
+    try:
+        while time.monotonic() < deadline:
+            if q.exception() is not None:
+                print(f"PIPELINE-FAILED {q.exception()}", flush=True)
+                return 2
+            p = q.lastProgress
+            if p and p["batchId"] != last_batch:
+                last_batch = p["batchId"]
+                print(f"BATCH {p['batchId']} rows={p['numInputRows']} "
+                      f"ms={p['durationMs'].get('triggerExecution')}", flush=True)
+            if target is not None and _caught_up(q, args.input, target):
+                print("PIPELINE-DONE", flush=True)
+                return 0
+            time.sleep(0.5)
+        print("PIPELINE-TIMEOUT", flush=True)
+        return 3
+    finally:
+        q.stop()
+        spark.stop()
+
+
+def _caught_up(q, topic: str, target: dict[int, int]) -> bool:
+    """True once a committed batch's end offsets reach the target for every partition."""
+    p = q.lastProgress
+    if not p or q.status.get("isDataAvailable"):
+        return False
+    for src in p.get("sources", []):
+        end = src.get("endOffset")
+        if isinstance(end, str):
+            try:
+                end = json.loads(end)
+            except ValueError:
+                return False
+        if not isinstance(end, dict) or topic not in end:
+            continue
+        got = {int(k): int(v) for k, v in end[topic].items()}
+        return all(got.get(part, -1) >= off for part, off in target.items())
+    return False
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--mode", choices=["map", "aggregate"], default="map")
+    p.add_argument("--guarantee", choices=["exactly_once", "at_least_once"], default="exactly_once")
+    p.add_argument("--master", default="local[2,4]")
+    p.add_argument("--trigger-ms", type=int, default=1000)
+    p.add_argument("--max-offsets", type=int, default=0)
+    p.add_argument("--transaction-timeout-ms", type=int, default=0)
+    p.add_argument("--fault", default="", help="fault-injection spec (testing only)")
+    p.add_argument("--until-done", action="store_true",
+                   help="stop once the input's current end offsets are committed")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--kafka-conf", action="append", help="extra kafka.* setting key=value")
+    p.add_argument("--spark-conf", action="append", help="extra Spark setting key=value")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(run(parser().parse_args()))
