@@ -335,21 +335,38 @@ class BrokerConnection:
     def request(self, api_key: int, version: int, body: bytes, *, flexible: bool) -> Reader:
         """Send one request and return a reader positioned at the response body."""
         self.connect()
-        return self._roundtrip(api_key, version, body, flexible_request=flexible,
-                               flexible_response=flexible)
+        return self._exchange([(api_key, version, body, flexible, flexible)])[0]
+
+    def request_many(self, requests: list[tuple[int, int, bytes, bool]]) -> list[Reader]:
+        """Pipeline several requests on this connection: one write, then the answers in order.
+
+        Kafka answers a connection's requests in the order sent, and the broker works on them
+        concurrently; a batch's EndTxn calls to one coordinator cost one round trip, not N.
+        """
+        self.connect()
+        return self._exchange([(a, v, b, f, f) for a, v, b, f in requests])
 
     def _roundtrip(self, api_key: int, version: int, body: bytes, *, flexible_request: bool,
                    flexible_response: bool) -> Reader:
+        return self._exchange([(api_key, version, body, flexible_request, flexible_response)])[0]
+
+    def _exchange(self, requests: list[tuple[int, int, bytes, bool, bool]]) -> list[Reader]:
         assert self._sock is not None
+        api_key = requests[0][0]
         with self._lock:
-            self._correlation += 1
-            cid = self._correlation
-            header = request_header(api_key, version, cid, self.client_id, flexible_request)
-            frame = header + body
+            frames = []
+            cids = []
+            for key, version, body, flex_req, _flex_resp in requests:
+                self._correlation += 1
+                cids.append(self._correlation)
+                frame = request_header(key, version, self._correlation, self.client_id, flex_req) + body
+                frames.append(struct.pack(">i", len(frame)) + frame)
+            payloads = []
             try:
-                self._sock.sendall(struct.pack(">i", len(frame)) + frame)
-                size = struct.unpack(">i", self._recv_exact(4))[0]
-                payload = self._recv_exact(size)
+                self._sock.sendall(b"".join(frames))
+                for _ in requests:
+                    size = struct.unpack(">i", self._recv_exact(4))[0]
+                    payloads.append(self._recv_exact(size))
             except ssl.SSLError as e:
                 self.close()
                 if "ALERT" in str(e.reason or "").upper():
@@ -368,13 +385,16 @@ class BrokerConnection:
                     f"connection to {self.host}:{self.port} failed during API {api_key}: "
                     f"{type(e).__name__}: {e}"
                 ) from None
-        r = Reader(payload, flexible_response)
-        got = r.int32()
-        if got != cid:
-            self.close()
-            raise KafkaProtocolError(f"correlation id mismatch: sent {cid}, got {got}")
-        r.tags()
-        return r
+        readers = []
+        for cid, payload, req in zip(cids, payloads, requests):
+            r = Reader(payload, req[4])
+            got = r.int32()
+            if got != cid:
+                self.close()
+                raise KafkaProtocolError(f"correlation id mismatch: sent {cid}, got {got}")
+            r.tags()
+            readers.append(r)
+        return readers
 
     def _recv_exact(self, n: int) -> bytes:
         assert self._sock is not None

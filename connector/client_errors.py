@@ -9,13 +9,18 @@ Why: against a secured Kafka, librdkafka's own errors are hard to act on.
   authorization failed" without the id, a fetch says "Topic authorization failed" without the topic.
   :func:`translate_kafka_error` names the resource, the operations the principal needs and the ACL
   to add (observed against Apache Kafka 4.3.1 with the StandardAuthorizer, librdkafka 2.16).
+- A missing READ or WRITE shows only when the first fetch or produce is refused, in a task:
+  :func:`missing_topic_operations` asks the broker at query start which operations the principal
+  has on a topic (KIP-430), so the query fails before any batch; :func:`wait_checking_security`
+  makes a refused TLS/SASL login fail a start-time call within a second, not at its time-out.
 Every text taken from librdkafka goes through :func:`~.secrets_redaction.redact_text`.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+import time
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .errors import (
     KafkaAuthenticationError,
@@ -25,6 +30,8 @@ from .errors import (
     TxKafkaError,
 )
 from .secrets_redaction import redact_text
+
+T = TypeVar("T")
 
 # librdkafka's local codes (negative) and Kafka's broker codes, as confluent-kafka numbers them.
 _AUTHENTICATION = -169
@@ -139,7 +146,7 @@ def _security(code: int | None, text: str, conf: Mapping[str, object], action: s
 def _acl_hint(resource: str, name: str, ops: tuple[str, ...], prefixed: bool = False) -> str:
     flag = {"topic": "--topic", "group": "--group", "txn": "--transactional-id"}[resource]
     pattern = " --resource-pattern-type prefixed" if prefixed else ""
-    return (f"kafka-acls.sh --bootstrap-server ... --add --allow-principal User:<principal> "
+    return ("kafka-acls.sh --bootstrap-server ... --add --allow-principal User:<principal> "
             + " ".join(f"--operation {op}" for op in ops) + f" {flag} {name}{pattern}")
 
 
@@ -210,3 +217,95 @@ def translate_kafka_error(
         )
     label = f" ({name})" if name else ""
     return KafkaProtocolError(f"{action} failed{label}: {text}")
+
+
+# ------------------------------------------------------------------ waiting and access checks
+
+
+def wait_checking_security(call: Callable[[float], T], *, timeout_s: float, client: Any,
+                           probe: SecurityErrorProbe, action: str, slice_s: float = 1.0) -> T:
+    """``call(t)`` (a blocking librdkafka call or ``future.result``, given a timeout) in slices.
+
+    A TLS or SASL failure never fails librdkafka's call: it waits for its whole timeout while the
+    cause goes to ``error_cb``. Between slices this serves the client's callbacks
+    (``client.poll(0)``: an AdminClient or Producer, never a Consumer) and raises the failure the
+    probe saw, typed and redacted, within about a second instead of after the timeout. Other
+    answers are returned or raised as they come; after ``timeout_s`` the last time-out is raised.
+    """
+    from concurrent.futures import TimeoutError as FutureTimeout
+
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call(max(0.01, min(slice_s, deadline - time.monotonic())))
+        except (KafkaException, FutureTimeout) as e:
+            if isinstance(e, KafkaException) and _parts(e)[0] not in _WAITING:
+                raise
+            try:
+                client.poll(0)
+            except KafkaException:
+                pass  # a fatal error re-raised by poll: the probe or the caller reports it
+            if probe.security_error is None and time.monotonic() >= deadline:
+                raise
+        probe.raise_if_failed(action)  # outside the handler: no chained librdkafka time-out
+
+
+def missing_topic_operations(admin: Any, topics: Iterable[str], needed: tuple[str, ...], *,
+                             timeout_s: float, probe: SecurityErrorProbe | None = None,
+                             action: str = "checking topic permissions") -> dict[str, list[str]]:
+    """Topic -> the ``needed`` operations (``"READ"``, ``"WRITE"``) the principal lacks on it.
+
+    Asks the broker which operations the principal may perform on each topic (Metadata with
+    authorized operations, KIP-430: one request, nothing read or written). A topic the principal
+    may not even DESCRIBE maps to ``["DESCRIBE", *needed]`` (Kafka answers so for a missing topic
+    too). Topics the broker says do not exist, and brokers that do not report operations, map to
+    nothing: the check never fails a query on a guess. Raises the TLS/SASL failure if the probe
+    saw one, and librdkafka's error when the broker did not answer.
+    """
+    from confluent_kafka import KafkaException, TopicCollection
+
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    futures = admin.describe_topics(TopicCollection(names), include_authorized_operations=True,
+                                    request_timeout=timeout_s)
+    missing: dict[str, list[str]] = {}
+    for name, fut in futures.items():
+        try:
+            if probe is not None:
+                desc = wait_checking_security(lambda t, f=fut: f.result(timeout=t),
+                                              timeout_s=timeout_s + 5, client=admin, probe=probe,
+                                              action=action)
+            else:
+                desc = fut.result(timeout=timeout_s + 5)
+        except KafkaException as e:
+            if _parts(e)[0] == TOPIC_AUTHORIZATION_FAILED:
+                missing[name] = ["DESCRIBE", *needed]
+                continue
+            if _parts(e)[0] in _WAITING:
+                raise
+            continue  # unknown topic, unsupported request version...: nothing to say
+        ops = {getattr(op, "name", str(op)) for op in (desc.authorized_operations or [])}
+        if not ops:
+            continue
+        lacking = [op for op in needed if op not in ops]
+        if lacking:
+            missing[name] = lacking
+    return missing
+
+
+def topic_access_error(action: str, topic: str, lacking: list[str], role: str) -> KafkaAuthorizationError:
+    """The error for :func:`missing_topic_operations`' answer about one topic."""
+    ops = _ACL_OPTION[role]
+    if "DESCRIBE" in lacking:
+        what = ("may not DESCRIBE it (TOPIC_AUTHORIZATION_FAILED; Kafka gives the same answer for "
+                "a topic that does not exist when the principal may not DESCRIBE it)")
+    else:
+        what = (f"may DESCRIBE it but lacks {' and '.join(lacking)} (the broker would refuse every "
+                f"{'fetch' if role == 'reader' else 'write'} with TOPIC_AUTHORIZATION_FAILED)")
+    return KafkaAuthorizationError(
+        f"{action}: the {role} principal is not authorized on topic {topic!r}: it {what}. The "
+        f"{role} needs {TOPIC_OPERATIONS[role]} on Topic:{topic}: {_acl_hint('topic', topic, ops)}"
+    )

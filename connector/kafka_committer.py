@@ -170,7 +170,9 @@ class KafkaCommitter:
         if self.log is not None:
             self.log.write_decision(batch_id, round_no, committables, all_partitions)
         self.faults.check("after_decision", batch=batch_id)
-        self._end_round(batch_id, round_no, committables, recovering=False)
+        decided = time.monotonic()
+        self._end_round(batch_id, round_no, committables, recovering=False,
+                        timings={"validate_and_decide_ms": round((decided - started) * 1000, 1)})
         self.faults.check("after_sink_commit", batch=batch_id)
 
         report.transactions = len(committables)
@@ -239,7 +241,8 @@ class KafkaCommitter:
         return checked
 
     def _end_round(self, batch_id: int, round_no: int, decision: list[KafkaCommittable],
-                   *, recovering: bool) -> None:
+                   *, recovering: bool, timings: dict[str, float] | None = None) -> None:
+        started = time.monotonic()
         codes: dict[str, int] = {}
         rest = list(decision)
         if self.faults.armed and len(rest) > 1:
@@ -260,7 +263,9 @@ class KafkaCommitter:
                 "the decision stands and the next attempt (or restart) completes it"
             )
         if self.log is not None:
-            self.log.write_outcome(batch_id, round_no, committed, lost)
+            self.log.write_outcome(batch_id, round_no, committed, lost, extra={
+                **(timings or {}), "end_txn_ms": round((time.monotonic() - started) * 1000, 1),
+                "recovered": recovering})
         if lost:
             raise TransactionLostError(self._lost_message(batch_id, lost, rerun_failed=False))
 

@@ -17,7 +17,13 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
-from .client_errors import TOPIC_AUTHORIZATION_FAILED, SecurityErrorProbe, translate_kafka_error
+from .client_errors import (
+    TOPIC_AUTHORIZATION_FAILED,
+    SecurityErrorProbe,
+    missing_topic_operations,
+    topic_access_error,
+    translate_kafka_error,
+)
 from .errors import KafkaConfigError, TransactionError
 from .fault_injection import FaultInjector
 from .kafka_committable import KafkaCommittable
@@ -27,6 +33,13 @@ from .sink_options import SinkConfig
 log = logging.getLogger(__name__)
 
 _STATS_INTERVAL_MS = 25
+_BAD_TXN_STATES = {"AbortableError", "FatalError", "AbortingTransaction", "AbortedTransaction"}
+# librdkafka's own log lines go through Python logging (never straight to stderr).
+_LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
+
+
+def _stats_wait() -> float:
+    return max(2.0, 40 * _STATS_INTERVAL_MS / 1000)
 
 
 # --------------------------------------------------------------------------- input schema
@@ -140,20 +153,34 @@ class _ProducerProbe:
             self._stats = raw
             self._stats_seen += 1
 
-    def fresh_stats(self, producer: Any, timeout: float) -> dict:
-        """A statistics snapshot taken after everything before this call happened."""
+    def latest_stats(self) -> dict | None:
+        with self._lock:
+            raw = self._stats
+        return json.loads(raw) if raw else None
+
+    def fresh_stats(self, producer: Any, timeout: float,
+                    ready: Callable[[dict], bool] = lambda d: True) -> dict:
+        """The first statistics snapshot emitted after this call that satisfies ``ready``.
+
+        Snapshots queued before the call may predate what the caller just did, so they are skipped.
+        """
         with self._lock:
             seen = self._stats_seen
         deadline = time.monotonic() + timeout
         while True:
             producer.poll(0.005)
             with self._lock:
-                if self._stats_seen >= seen + 1 and self._stats is not None:
-                    return json.loads(self._stats)
+                fresh = self._stats if self._stats_seen > seen else None
+            if fresh is not None:
+                stats = json.loads(fresh)
+                if ready(stats):
+                    return stats
+                with self._lock:
+                    seen = self._stats_seen
             if time.monotonic() > deadline:
                 raise TransactionError(
-                    "librdkafka produced no statistics within "
-                    f"{timeout:.1f}s; cannot read the producer id and epoch"
+                    "librdkafka reported no producer id within "
+                    f"{timeout:.1f}s of init_transactions; cannot identify the transaction"
                 )
 
 
@@ -219,24 +246,59 @@ class KafkaWriter:
         self.producer: Any = None
         self.count = 0
         self._in_txn = False
+        self._init_thread: threading.Thread | None = None
+        self._init_error: BaseException | None = None
+        self._identity: tuple[int, int] = (-1, -1)
 
-    # The producer opens lazily: an empty task opens no transaction (invariant 1).
+    def prepare(self) -> None:
+        """Create the producer and initialise its transactional id in the background.
+
+        The two round trips (FindCoordinator, InitProducerId) then overlap with the upstream work
+        that produces this task's first rows. No transaction begins until a row arrives, so an
+        empty task still opens nothing (invariant 1).
+        """
+        if self.transactional_id is None or self._init_thread is not None:
+            return
+        self._init_thread = threading.Thread(target=self._init_producer, daemon=True,
+                                             name=f"txkafka-init-{self.transactional_id}")
+        self._init_thread.start()
+
+    def _init_producer(self) -> None:
+        try:
+            producer = _new_producer(producer_config(self.cfg, self.probe, self.transactional_id,
+                                                     _LIBRDKAFKA_LOG))
+            self.producer = producer
+            # Fences any earlier holder of this id (a zombie attempt) and aborts its transaction.
+            producer.init_transactions(self.cfg.commit_timeout_ms / 1000.0)
+            eos = self.probe.fresh_stats(
+                producer, timeout=_stats_wait(),
+                ready=lambda st: int((st.get("eos") or {}).get("producer_id", -1)) >= 0,
+            ).get("eos") or {}
+            self._identity = (int(eos.get("producer_id", -1)), int(eos.get("producer_epoch", -1)))
+        except BaseException as e:  # noqa: BLE001 - re-raised by _open on the task's thread
+            self._init_error = e
+
     def _open(self) -> None:
-        if self.producer is not None:
+        if self._in_txn or (self.producer is not None and self.transactional_id is None):
             return
         if self.transactional_id is None:
             self.producer, self.probe = _pooled_producer(self.cfg)
             return
         from confluent_kafka import KafkaException
 
-        self.producer = _new_producer(producer_config(self.cfg, self.probe, self.transactional_id))
-        timeout = self.cfg.commit_timeout_ms / 1000.0
+        self.prepare()
+        assert self._init_thread is not None
+        self._init_thread.join()
         try:
-            # Fences any earlier holder of this id (a zombie attempt) and aborts its transaction.
-            self.producer.init_transactions(timeout)
+            if self._init_error is not None:
+                raise self._init_error
             self.producer.begin_transaction()
         except KafkaException as e:
-            self.producer.poll(0)  # serve error_cb: a TLS/SASL failure explains a time-out
+            if self.producer is not None:
+                try:
+                    self.producer.poll(0)  # serve error_cb: a TLS/SASL failure explains a time-out
+                except KafkaException:
+                    pass  # poll() re-raises a fatal error (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             raise translate_kafka_error(
                 e, self.cfg.kafka, action=f"starting transaction {self.transactional_id}",
                 transactional_id=self.transactional_id, role="writer", probe=self.probe.security,
@@ -245,11 +307,18 @@ class KafkaWriter:
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> KafkaCommittable | None:
         """Produce every row; return the pre-committed transaction (None when there was no row)."""
+        self.prepare()
         try:
             for batch in batches:
                 if batch.num_rows:
                     self._open()
                     self._produce_batch(batch)
+            if not self._in_txn and self.transactional_id is not None:
+                # Empty task: let the background init finish here, so it can never fence a later
+                # batch's producer of the same id.
+                if self._init_thread is not None:
+                    self._init_thread.join()
+                return None
             if self.producer is None:
                 return None
             self.faults.check("before_precommit", batch=self.batch_id, partition=self.partition_id,
@@ -334,6 +403,8 @@ class KafkaWriter:
             if getattr(err, "code", lambda: None)() == TOPIC_AUTHORIZATION_FAILED:
                 raise translate_kafka_error(err, self.cfg.kafka, action="writing",
                                             topic=topic, role="writer")
+            if self.transactional_id is not None:
+                self._diagnose_purged(err, topic)
         if self.probe.errors:
             raise TransactionError(
                 f"{len(self.probe.errors)} record(s) failed delivery in batch {self.batch_id}, "
@@ -341,14 +412,15 @@ class KafkaWriter:
             )
         if self.transactional_id is None:
             return None
-        stats = self.probe.fresh_stats(self.producer, timeout=max(2.0, 40 * _STATS_INTERVAL_MS / 1000))
-        eos = stats.get("eos") or {}
-        state = eos.get("txn_state")
-        pid = int(eos.get("producer_id", -1))
-        epoch = int(eos.get("producer_epoch", -1))
-        if state != "InTransaction" or pid < 0 or epoch < 0:
+        # The producer id and epoch were read right after init_transactions; with librdkafka's
+        # (pre-KIP-890) protocol they change only on init or after an error, which the checks above
+        # catch. The driver checks them against the coordinator before deciding (invariant 7).
+        pid, epoch = self._identity
+        stats = self.probe.latest_stats()
+        state = ((stats or {}).get("eos") or {}).get("txn_state")
+        if pid < 0 or epoch < 0 or state in _BAD_TXN_STATES:
             raise TransactionError(
-                f"transaction {self.transactional_id} is not open after flush (state {state}, "
+                f"transaction {self.transactional_id} is not usable after flush (state {state}, "
                 f"producer id {pid}, epoch {epoch})"
             )
         return KafkaCommittable(
@@ -359,8 +431,32 @@ class KafkaWriter:
             attempt=self.attempt,
             batch_id=self.batch_id,
             record_count=self.count,
-            topic_partitions=_written_partitions(stats),
+            topic_partitions=_written_partitions(stats or {}),
         )
+
+    def _diagnose_purged(self, err: Any, topic: str) -> None:
+        """Records purged from a transactional producer: say why when it is a missing topic ACL.
+
+        Without WRITE on the topic, AddPartitionsToTxn is refused, the transaction fails and
+        librdkafka purges its records (_PURGE_QUEUE); the cause reaches only its log. Ask the broker
+        which operations the principal has on the topic (only on this failure path).
+        """
+        from confluent_kafka import KafkaError
+        from confluent_kafka.admin import AdminClient
+
+        if getattr(err, "code", lambda: None)() != KafkaError._PURGE_QUEUE:
+            return
+        try:
+            admin = AdminClient({**self.cfg.kafka, "logger": _LIBRDKAFKA_LOG})
+            lacking = missing_topic_operations(admin, [topic], ("WRITE",), timeout_s=10.0)
+        except Exception as e:  # noqa: BLE001 - only a diagnosis: the generic error follows
+            log.debug("could not check the writer's operations on %r: %s", topic,
+                      redact_text(str(e), self.cfg.kafka))
+            return
+        if topic in lacking:
+            raise topic_access_error(
+                f"writing batch {self.batch_id}, task partition {self.partition_id} (librdkafka "
+                "purged the transaction's records)", topic, lacking[topic], "writer")
 
     def _abort_quietly(self) -> None:
         """A failed attempt aborts its own transaction at once so readers are not held up."""
@@ -406,6 +502,6 @@ def _pooled_producer(cfg: SinkConfig) -> tuple[Any, _ProducerProbe]:
             hit[1].errors.clear()
             return hit
         probe = _ProducerProbe(cfg.kafka)
-        producer = _new_producer(producer_config(cfg, probe, None))
+        producer = _new_producer(producer_config(cfg, probe, None, _LIBRDKAFKA_LOG))
         _POOL[key] = (producer, probe)
         return producer, probe

@@ -9,7 +9,13 @@ from __future__ import annotations
 import logging
 import threading
 
-from .client_errors import SecurityErrorProbe, translate_kafka_error
+from .client_errors import (
+    SecurityErrorProbe,
+    missing_topic_operations,
+    topic_access_error,
+    translate_kafka_error,
+    wait_checking_security,
+)
 from .errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
@@ -45,12 +51,16 @@ def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
 
     probe = SecurityErrorProbe(cfg.kafka)
     admin = AdminClient({**cfg.kafka, "logger": _quiet, "error_cb": probe.on_error})
+    action = "checking the sink's topic at start"
     try:
-        md = admin.list_topics(topic=cfg.topic, timeout=timeout_s) if cfg.topic else \
-            admin.list_topics(timeout=timeout_s)
+        # In slices: a refused TLS/SASL login fails here at once instead of after timeout_s.
+        md = wait_checking_security(
+            lambda t: admin.list_topics(topic=cfg.topic, timeout=t) if cfg.topic else
+            admin.list_topics(timeout=t), timeout_s=timeout_s, client=admin, probe=probe,
+            action=action)
     except KafkaException as e:
         admin.poll(0)
-        err = translate_kafka_error(e, cfg.kafka, action="checking the sink's topic at start",
+        err = translate_kafka_error(e, cfg.kafka, action=action,
                                     topic=cfg.topic, role="writer", probe=probe)
         if isinstance(err, (KafkaAuthorizationError, KafkaAuthenticationError)):
             raise err from None
@@ -67,10 +77,20 @@ def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
                 "create it first (txkafka never auto-creates topics)"
             )
         if err is not None and "AUTHORIZATION" in err.name():
-            raise KafkaAuthorizationError(
-                f"not authorized to describe topic {cfg.topic!r}: the writer principal needs WRITE "
-                f"and DESCRIBE on Topic {cfg.topic!r}"
-            )
+            raise topic_access_error(action, cfg.topic, ["DESCRIBE", "WRITE"], "writer")
+        # DESCRIBE alone passes the metadata call; without WRITE every task's first produce would
+        # be refused (its records purged): ask the broker for the principal's operations now.
+        try:
+            lacking = missing_topic_operations(admin, [cfg.topic], ("WRITE",), timeout_s=timeout_s,
+                                               probe=probe, action=action)
+        except (KafkaException, TimeoutError) as e:
+            lacking = {}
+            log.warning("could not check the writer's operations on topic %r (%s); going on",
+                        cfg.topic, redact_text(str(e), cfg.kafka))
+        if cfg.topic in lacking:
+            raise topic_access_error(action, cfg.topic, lacking[cfg.topic], "writer")
+    if cfg.exactly_once:
+        _check_transactional_ids(cfg, timeout_s)
     if not cfg.exactly_once or not md.brokers:
         return
     broker_id = sorted(md.brokers)[0]
@@ -92,3 +112,30 @@ def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
                 f"transaction.max.timeout.ms={cap}; lower it to at most {cap} or raise the broker "
                 "setting"
             )
+
+
+def _check_transactional_ids(cfg: SinkConfig, timeout_s: float) -> None:
+    """DESCRIBE on the sink's transactional ids, at start (tasks would each fail init_transactions).
+
+    DescribeTransactions of an id under the sink's prefix that no producer uses: the broker checks
+    DESCRIBE on it and answers TRANSACTIONAL_ID_NOT_FOUND; nothing is created. WRITE cannot be
+    checked without acting (InitProducerId): a principal with DESCRIBE only still fails in the
+    tasks, with the id named.
+    """
+    from .kafka_committer import shared_client
+
+    probe_id = f"{cfg.transactional_id_prefix}-txkafka-acl-check"
+    client = shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)
+    try:
+        client.describe([probe_id])
+    except KafkaAuthorizationError:
+        prefix = f"{cfg.transactional_id_prefix}-"
+        raise KafkaAuthorizationError(
+            f"checking the sink's transactional ids at start: the writer principal is not "
+            f"authorized on TransactionalId {probe_id!r} (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). "
+            f"The sink's ids are '{prefix}<sinkId>-<partition>-<attempt>' (option "
+            f"transactionalIdPrefix={cfg.transactional_id_prefix!r}): the writer needs WRITE and "
+            f"DESCRIBE on them, as a PREFIXED ACL: kafka-acls.sh --bootstrap-server ... --add "
+            f"--allow-principal User:<principal> --operation WRITE --operation DESCRIBE "
+            f"--transactional-id {prefix} --resource-pattern-type prefixed"
+        ) from None

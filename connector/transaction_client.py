@@ -217,7 +217,8 @@ class TransactionClient:
 
             def coord(rr: Reader) -> None:
                 key = rr.string() or ""
-                node, host, port, err = rr.int32(), rr.string() or "", rr.int32(), rr.int16()
+                rr.int32()  # node id
+                host, port, err = rr.string() or "", rr.int32(), rr.int16()
                 msg = rr.string()
                 rr.tags()
                 if err == NONE:
@@ -415,17 +416,54 @@ class TransactionClient:
         commit: bool,
         parallelism: int = 8,
     ) -> dict[str, int]:
-        """EndTxn for many (id, producer id, epoch) in parallel; returns id -> error code."""
+        """EndTxn for many (id, producer id, epoch); returns id -> final error code.
+
+        First pass: one pipelined write per coordinator (one round trip per broker, the broker
+        works on them concurrently). Anything that answers retriably, or whose connection broke,
+        is then retried one by one (``parallelism`` at a time) until the client's timeout.
+        """
         items = list(txns)
         if not items:
             return {}
-        if len(items) == 1:
-            tid, pid, ep = items[0]
-            return {tid: self.end_txn(tid, pid, ep, commit)}
-        self.find_coordinators(t[0] for t in items)
-        with ThreadPoolExecutor(max_workers=min(parallelism, len(items))) as pool:
-            futs = {t[0]: pool.submit(self.end_txn, t[0], t[1], t[2], commit) for t in items}
-            return {tid: f.result() for tid, f in futs.items()}
+        coords = self.find_coordinators(t[0] for t in items)
+        groups: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
+        for t in items:
+            groups.setdefault(coords[t[0]], []).append(t)
+        codes: dict[str, int] = {}
+
+        def pipelined(addr: tuple[str, int], group: list[tuple[str, int, int]]) -> None:
+            try:
+                conn = self._conn(*addr)
+                v = conn.version_for(END_TXN, 0, 4)
+                flexible = v >= 3
+                reqs = [(END_TXN, v, Writer(flexible).string(tid).int64(pid).int16(ep)
+                         .boolean(commit).tags().build(), flexible) for tid, pid, ep in group]
+                for (tid, _, _), r in zip(group, conn.request_many(reqs)):
+                    r.int32()
+                    codes[tid] = r.int16()
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError:
+                self._drop(*addr)  # the retry pass reconnects
+
+        if len(groups) == 1:
+            pipelined(*next(iter(groups.items())))
+        else:
+            with ThreadPoolExecutor(max_workers=min(parallelism, len(groups))) as pool:
+                for f in [pool.submit(pipelined, a, g) for a, g in groups.items()]:
+                    f.result()
+        for tid, code in codes.items():
+            if code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+                raise KafkaAuthorizationError(
+                    f"not authorized to end transaction {tid!r}: the principal needs WRITE on "
+                    f"TransactionalId {tid!r}"
+                )
+        again = [t for t in items if codes.get(t[0], COORDINATOR_NOT_AVAILABLE) in _RETRIABLE]
+        if again:
+            with ThreadPoolExecutor(max_workers=min(parallelism, len(again))) as pool:
+                futs = {t[0]: pool.submit(self.end_txn, t[0], t[1], t[2], commit) for t in again}
+                codes.update({tid: f.result() for tid, f in futs.items()})
+        return codes
 
 
 def _split_host_port(server: str) -> tuple[str, int]:

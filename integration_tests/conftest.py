@@ -166,3 +166,10 @@ def driver_processes():
     yield start
     for p in started:
         p.kill()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the chaos suite's summary (rounds, kills, injection points hit, records verified)."""
+    from integration_tests.chaos.summary import terminal_summary
+
+    terminal_summary(terminalreporter)

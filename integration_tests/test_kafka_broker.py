@@ -59,20 +59,22 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-def test_broker_command_start_is_idempotent_and_stop_cleans_up():
+@pytest.mark.parametrize("nodes", [1, 3])
+def test_broker_command_start_is_idempotent_and_stop_cleans_up(nodes):
     name = unique("cli")
     try:
-        first = _cli("broker", "start", "--name", name)
+        first = _cli("broker", "start", "--name", name, "--nodes", str(nodes))
         assert first.returncode == 0, first.stderr
         bootstrap = first.stdout.strip().splitlines()[-1]
-        assert bootstrap.startswith("127.0.0.1:")
-        again = _cli("broker", "start", "--name", name)
+        assert bootstrap.startswith("127.0.0.1:") and bootstrap.count(",") == nodes - 1
+        again = _cli("broker", "start", "--name", name, "--nodes", str(nodes))
         assert again.returncode == 0, again.stderr
         assert again.stdout.strip().splitlines()[-1] == bootstrap
         assert "already running" in again.stderr
         status = _cli("broker", "status", "--name", name)
         assert status.returncode == 0
-        assert all(n["alive"] for n in json.loads(status.stdout)["nodes"])
+        listed = json.loads(status.stdout)["nodes"]
+        assert len(listed) == nodes and all(n["alive"] for n in listed)
     finally:
         stop = _cli("broker", "stop", "--clean", "--name", name)
     assert stop.returncode == 0, stop.stderr
@@ -96,3 +98,15 @@ def test_three_nodes_keep_serving_transactions_with_one_node_down(kafka3):
         cluster.start_node(victim)
     cluster.wait_ready(120)
     assert sorted(cluster.alive_nodes()) == [1, 2, 3]
+
+
+def test_a_broker_that_cannot_start_fails_with_its_log_tail(tmp_path):
+    from txkafka.embedded_kafka import EmbeddedKafkaError
+
+    bad = EmbeddedKafka("bad", 1, root=tmp_path / "bad",
+                        extra_config={"num.io.threads": "not-a-number"})
+    with pytest.raises(EmbeddedKafkaError) as err:
+        bad.start(timeout=120)
+    bad.destroy()
+    text = str(err.value)
+    assert "num.io.threads" in text  # the broker's own complaint, from its log tail

@@ -75,7 +75,7 @@ _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
 def _load_extensions() -> None:
     import importlib
 
-    for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.verify"):
+    for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.verify", "txkafka.bench"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

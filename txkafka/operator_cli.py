@@ -126,6 +126,8 @@ def cmd_log(args: argparse.Namespace) -> int:
                 "records": sum(c.record_count for c in r.decision),
                 "committed": len(r.outcome.get("committed", [])) if r.outcome else None,
                 "lost": [c.partition_id for c in r.lost],
+                "end_txn_ms": (r.outcome or {}).get("end_txn_ms"),
+                "recovered": (r.outcome or {}).get("recovered"),
             } for r in st.rounds],
         })
     if args.json:
@@ -137,6 +139,8 @@ def cmd_log(args: argparse.Namespace) -> int:
     print(f"sink {ident.sink_id} (prefix {ident.prefix!r}) at {log.root}")
     for b in out:
         rounds = "; ".join(f"round {r['round']}: {r['transactions']} txns, {r['records']} records"
+                           + (f", commit {r['end_txn_ms']} ms" if r["end_txn_ms"] is not None else "")
+                           + (" (rolled forward)" if r["recovered"] else "")
                            + (f", lost {r['lost']}" if r["lost"] else "") for r in b["rounds"])
         print(f"  batch {b['batch']:>8}  {b['status']:<24} {rounds}")
     return 0

@@ -1,0 +1,490 @@
+"""Executor side: read one offset range [start, end) of one partition into Arrow RecordBatches.
+
+Why this shape:
+- A range is finished by position, never by a poll timeout. Under read_committed, commit/abort
+  markers and aborted records occupy offsets that are never delivered, so a range may end on a marker
+  and no record at ``end - 1`` ever arrives. The range is done when a record at or past ``end``
+  arrives, or when librdkafka reports partition EOF at an offset >= ``end`` (its EOF offset is the LSO
+  under read_committed, verified against Kafka 4.3). ``kafkaConsumer.pollTimeoutMs`` only bounds a
+  real stall, which is then diagnosed (data loss vs. an unreachable broker).
+- RecordBatches are built per chunk of messages with one list comprehension per column and
+  numpy/pyarrow conversions, matching Spark's schema exactly (binary, int32, int64,
+  timestamp[us, tz=UTC], nullable fields): Spark rejects a first batch whose schema differs.
+- Consumers are pooled per worker process, keyed by their config. A consumer returned after reading
+  [s, e) stays assigned, so the next batch's range [e, ...) of the same partition continues from the
+  records librdkafka already prefetched, like Spark's cached KafkaConsumer.
+"""
+
+from __future__ import annotations
+
+import atexit
+import bisect
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from .client_errors import translate_kafka_error
+from .errors import KafkaConfigError, KafkaProtocolError, RecordFetchTimeoutError
+from .kafka_config import describe_config
+from .range_planner import report_data_loss
+from .secrets_redaction import redact_text
+from .source_options import TopicPartitionKey
+
+log = logging.getLogger("txkafka.reader")
+_LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
+
+HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS_TYPE = pa.list_(pa.field("element", HEADER_STRUCT))
+TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+_TS_PAIR = pa.list_(pa.int64(), 2)
+
+_BASE_FIELDS = [
+    pa.field("key", pa.binary()),
+    pa.field("value", pa.binary()),
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("offset", pa.int64()),
+    pa.field("timestamp", TIMESTAMP_TYPE),
+    pa.field("timestampType", pa.int32()),
+]
+SCHEMA = pa.schema(_BASE_FIELDS)
+SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE)])
+
+CONSUME_BATCH = 10_000      # messages per Consumer.consume() call
+BATCH_ROWS = 10_000         # rows per RecordBatch handed to Spark
+_POLL_SLICE_S = 0.5         # one consume() wait; the stall budget is pollTimeoutMs overall
+_WATERMARK_TIMEOUT_S = 10.0
+_MAX_RESETS = 5
+
+_GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC}
+
+
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow schema Spark expects for the source schema (with or without headers)."""
+    return SCHEMA_WITH_HEADERS if include_headers else SCHEMA
+
+
+@dataclass(frozen=True)
+class FetchTask:
+    """Everything an executor needs to read one range; pickled into the InputPartition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+    consumer_config: tuple[tuple[str, str], ...]
+    poll_timeout_ms: int
+    fail_on_data_loss: bool
+    include_headers: bool
+
+    def __repr__(self) -> str:
+        return (f"FetchTask({self.topic}-{self.partition} [{self.start}, {self.end}), "
+                f"client={describe_config(dict(self.consumer_config))})")
+
+
+# ---- building Arrow --------------------------------------------------------------------------
+
+
+def _constant_string(value: str, n: int) -> pa.Array:
+    data = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(data))
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data * n))
+
+
+def _headers_array(headers: list) -> pa.Array:
+    """``array<struct<key:string,value:binary>>``; null for a record without headers (as Spark)."""
+    lengths = np.fromiter((0 if h is None else len(h) for h in headers), dtype=np.int32,
+                          count=len(headers))
+    offsets = np.zeros(len(headers) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = [kv for h in headers if h for kv in h]
+    keys = pa.array([k for k, _ in flat], type=pa.string())
+    values = pa.array([v for _, v in flat], type=pa.binary())
+    structs = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_STRUCT))
+    mask = pa.array(np.fromiter((h is None for h in headers), dtype=np.bool_, count=len(headers)))
+    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=HEADERS_TYPE, mask=mask)
+
+
+def build_record_batch(messages: list[Message], topic: str, partition: int,
+                       include_headers: bool, offsets: list[int] | None = None) -> pa.RecordBatch:
+    """One RecordBatch from data messages of one partition, column by column.
+
+    Measured on 10k 100-byte messages: ~1M rows/s, most of it in confluent-kafka's per-message
+    accessors (``timestamp()`` builds a tuple); pyarrow converts the collected lists in C.
+    """
+    n = len(messages)
+    keys = pa.array([m.key() for m in messages], type=pa.binary())
+    values = pa.array([m.value() for m in messages], type=pa.binary())
+    offs = pa.array(offsets if offsets is not None else [m.offset() for m in messages],
+                    type=pa.int64())
+    # (type, ms) pairs -> one flat int64 buffer: [type0, ts0, type1, ts1, ...]
+    ts = pa.array([m.timestamp() for m in messages], type=_TS_PAIR).flatten().to_numpy()
+    # librdkafka: 0 none, 1 CreateTime, 2 LogAppendTime; Spark (Java ids): -1, 0, 1.
+    ts_type = (ts[0::2] - 1).astype(np.int32)
+    arrays = [
+        keys,
+        values,
+        _constant_string(topic, n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        offs,
+        pa.array(ts[1::2] * 1000).view(TIMESTAMP_TYPE),
+        pa.array(ts_type),
+    ]
+    if include_headers:
+        arrays.append(_headers_array([m.headers() for m in messages]))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+# ---- the consumer pool -----------------------------------------------------------------------
+
+
+@dataclass
+class PooledConsumer:
+    """A consumer plus where it stands: the partition it is assigned and the next offset it holds."""
+
+    key: tuple[tuple[str, str], ...]
+    consumer: Consumer
+    tp: Optional[TopicPartitionKey] = None
+    next_offset: Optional[int] = None
+    pending: list = field(default_factory=list)  # already consumed, offsets >= next_offset
+    last_used: float = field(default_factory=time.monotonic)
+
+
+class ConsumerPool:
+    """Idle consumers of one Python worker, reused across tasks and batches.
+
+    Safe because a worker runs one task at a time and a consumer is handed out exclusively; a
+    consumer whose task failed or stopped early is closed, never pooled.
+    """
+
+    def __init__(self, max_idle: int = 16, idle_timeout_s: float = 300.0,
+                 factory: Callable[[dict], Consumer] = Consumer) -> None:
+        self.max_idle = max_idle
+        self._factory = factory
+        self.idle_timeout_s = idle_timeout_s
+        self._idle: list[PooledConsumer] = []
+        self._lock = threading.Lock()
+        self.created = 0  # for tests and metrics
+
+    def acquire(self, task: FetchTask) -> PooledConsumer:
+        key = task.consumer_config
+        tp = (task.topic, task.partition)
+        now = time.monotonic()
+        stale: list[PooledConsumer] = []
+        chosen: PooledConsumer | None = None
+        with self._lock:
+            keep = []
+            for pc in self._idle:
+                if now - pc.last_used > self.idle_timeout_s:
+                    stale.append(pc)
+                else:
+                    keep.append(pc)
+            self._idle = keep
+            same = [pc for pc in self._idle if pc.key == key]
+            exact = [pc for pc in same if pc.tp == tp and pc.next_offset == task.start]
+            if exact:
+                chosen = exact[-1]
+            elif same:
+                chosen = same[-1]
+            if chosen is not None:
+                self._idle.remove(chosen)
+        for pc in stale:
+            _close_quietly(pc.consumer)
+        if chosen is not None and chosen.tp == tp and chosen.next_offset == task.start:
+            chosen.consumer.resume([TopicPartition(task.topic, task.partition)])
+            return chosen
+        if chosen is None:
+            conf: dict = dict(key)
+            conf["logger"] = _LIBRDKAFKA_LOG
+            try:
+                chosen = PooledConsumer(key, self._factory(conf))
+            except KafkaException as e:
+                raise KafkaConfigError(
+                    "librdkafka rejected the consumer settings from the kafka.* options: "
+                    f"{redact_text(str(e), dict(key))}") from None
+            self.created += 1
+        chosen.consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
+        # The pause flag of a partition outlives assign(): clear it (a no-op if never paused).
+        chosen.consumer.resume([TopicPartition(task.topic, task.partition)])
+        chosen.tp, chosen.next_offset, chosen.pending = tp, task.start, []
+        return chosen
+
+    def release(self, pc: PooledConsumer, reusable: bool) -> None:
+        if not reusable:
+            _close_quietly(pc.consumer)
+            return
+        pc.last_used = time.monotonic()
+        if pc.tp is not None:
+            try:
+                # An idle consumer keeps what it prefetched but stops fetching (no broker load).
+                pc.consumer.pause([TopicPartition(pc.tp[0], pc.tp[1])])
+            except Exception:  # noqa: BLE001 - a consumer that cannot pause is not reused
+                _close_quietly(pc.consumer)
+                return
+        evicted: list[PooledConsumer] = []
+        with self._lock:
+            self._idle.append(pc)
+            while len(self._idle) > self.max_idle:
+                evicted.append(self._idle.pop(0))
+        for old in evicted:
+            _close_quietly(old.consumer)
+
+    def close_all(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for pc in idle:
+            _close_quietly(pc.consumer)
+
+    def idle_count(self) -> int:
+        with self._lock:
+            return len(self._idle)
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    try:
+        consumer.close()
+    except Exception:  # noqa: BLE001 - closing is best effort; the process may be exiting
+        pass
+
+
+POOL = ConsumerPool()
+atexit.register(POOL.close_all)
+
+
+# ---- reading a range -------------------------------------------------------------------------
+
+
+def fetch_range(task: FetchTask, pool: ConsumerPool = POOL,
+                batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """Yield the committed records of [task.start, task.end) as RecordBatches, in offset order."""
+    if task.end <= task.start:
+        return
+    pc = pool.acquire(task)
+    reusable = False
+    try:
+        yield from _RangeReader(task, pc, batch_rows).run()
+        reusable = True
+    finally:
+        pool.release(pc, reusable)
+
+
+def _next_messages(consumer: Consumer, wait: float) -> list[Message]:
+    """What is queued now, else the first message within ``wait`` plus what came with it.
+
+    (``consume(n, timeout)`` alone would block for the whole timeout unless n messages arrive.)
+    """
+    msgs = consumer.consume(num_messages=CONSUME_BATCH, timeout=0)
+    if msgs:
+        return msgs
+    first = consumer.poll(wait)
+    if first is None:
+        return []
+    return [first] + consumer.consume(num_messages=CONSUME_BATCH - 1, timeout=0)
+
+
+class _RangeReader:
+    def __init__(self, task: FetchTask, pc: PooledConsumer, batch_rows: int) -> None:
+        self.task = task
+        self.pc = pc
+        self.batch_rows = batch_rows
+        self.pos = task.start  # next offset this range still needs
+        self.done = False
+        self.resets = 0
+        self.tp = TopicPartition(task.topic, task.partition)
+        self.conf = dict(task.consumer_config)
+
+    def _where(self) -> str:
+        return f"topic {self.task.topic!r} partition {self.task.partition}"
+
+    def run(self) -> Iterator[pa.RecordBatch]:
+        task, consumer = self.task, self.pc.consumer
+        chunks: list[tuple[list[Message], list[int]]] = []
+        buffered = 0
+        stall_budget = task.poll_timeout_ms / 1000.0
+        last_progress = time.monotonic()
+        pending, self.pc.pending = self.pc.pending, []
+        while not self.done:
+            if pending:
+                msgs, pending = pending, []
+            else:
+                msgs = _next_messages(consumer, max(0.0, min(
+                    _POLL_SLICE_S, last_progress + stall_budget - time.monotonic())))
+            if not msgs:
+                if time.monotonic() - last_progress >= stall_budget:
+                    self._stalled()
+                    last_progress = time.monotonic()
+                continue
+            data, offsets = self._process(msgs)
+            if data:
+                chunks.append((data, offsets))
+                buffered += len(data)
+            if data or self.done:
+                last_progress = time.monotonic()
+            if buffered >= self.batch_rows or (self.done and buffered):
+                if len(chunks) == 1:
+                    batch, batch_offsets = chunks[0]
+                else:
+                    batch = [m for c, _ in chunks for m in c]
+                    batch_offsets = [o for _, c in chunks for o in c]
+                chunks, buffered = [], 0
+                yield build_record_batch(batch, task.topic, task.partition, task.include_headers,
+                                         batch_offsets)
+        if self.pc.tp is not None:
+            self.pc.next_offset = task.end
+
+    def _process(self, msgs: list[Message]) -> tuple[list[Message], list[int]]:
+        """The data messages of ``msgs`` inside the range (and their offsets); handles events;
+        sets ``done``."""
+        errors = [m.error() for m in msgs]
+        # (KafkaError objects are truthy and cannot be compared with None by ==.)
+        if next(filter(None, errors), None) is None:
+            return self._take(msgs, msgs, len(msgs))
+        out: list[Message] = []
+        out_offsets: list[int] = []
+        prev = 0
+        for i, err in enumerate(errors):
+            if err is None:
+                continue
+            if i > prev:
+                data, offs = self._take(msgs[prev:i], msgs, i)
+                out.extend(data)
+                out_offsets.extend(offs)
+                if self.done:
+                    return out, out_offsets
+            self._event(msgs[i])
+            prev = i + 1
+            if self.done:
+                self.pc.pending = msgs[prev:]
+                return out, out_offsets
+        if prev < len(msgs):
+            data, offs = self._take(msgs[prev:], msgs, len(msgs))
+            out.extend(data)
+            out_offsets.extend(offs)
+        return out, out_offsets
+
+    def _take(self, seg: list[Message], msgs: list[Message],
+              seg_end: int) -> tuple[list[Message], list[int]]:
+        """Data messages of one partition in offset order: keep [pos, end), stop at end."""
+        offsets = [m.offset() for m in seg]
+        lo = bisect.bisect_left(offsets, self.pos) if offsets[0] < self.pos else 0
+        hi = bisect.bisect_left(offsets, self.task.end)
+        if hi < len(seg):
+            # A record at or past the end: the range is complete; it and what follows belong to
+            # the next range of this partition, kept for it.
+            self.done = True
+            self.pc.pending = seg[hi:] + msgs[seg_end:]
+        if hi > lo:
+            self.pos = offsets[hi - 1] + 1
+            if self.pos >= self.task.end:
+                self.done = True  # the record at end - 1 arrived: no need to wait for more
+        if self.done:
+            self.pos = self.task.end
+        if lo == 0 and hi == len(seg):
+            return seg, offsets
+        return seg[lo:hi], offsets[lo:hi]
+
+    def _event(self, m: Message) -> None:
+        err = m.error()
+        code = err.code()
+        if code == KafkaError._PARTITION_EOF:
+            # librdkafka's EOF offset is the log end the fetcher reached (the LSO under
+            # read_committed). An older EOF (queued before new data) is not the end of this range.
+            if m.offset() >= self.task.end:
+                self.done = True
+                self.pos = self.task.end
+            return
+        if code == KafkaError._AUTO_OFFSET_RESET or code == KafkaError.OFFSET_OUT_OF_RANGE:
+            self._out_of_range()
+            return
+        if code in _GONE:
+            report_data_loss(
+                f"{self._where()} was deleted while offsets [{self.pos}, {self.task.end}) were "
+                "being read", self.task.fail_on_data_loss)
+            self._finish_abnormally()
+            return
+        if code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            # No READ (or DESCRIBE) on the topic: librdkafka would retry the fetch forever and the
+            # range would end only at pollTimeoutMs as a time-out. Say what it is, naming the topic.
+            raise translate_kafka_error(err, self.conf, action=f"reading {self._where()}",
+                                        topic=self.task.topic, role="reader")
+        if err.fatal():
+            raise KafkaProtocolError(
+                f"reading {self._where()}: {redact_text(str(err), self.conf)}")
+        # Transient (broker down, leader moving): librdkafka retries by itself.
+        log.debug("reading %s: %s", self._where(), redact_text(str(err), self.conf))
+
+    def _watermarks(self) -> tuple[int, int]:
+        low, high = self.pc.consumer.get_watermark_offsets(self.tp, timeout=_WATERMARK_TIMEOUT_S,
+                                                           cached=False)
+        return int(low), int(high)
+
+    def _finish_abnormally(self) -> None:
+        """Range over without reaching its end normally: the consumer's position is not ``end``,
+        so the pool must re-assign it before any reuse."""
+        self.done = True
+        self.pos = self.task.end
+        self.pc.tp = None
+        self.pc.pending = []
+
+    def _reassign(self, offset: int) -> None:
+        self.pc.consumer.assign([TopicPartition(self.task.topic, self.task.partition, offset)])
+        self.pc.pending = []
+
+    def _out_of_range(self) -> None:
+        """The broker has no offset ``pos``: retention removed it, or the log went backwards."""
+        low, high = self._watermarks()
+        end = self.task.end
+        if self.pos < low:
+            report_data_loss(
+                f"{self._where()}: offsets [{self.pos}, {min(low, end)}) were deleted (retention "
+                f"or delete-records) before they were read; the earliest available offset is "
+                f"{low}", self.task.fail_on_data_loss)
+            if low >= end:
+                self._finish_abnormally()
+                return
+            self.pos = low
+            self._reassign(low)
+            return
+        if self.pos > high:
+            report_data_loss(
+                f"{self._where()}: the batch needs offsets [{self.pos}, {end}) but the partition "
+                f"now ends at {high}; its offsets went backwards (topic re-created, or an unclean "
+                "leader election)", self.task.fail_on_data_loss)
+            self._finish_abnormally()
+            return
+        self.resets += 1
+        if self.resets > _MAX_RESETS:
+            raise KafkaProtocolError(
+                f"reading {self._where()} from offset {self.pos}: the broker kept answering "
+                f"'offset out of range' although the partition holds [{low}, {high})")
+        self._reassign(self.pos)
+
+    def _stalled(self) -> None:
+        """No record for pollTimeoutMs: data loss if the partition no longer reaches the end."""
+        try:
+            low, high = self._watermarks()
+        except Exception as e:  # noqa: BLE001 - the broker is unreachable: say so below
+            raise RecordFetchTimeoutError(
+                f"no records of {self._where()} at offset {self.pos} (range ends at "
+                f"{self.task.end}) within kafkaConsumer.pollTimeoutMs={self.task.poll_timeout_ms}, "
+                f"and the broker did not answer: {redact_text(str(e), self.conf)}") from None
+        if high < self.task.end and self.pos >= high:
+            report_data_loss(
+                f"{self._where()}: the batch needs offsets [{self.pos}, {self.task.end}) but the "
+                f"partition's readable end is now {high}; its offsets went backwards (topic "
+                "re-created, or an unclean leader election)", self.task.fail_on_data_loss)
+            self._finish_abnormally()
+            return
+        if self.pos < low:
+            self._out_of_range()
+            return
+        raise RecordFetchTimeoutError(
+            f"no records of {self._where()} at offset {self.pos} (range ends at {self.task.end}, "
+            f"partition holds [{low}, {high})) within kafkaConsumer.pollTimeoutMs="
+            f"{self.task.poll_timeout_ms}; raise it or check the brokers")

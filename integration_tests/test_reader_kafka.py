@@ -1,0 +1,122 @@
+"""The reader's Kafka side against a real broker, without Spark: which offset "latest" is under
+read_committed, how ranges end on markers and at the LSO, retention seen by an executor, consumer
+reuse, and consumer-group commits."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+from integration_tests.kafka_helpers import unique
+from integration_tests.reader_support import list_offsets
+from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
+from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
+from txkafka.connector.errors import DataLossError
+from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
+from txkafka.connector.source_options import parse_source_options
+
+pytestmark = pytest.mark.kafka
+
+
+def _options(kafka, topic, **extra):
+    return parse_source_options({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
+                                 "kafkaConsumer.pollTimeoutMs": "15000", **extra},
+                                streaming=True)
+
+
+def _task(options, topic, start, end, partition=0):
+    return FetchTask(topic, partition, start, end, tuple(sorted(options.consumer_config().items())),
+                     options.poll_timeout_ms, options.fail_on_data_loss, options.include_headers)
+
+
+def _read(task, pool):
+    return [(o, v) for b in fetch_range(task, pool=pool)
+            for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist())]
+
+
+@pytest.fixture
+def open_transaction_topic(kafka):
+    """Committed 0-2 M3, aborted 4-5 M6, then an open transaction at 7-8: LSO 7, HW 9."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce(topic, [("k", f"c{i}", 0) for i in range(3)], transactional=True)
+    kafka.produce(topic, [("k", f"a{i}", 0) for i in range(2)], transactional=True, commit=False)
+    producer = kafka.producer(unique("open"))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"o0", partition=0)
+    producer.produce(topic, b"o1", partition=0)
+    producer.flush(30)
+    yield topic
+    producer.abort_transaction(30)
+
+
+def test_latest_is_the_last_stable_offset_under_read_committed(kafka, open_transaction_topic):
+    topic = open_transaction_topic
+    assert list_offsets(kafka, topic, committed=True) == {0: 7}
+    assert list_offsets(kafka, topic, committed=False) == {0: 9}
+    reader = KafkaOffsetReader(_options(kafka, topic))
+    assert reader.latest_offsets([(topic, 0)]) == {(topic, 0): 7}
+    assert reader.high_watermarks([(topic, 0)]) == {(topic, 0): 9}
+    assert reader.earliest_offsets([(topic, 0)]) == {(topic, 0): 0}
+    uncommitted = KafkaOffsetReader(_options(kafka, topic, **{
+        "kafka.isolation.level": "read_uncommitted"}))
+    assert uncommitted.latest_offsets([(topic, 0)]) == {(topic, 0): 9}
+
+
+def test_ranges_end_on_markers_and_at_the_lso_without_waiting(kafka, open_transaction_topic):
+    topic = open_transaction_topic
+    options = _options(kafka, topic)
+    pool = ConsumerPool()
+    # A reader waiting for a record at end - 1 would stall and fail with RecordFetchTimeoutError.
+    # [0,4) ends on the commit marker, [4,7) is aborted records + abort marker, up to the LSO.
+    assert _read(_task(options, topic, 0, 4), pool) == [(0, b"c0"), (1, b"c1"), (2, b"c2")]
+    assert _read(_task(options, topic, 4, 7), pool) == []
+    assert _read(_task(options, topic, 0, 7), pool) == [(0, b"c0"), (1, b"c1"), (2, b"c2")]
+    assert pool.created == 1  # one consumer reused for every range
+    raw = _options(kafka, topic, **{"kafka.isolation.level": "read_uncommitted"})
+    assert [v for _, v in _read(_task(raw, topic, 0, 9), pool)] == [
+        b"c0", b"c1", b"c2", b"a0", b"a1", b"o0", b"o1"]
+    pool.close_all()
+
+
+def test_consecutive_ranges_continue_on_the_prefetched_consumer(kafka):
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce(topic, [(None, f"v{i}", 0) for i in range(3000)])
+    options = _options(kafka, topic)
+    pool = ConsumerPool()
+    seen = []
+    for start in range(0, 3000, 700):
+        seen += _read(_task(options, topic, start, min(start + 700, 3000)), pool)
+    assert [o for o, _ in seen] == list(range(3000))
+    assert pool.created == 1 and pool.idle_count() == 1
+    pool.close_all()
+
+
+def test_executor_sees_retention_before_reading(kafka):
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce(topic, [(None, f"v{i}", 0) for i in range(20)])
+    admin = kafka.admin()
+    for f in admin.delete_records([TopicPartition(topic, 0, 12)]).values():
+        f.result(timeout=60)
+    pool = ConsumerPool()
+    with pytest.raises(DataLossError, match=rf"topic '{topic}' partition 0: offsets \[5, 12\) "
+                                            r"were deleted .*earliest available offset is 12"):
+        _read(_task(_options(kafka, topic), topic, 5, 15), pool)
+    lenient = _options(kafka, topic, failOnDataLoss="false")
+    assert [o for o, _ in _read(_task(lenient, topic, 5, 15), pool)] == [12, 13, 14]
+    assert _read(_task(lenient, topic, 2, 8), pool) == []  # all of it gone
+    pool.close_all()
+
+
+def test_group_commit_is_visible_to_lag_tools(kafka):
+    topic = kafka.create_topic(partitions=2)
+    group = unique("monitor")
+    options = _options(kafka, topic, commitOffsetsToGroup="true", **{"kafka.group.id": group})
+    reader = KafkaOffsetReader(options)
+    committer = ConsumerGroupCommitter(options, reader._admin)
+    assert committer.commit({(topic, 0): 5, (topic, 1): 7})
+    admin = kafka.admin()
+    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    got = {tp.partition: tp.offset for f in fut.values()
+           for tp in f.result(timeout=30).topic_partitions}
+    assert got == {0: 5, 1: 7}

@@ -1,0 +1,360 @@
+"""Spark adapters of the reader: schema, batch reader, and micro-batch stream.
+
+Thin by design (like Spark's KafkaScan/KafkaMicroBatchStream over KafkaOffsetReader): options are
+parsed once into ``SourceOptions``; discovery and offset look-ups are ``KafkaOffsetReader``'s,
+admission control and range planning ``range_planner``'s, executor reads ``arrow_fetcher``'s.
+
+Facts of the Python Data Source API this module is built on (pyspark 4.3):
+- The stream reader answering initialOffset/latestOffset/partitions/commit lives in one long-lived
+  driver-side process; ``read()`` runs on executors against a pickled copy. So everything ``read()``
+  needs travels in the InputPartition (a ``FetchTask``), and the reader drops live clients when
+  pickled.
+- Offsets are stored verbatim as JSON and compared as strings: always built by ``to_offset_json``.
+- The start of batch 0 (``initialOffset()``) is never written to the checkpoint, and a restart that
+  replays batch 0 calls ``initialOffset()`` again. Spark's own Kafka source keeps its resolved
+  starting offsets in a file of its own for this; a Python reader has no checkpoint path. So the
+  initial offset here is a marker, batch 0 is the (empty) batch that resolves startingOffsets, and
+  Spark's offset log records the resolved offsets as batch 0's end: a replay never re-resolves
+  "latest" or a timestamp, and data starts in batch 1.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from txkafka.connector.arrow_fetcher import FetchTask, fetch_range
+from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
+from txkafka.connector.errors import KafkaConfigError
+from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
+from txkafka.connector.kafka_source_offset import (
+    PartitionOffsets,
+    from_offset_json,
+    to_offset_json,
+)
+from txkafka.connector.range_planner import (
+    AdmissionControl,
+    OffsetRange,
+    plan_ranges,
+    split_ranges,
+)
+from txkafka.connector.source_options import (
+    SourceOptions,
+    TopicPartitionKey,
+    parse_bool,
+    parse_source_options,
+    validate_common,
+)
+
+log = logging.getLogger("txkafka.reader")
+
+# The start of batch 0. ':' cannot occur in a Kafka topic name, so this never collides with an offset,
+# and it is never written to the checkpoint (Spark logs end offsets only).
+INITIAL_OFFSET: dict[str, dict[str, int]] = {"txkafka:initial": {}}
+
+_HEADERS = ArrayType(StructType([StructField("key", StringType()),
+                                 StructField("value", BinaryType())]))
+
+
+def _schema(include_headers: bool) -> StructType:
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", _HEADERS))
+    return StructType(fields)
+
+
+def source_schema(options: Mapping[str, Any]) -> StructType:
+    """Spark's Kafka schema (+ ``headers`` with includeHeaders). Validates the common options, so a
+    bad option fails at ``load()``."""
+    opts = validate_common(options)
+    return _schema(parse_bool(opts, "includeheaders", False))
+
+
+def _check_schema(schema: StructType, include_headers: bool) -> None:
+    expected = _schema(include_headers)
+    if schema is not None and [f.name for f in schema.fields] != expected.fieldNames():
+        raise KafkaConfigError(
+            "the txkafka source has a fixed schema and cannot take a user-specified one "
+            f"(got {schema.simpleString()}, the source gives {expected.simpleString()})")
+
+
+def _is_initial(offset: Optional[Mapping[str, Any]]) -> bool:
+    return bool(offset) and "txkafka:initial" in offset  # type: ignore[operator]
+
+
+class KafkaInputPartition(InputPartition):
+    """One offset range of one Kafka partition; ``value`` is the picklable ``FetchTask``."""
+
+    def __init__(self, task: FetchTask) -> None:
+        super().__init__(task)
+
+    @property
+    def task(self) -> FetchTask:
+        return self.value
+
+
+def _input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> list[KafkaInputPartition]:
+    ranges = split_ranges(ranges, min_partitions=options.min_partitions,
+                          max_records_per_partition=options.max_records_per_partition)
+    conf = tuple(sorted(options.consumer_config().items()))
+    return [KafkaInputPartition(FetchTask(
+        topic=r.topic, partition=r.partition, start=r.start, end=r.end, consumer_config=conf,
+        poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
+        include_headers=options.include_headers)) for r in ranges]
+
+
+def _read(partition: Optional[InputPartition]) -> Iterator[Any]:
+    task = getattr(partition, "value", None)
+    if not isinstance(task, FetchTask):
+        # An empty plan: Spark still runs one task, with a partition of its own (value None).
+        return iter(())
+    _faults_at_read(task)
+    return fetch_range(task)
+
+
+def _faults_at_read(task: FetchTask) -> None:
+    """The ``read_partition`` fault-injection point (TXKAFKA_FAULT_INJECTION; inert unless armed)."""
+    faults = FaultInjector.get()
+    if faults.armed:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        raw = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        faults.check("read_partition", batch=int(raw) if raw is not None else None,
+                     partition=task.partition)
+
+
+def _nonempty_or_new(start: Mapping[TopicPartitionKey, int],
+                     end: Mapping[TopicPartitionKey, int]) -> list[TopicPartitionKey]:
+    return sorted(tp for tp, off in end.items() if tp not in start or off > start[tp])
+
+
+class _ClientHolder:
+    """Lazily created driver-side clients, dropped when pickled (executors never need them)."""
+
+    options: SourceOptions
+    _offset_reader: Optional[KafkaOffsetReader] = None
+
+    @property
+    def offset_reader(self) -> KafkaOffsetReader:
+        if self._offset_reader is None:
+            reader = KafkaOffsetReader(self.options)
+            # First use on this driver: the query's start or restart. A missing ACL fails here,
+            # named, instead of reading nothing or timing out in the tasks.
+            reader.check_access()
+            self._offset_reader = reader
+        return self._offset_reader
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for k in list(state):
+            if k in ("_offset_reader", "_committer"):
+                state[k] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+
+class KafkaBatchReader(_ClientHolder, DataSourceReader):
+    """``spark.read.format("txkafka")``: [startingOffsets, endingOffsets) of every partition."""
+
+    def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
+        self.options = parse_source_options(options, streaming=False)
+        _check_schema(schema, self.options.include_headers)
+        self._offset_reader = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts, reader = self.options, self.offset_reader
+        try:
+            reader.check_assignment()
+            tps = reader.topic_partitions()
+            start = reader.resolve(opts.starting, tps, starting=True)
+            end = reader.resolve(opts.ending, tps, starting=False)
+            for tp in sorted(start):
+                if tp in end and end[tp] < start[tp]:
+                    raise KafkaConfigError(
+                        f"topic {tp[0]!r} partition {tp[1]}: the ending offset {end[tp]} is before "
+                        f"the starting offset {start[tp]}; check endingOffsets/endingTimestamp "
+                        "against startingOffsets/startingTimestamp")
+            end = {tp: off for tp, off in end.items() if tp in start}
+            earliest = reader.earliest_offsets(_nonempty_or_new(start, end))
+            ranges = plan_ranges(start, end, earliest=earliest,
+                                 fail_on_data_loss=opts.fail_on_data_loss)
+        finally:
+            reader.close()
+            self._offset_reader = None
+        parts = _input_partitions(opts, ranges)
+        log.info("txkafka batch read: %d task(s) over %d partition(s)", len(parts), len(tps))
+        return parts
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read(partition)
+
+
+class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("txkafka")``: offsets in Spark's checkpoint, admission control,
+    Trigger.AvailableNow, new partitions and topics picked up every trigger."""
+
+    def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
+        self.options = parse_source_options(options, streaming=True)
+        _check_schema(schema, self.options.include_headers)
+        self._offset_reader = None
+        self._committer: Optional[ConsumerGroupCommitter] = None
+        self._admission = AdmissionControl(self.options.max_offsets_per_trigger,
+                                           self.options.min_offsets_per_trigger,
+                                           self.options.max_trigger_delay_ms)
+        self._available_now_target: Optional[PartitionOffsets] = None
+        self._latest: Optional[PartitionOffsets] = None
+
+    # ---- offsets and admission control -----------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        return dict(INITIAL_OFFSET)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Fix the target now: the query stops at the latest offsets of the partitions present."""
+        reader = self.offset_reader
+        self._available_now_target = reader.latest_offsets(reader.topic_partitions())
+        log.info("Trigger.AvailableNow target: %s", to_offset_json(self._available_now_target))
+
+    def _limits(self, limit: ReadLimit) -> tuple[Optional[int], Optional[int]]:
+        """(max rows, min rows) for this call: Spark's limit wins; AvailableNow never waits."""
+        opts = self.options
+        waits = self._available_now_target is None
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows, (opts.min_offsets_per_trigger if waits else None)
+        if isinstance(limit, ReadMinRows):
+            return opts.max_offsets_per_trigger, (limit.min_rows if waits else None)
+        return None, None
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        reader = self.offset_reader
+        if _is_initial(start):
+            self._admission.mark_trigger()
+            return to_offset_json(self._resolve_starting_offsets())
+        start_map = from_offset_json(start)
+        # Spark asks for the next batch only after committing the one ending at ``start`` (its
+        # commit log is written first), so ``start`` is committed: publishing it here also covers
+        # the last batch, for which commit() is never called.
+        self._commit_to_group(start_map)
+        latest = self._latest_offsets(start_map)
+        self._latest = latest
+        new = [tp for tp in latest if tp not in start_map]
+        max_rows, min_rows = self._limits(limit)
+        earliest_new = reader.earliest_offsets(new) if new and (max_rows or min_rows) else {}
+        end = self._admission.end_offsets(start_map, latest, earliest_new,
+                                          max_rows=max_rows, min_rows=min_rows)
+        if end is None:
+            return to_offset_json(start_map)
+        return to_offset_json(end)
+
+    def _resolve_starting_offsets(self) -> PartitionOffsets:
+        """startingOffsets (or a timestamp) -> offsets; "latest" under AvailableNow is its target."""
+        reader = self.offset_reader
+        reader.check_assignment()
+        starting = reader.resolve(self.options.starting, reader.topic_partitions(), starting=True,
+                                  latest=self._available_now_target)
+        log.info("txkafka starting offsets: %s", to_offset_json(starting))
+        return starting
+
+    def _latest_offsets(self, start: PartitionOffsets) -> PartitionOffsets:
+        """Latest offsets of the partitions to read, never moving a partition backwards unless its
+        log really went backwards (so a start past the LSO waits for the open transaction)."""
+        reader = self.offset_reader
+        if self._available_now_target is not None:
+            latest = dict(self._available_now_target)
+            unknown = [tp for tp in start if tp not in latest]
+            if unknown:
+                present = set(reader.topic_partitions())
+                for tp in unknown:
+                    if tp in present:
+                        latest[tp] = start[tp]  # found after the target was fixed: no progress
+                # (the others were deleted: left out, so partitions() reports the loss)
+        else:
+            tps = reader.topic_partitions()
+            latest = reader.latest_offsets(tps)
+            present = set(tps)
+            for tp, off in start.items():
+                if tp in present and tp not in latest:
+                    latest[tp] = off  # look-up failed but the partition exists: no progress now
+        behind = sorted(tp for tp, off in latest.items() if tp in start and off < start[tp])
+        if behind:
+            high = reader.high_watermarks(behind)
+            for tp in behind:
+                if tp in high and high[tp] >= start[tp]:
+                    latest[tp] = start[tp]
+        return latest
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        return to_offset_json(self._latest) if self._latest else None
+
+    # ---- planning and reading --------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        if _is_initial(start) or start == end:
+            return []
+        start_map, end_map = from_offset_json(start), from_offset_json(end)
+        earliest = self.offset_reader.earliest_offsets(_nonempty_or_new(start_map, end_map))
+        ranges = plan_ranges(start_map, end_map, earliest=earliest,
+                             fail_on_data_loss=self.options.fail_on_data_loss)
+        return _input_partitions(self.options, ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return _read(partition)
+
+    def commit(self, end: dict) -> None:
+        """Spark committed the batch ending at ``end``: publish it to the consumer group if asked
+        (monitoring only; recovery always uses the checkpoint)."""
+        if not _is_initial(end):
+            self._commit_to_group(from_offset_json(end))
+
+    def _commit_to_group(self, offsets: PartitionOffsets) -> None:
+        if not self.options.commit_offsets_to_group or not offsets:
+            return
+        if self._committer is None:
+            self._committer = ConsumerGroupCommitter(self.options,
+                                                     lambda: self.offset_reader._admin())
+        if self._committer.last_committed != offsets:
+            self._committer.commit(offsets)
+
+    def stop(self) -> None:
+        if self._offset_reader is not None:
+            self._offset_reader.close()
+        self._offset_reader = None
+        self._committer = None

@@ -1,0 +1,222 @@
+"""Executor reads without a broker: Arrow batches exactly as Spark wants them, and the range logic
+(markers, EOF, overshoot, consumer reuse, out-of-range, stalls) against a scripted consumer."""
+
+import datetime as dt
+import pickle
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import KafkaError, Message
+
+from txkafka.connector.arrow_fetcher import (
+    ConsumerPool,
+    FetchTask,
+    arrow_schema,
+    build_record_batch,
+    fetch_range,
+)
+from txkafka.connector.errors import DataLossError, RecordFetchTimeoutError
+
+T = "orders"
+
+
+def msg(offset, value=None, key=None, ts=(1, 1_700_000_000_123), headers=None, partition=0):
+    return Message(topic=T, partition=partition, offset=offset, key=key,
+                   value=value if value is not None else f"v{offset}".encode(), timestamp=ts,
+                   headers=headers)
+
+
+def event(code, offset):
+    return Message(topic=T, partition=0, offset=offset, error=KafkaError(code))
+
+
+def eof(offset):
+    return event(KafkaError._PARTITION_EOF, offset)
+
+
+# ---- Arrow -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_schema_is_exactly_what_spark_derives(headers):
+    # pyspark's own conversion of the source schema (no session needed).
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from txkafka.python_datasource.kafka_reader import _schema
+
+    assert arrow_schema(headers).equals(to_arrow_schema(_schema(headers), timezone="UTC"))
+
+
+def test_record_batch_columns():
+    msgs = [msg(5, b"a", b"k", ts=(1, 1_700_000_000_123)),
+            msg(7, b"b", None, ts=(2, 1_700_000_000_456)),
+            msg(9, b"", b"", ts=(0, -1))]
+    batch = build_record_batch(msgs, T, 3, include_headers=False)
+    assert batch.schema.equals(arrow_schema(False))
+    rows = batch.to_pylist()
+    assert [r["key"] for r in rows] == [b"k", None, b""]
+    assert [r["value"] for r in rows] == [b"a", b"b", b""]
+    assert {r["topic"] for r in rows} == {T} and {r["partition"] for r in rows} == {3}
+    assert [r["offset"] for r in rows] == [5, 7, 9]
+    # librdkafka's timestamp types 1/2/0 are Spark's 0 (CreateTime) / 1 (LogAppendTime) / -1.
+    assert [r["timestampType"] for r in rows] == [0, 1, -1]
+    assert rows[0]["timestamp"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123000,
+                                               tzinfo=dt.timezone.utc)
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist()[1] == 1_700_000_000_456_000
+
+
+def test_headers_column_null_when_absent():
+    msgs = [msg(0, headers=[("h1", b"x"), ("h2", None)]), msg(1), msg(2, headers=[("h1", b"")])]
+    batch = build_record_batch(msgs, T, 0, include_headers=True)
+    assert batch.schema.equals(arrow_schema(True))
+    assert batch.column("headers").to_pylist() == [
+        [{"key": "h1", "value": b"x"}, {"key": "h2", "value": None}],
+        None,
+        [{"key": "h1", "value": b""}],
+    ]
+
+
+# ---- the range logic against a scripted consumer -----------------------------------------------
+
+
+class ScriptedConsumer:
+    """Hands out pre-arranged message lists; records assign/pause/resume calls."""
+
+    def __init__(self, script, watermarks=(0, 10**9)):
+        self.script = list(script)
+        self.watermarks = watermarks
+        self.assigned = []
+        self.paused = []
+        self.closed = False
+
+    def consume(self, num_messages=1, timeout=-1):
+        return self.script.pop(0) if self.script else []
+
+    def poll(self, timeout=None):
+        batch = self.consume()
+        if not batch:
+            return None
+        first, rest = batch[0], batch[1:]
+        if rest:
+            self.script.insert(0, rest)
+        return first
+
+    def assign(self, tps):
+        self.assigned.append([(tp.topic, tp.partition, tp.offset) for tp in tps])
+
+    def pause(self, tps):
+        self.paused.append(True)
+
+    def resume(self, tps):
+        pass
+
+    def get_watermark_offsets(self, tp, timeout=None, cached=False):
+        return self.watermarks
+
+    def close(self):
+        self.closed = True
+
+
+CONF = (("bootstrap.servers", "h:1"), ("group.id", "g"))
+
+
+def task(start, end, fail=True, poll_ms=200, headers=False):
+    return FetchTask(T, 0, start, end, CONF, poll_ms, fail, headers)
+
+
+def FakePool(consumers):
+    """The real pool, handing out scripted consumers."""
+    fakes = list(consumers)
+    return ConsumerPool(factory=lambda conf: fakes.pop(0))
+
+
+def offsets_of(batches):
+    return [o for b in batches for o in b.column("offset").to_pylist()]
+
+
+def test_range_ending_on_a_marker_finishes_on_eof_without_waiting():
+    # Records 0-4 committed, 5 is the commit marker, end of log = 6.
+    consumer = ScriptedConsumer([[msg(i) for i in range(5)], [eof(6)]])
+    pool = FakePool([consumer])
+    batches = list(fetch_range(task(0, 6, poll_ms=60_000), pool=pool))
+    assert offsets_of(batches) == [0, 1, 2, 3, 4]
+    assert not consumer.script  # finished on EOF, not on a timeout
+
+
+def test_range_inside_the_log_finishes_on_the_first_record_past_the_end():
+    # 0-2 committed, 3 marker, 4-6 aborted, 7 abort marker, 8-9 committed ...
+    consumer = ScriptedConsumer([[msg(0), msg(1), msg(2), msg(8), msg(9)]])
+    pool = FakePool([consumer])
+    assert offsets_of(fetch_range(task(0, 8), pool=pool)) == [0, 1, 2]
+    # The records at and past the end are kept for the next range of the same partition.
+    assert offsets_of(fetch_range(task(8, 10), pool=pool)) == [8, 9]
+    assert pool.created == 1 and len(consumer.assigned) == 1  # reused without re-assigning
+
+
+def test_range_of_only_markers_and_aborted_records_is_empty():
+    consumer = ScriptedConsumer([[eof(12)]])
+    assert offsets_of(fetch_range(task(8, 12), pool=FakePool([consumer]))) == []
+
+
+def test_stale_eof_is_not_the_end():
+    # An EOF at 3 queued before more data arrived; the range needs [3, 6).
+    consumer = ScriptedConsumer([[eof(3)], [msg(3), msg(4), msg(5)]])
+    assert offsets_of(fetch_range(task(3, 6), pool=FakePool([consumer]))) == [3, 4, 5]
+
+
+def test_events_between_records_keep_order_and_batches_are_bounded():
+    script = [[msg(0), msg(1), event(KafkaError._TRANSPORT, -1), msg(2)],
+              [msg(i) for i in range(3, 13)], [msg(i) for i in range(13, 25)]]
+    batches = list(fetch_range(task(0, 25), pool=FakePool([ScriptedConsumer(script)]),
+                               batch_rows=10))
+    assert offsets_of(batches) == list(range(25))
+    # A batch is handed over once it holds batch_rows rows (whole consume() chunks).
+    assert [b.num_rows for b in batches] == [13, 12]
+
+
+def test_start_deleted_by_retention_fails_or_skips():
+    def run(fail):
+        consumer = ScriptedConsumer(
+            [[event(KafkaError._AUTO_OFFSET_RESET, 2)], [msg(5), msg(6)], [eof(8)]],
+            watermarks=(5, 8))
+        return consumer, list(fetch_range(task(2, 8, fail=fail), pool=FakePool([consumer])))
+
+    with pytest.raises(DataLossError, match=r"offsets \[2, 5\) were deleted .*earliest available "
+                                            r"offset is 5"):
+        run(True)
+    consumer, batches = run(False)
+    assert offsets_of(batches) == [5, 6]
+    assert consumer.assigned[-1] == [(T, 0, 5)]  # re-assigned at the log start
+
+
+def test_log_that_went_backwards_fails_or_skips():
+    def run(fail):
+        consumer = ScriptedConsumer([[event(KafkaError._AUTO_OFFSET_RESET, 50)]],
+                                    watermarks=(0, 10))
+        return list(fetch_range(task(50, 60, fail=fail), pool=FakePool([consumer])))
+
+    with pytest.raises(DataLossError, match="now ends at 10; its offsets went backwards"):
+        run(True)
+    assert run(False) == []
+
+
+def test_stall_is_bounded_by_poll_timeout():
+    consumer = ScriptedConsumer([[msg(0)]], watermarks=(0, 5))
+    with pytest.raises(RecordFetchTimeoutError, match="kafkaConsumer.pollTimeoutMs=200"):
+        list(fetch_range(task(0, 5, poll_ms=200), pool=FakePool([consumer])))
+
+
+def test_failed_or_abandoned_reads_never_return_a_consumer_to_the_pool():
+    consumer = ScriptedConsumer([[msg(0), msg(1)], [msg(2)]])
+    pool = FakePool([consumer])
+    it = fetch_range(task(0, 100), pool=pool, batch_rows=1)
+    next(it)
+    it.close()  # Spark stopped reading early
+    assert consumer.closed and pool.idle_count() == 0
+
+
+def test_fetch_task_pickles_and_hides_secrets():
+    t = FetchTask(T, 1, 0, 9, (("sasl.password", "hunter22"), ("bootstrap.servers", "h:1")),
+                  1000, True, False)
+    assert "hunter22" not in repr(t)
+    assert pickle.loads(pickle.dumps(t)) == t

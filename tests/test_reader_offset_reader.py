@@ -1,0 +1,179 @@
+"""Driver-side look-ups against a scripted AdminClient: retries, vanished partitions, resolving
+startingOffsets/endingOffsets/timestamps; plus a real librdkafka client against nothing (bounded)."""
+
+from concurrent.futures import Future
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from txkafka.connector.errors import KafkaConfigError, OffsetsUnavailableError
+from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
+from txkafka.connector.source_options import parse_source_options
+
+
+class _Topic:
+    def __init__(self, partitions):
+        self.partitions = {p: None for p in partitions}
+        self.error = None
+
+
+class _Metadata:
+    def __init__(self, topics):
+        self.topics = {t: _Topic(ps) for t, ps in topics.items()}
+
+
+class _Result:
+    def __init__(self, offset):
+        self.offset = offset
+
+
+class ScriptedAdmin:
+    """Metadata from a dict; ListOffsets answers from per-spec functions or scripted errors."""
+
+    def __init__(self, topics, earliest=None, latest=None, high=None, by_ts=None, errors=None):
+        self.topics = topics
+        self.answers = {"earliest": earliest or {}, "latest": latest or {}, "high": high or {},
+                        "ts": by_ts or {}}
+        self.errors = list(errors or [])  # per call: {(t, p): KafkaError code}
+        self.calls = 0
+
+    def list_topics(self, timeout=None):
+        return _Metadata(self.topics)
+
+    def list_offsets(self, specs, isolation_level=None, request_timeout=None):
+        self.calls += 1
+        errs = self.errors.pop(0) if self.errors else {}
+        out = {}
+        for tp, spec in specs.items():
+            key = (tp.topic, tp.partition)
+            fut: Future = Future()
+            if key in errs:
+                fut.set_exception(KafkaException(KafkaError(errs[key])))
+            else:
+                kind = _kind(spec, isolation_level)
+                if kind == "ts":
+                    fut.set_result(_Result(self.answers["ts"].get(key, -1)))
+                else:
+                    fut.set_result(_Result(self.answers[kind][key]))
+            out[tp] = fut
+        return out
+
+
+def _kind(spec, isolation):
+    from confluent_kafka import IsolationLevel
+
+    name = type(spec).__name__.lower()
+    if "earliest" in name:
+        return "earliest"
+    if "latest" in name:
+        return "high" if isolation == IsolationLevel.READ_UNCOMMITTED else "latest"
+    return "ts"
+
+
+def reader(admin, **opts):
+    options = parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                                    "fetchOffset.retryIntervalMs": "0", **opts}, streaming=True)
+    return KafkaOffsetReader(options, admin_factory=lambda conf: admin)
+
+
+TWO = {"t": [0, 1], "other": [0]}
+
+
+def test_subscribe_pattern_and_assign_discovery():
+    admin = ScriptedAdmin({"t": [1, 0], "t2": [0], "__consumer_offsets": [0], "x": [0]})
+    assert reader(admin).topic_partitions() == [("t", 0), ("t", 1)]
+    r = KafkaOffsetReader(parse_source_options(
+        {"kafka.bootstrap.servers": "h:1", "subscribePattern": "t.*|__.*"}, streaming=True),
+        admin_factory=lambda conf: admin)
+    assert r.topic_partitions() == [("t", 0), ("t", 1), ("t2", 0)]  # internal topics excluded
+    missing = reader(admin, subscribe="nope").topic_partitions()
+    assert missing == []  # subscribe waits for a topic that does not exist yet
+
+
+@pytest.mark.parametrize("assign, needle", [
+    ('{"ghost": [0]}', "names topic 'ghost', which does not exist"),
+    ('{"t": [7]}', "names partition 7 of topic 't', which has partitions 0..1"),
+])
+def test_assign_of_unknown_topic_or_partition_fails_at_start(assign, needle):
+    admin = ScriptedAdmin(TWO)
+    options = parse_source_options({"kafka.bootstrap.servers": "h:1", "assign": assign},
+                                   streaming=True)
+    with pytest.raises(KafkaConfigError, match=needle):
+        KafkaOffsetReader(options, admin_factory=lambda conf: admin).check_assignment()
+
+
+def test_failed_partitions_are_retried():
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 5, ("t", 1): 9},
+                          errors=[{("t", 1): KafkaError.LEADER_NOT_AVAILABLE}])
+    assert reader(admin).latest_offsets([("t", 0), ("t", 1)]) == {("t", 0): 5, ("t", 1): 9}
+    assert admin.calls == 2
+
+
+def test_retries_are_bounded_and_the_error_says_what_to_tune():
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 5},
+                          errors=[{("t", 0): KafkaError.LEADER_NOT_AVAILABLE}] * 10)
+    with pytest.raises(OffsetsUnavailableError, match="after 4 attempt.*fetchOffset.numRetries=4"):
+        reader(admin, **{"fetchOffset.numRetries": "4"}).latest_offsets([("t", 0)])
+    assert admin.calls == 4
+
+
+def test_partition_unknown_after_every_attempt_is_left_out():
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 5},
+                          errors=[{("t", 1): KafkaError.UNKNOWN_TOPIC_OR_PART}] * 3)
+    assert reader(admin).latest_offsets([("t", 0), ("t", 1)]) == {("t", 0): 5}
+
+
+def test_specific_starting_offsets_must_name_every_partition():
+    admin = ScriptedAdmin(TWO, earliest={("t", 0): 0, ("t", 1): 2}, latest={("t", 0): 8, ("t", 1): 9},
+                          high={("t", 0): 8, ("t", 1): 9})
+    r = reader(admin, startingOffsets='{"t": {"0": 3, "1": -2}}')
+    assert r.resolve(r.options.starting, [("t", 0), ("t", 1)], starting=True) == {
+        ("t", 0): 3, ("t", 1): 2}
+    r = reader(admin, startingOffsets='{"t": {"0": -1}}')
+    with pytest.raises(KafkaConfigError, match="must name every partition.*missing t-1"):
+        r.resolve(r.options.starting, [("t", 0), ("t", 1)], starting=True)
+    r = reader(admin, startingOffsets='{"t": {"0": 1, "1": 1, "5": 1}}')
+    with pytest.raises(KafkaConfigError, match="not part of the query.*t-5"):
+        r.resolve(r.options.starting, [("t", 0), ("t", 1)], starting=True)
+
+
+def test_specific_start_past_the_log_end_is_an_error():
+    admin = ScriptedAdmin(TWO, high={("t", 0): 8})
+    r = reader(admin, subscribe="t", startingOffsets='{"t": {"0": 50}}')
+    with pytest.raises(KafkaConfigError, match="starts at 50, past its end offset 8"):
+        r.resolve(r.options.starting, [("t", 0)], starting=True)
+
+
+def test_timestamps_with_no_matching_record():
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 8, ("t", 1): 9}, by_ts={("t", 0): 4})
+    tps = [("t", 0), ("t", 1)]
+    r = reader(admin, startingTimestamp="1000")
+    with pytest.raises(KafkaConfigError, match="no record in topic 't' partition 1 has a timestamp "
+                                               ">= 1000.*startingOffsetsByTimestampStrategy"):
+        r.resolve(r.options.starting, tps, starting=True)
+    r = reader(admin, startingTimestamp="1000", startingOffsetsByTimestampStrategy="latest")
+    assert r.resolve(r.options.starting, tps, starting=True) == {("t", 0): 4, ("t", 1): 9}
+    b = KafkaOffsetReader(parse_source_options(
+        {"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+         "endingOffsetsByTimestamp": '{"t": {"0": 5, "1": 5}}'}, streaming=False),
+        admin_factory=lambda conf: admin)
+    # An ending timestamp without a match means "latest" (Spark's rule).
+    assert b.resolve(b.options.ending, tps, starting=False) == {("t", 0): 4, ("t", 1): 9}
+
+
+def test_latest_can_come_from_a_fixed_target():
+    admin = ScriptedAdmin(TWO)
+    r = reader(admin, startingOffsets="latest")
+    assert r.resolve(r.options.starting, [("t", 0)], starting=True,
+                     latest={("t", 0): 77}) == {("t", 0): 77}
+    assert admin.calls == 0
+
+
+def test_unreachable_cluster_fails_within_the_retry_budget():
+    # A real librdkafka AdminClient against a port nobody listens on.
+    options = parse_source_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                    "kafka.socket.timeout.ms": "1000",
+                                    "fetchOffset.numRetries": "2",
+                                    "fetchOffset.retryIntervalMs": "10"}, streaming=True)
+    with pytest.raises(OffsetsUnavailableError, match="after 2 attempt.*127.0.0.1:1"):
+        KafkaOffsetReader(options).topic_partitions()

@@ -1,0 +1,199 @@
+"""The reader's options: Spark's names and defaults, and a clear error for every mistake."""
+
+import pickle
+
+import pytest
+
+from txkafka.connector.errors import KafkaConfigError
+from txkafka.connector.source_options import (
+    DEFAULT_MAX_TRIGGER_DELAY_MS,
+    Assign,
+    EarliestOffsets,
+    GlobalTimestamp,
+    LatestOffsets,
+    PartitionTimestamps,
+    SpecificOffsets,
+    Subscribe,
+    SubscribePattern,
+    parse_source_options,
+    parse_time_ms,
+    validate_common,
+)
+
+BASE = {"kafka.bootstrap.servers": "h:9092", "subscribe": "t"}
+
+
+def parse(streaming=True, **extra):
+    return parse_source_options({**BASE, **extra}, streaming=streaming)
+
+
+def test_spark_defaults():
+    o = parse()
+    assert o.strategy == Subscribe(("t",))
+    assert o.starting == LatestOffsets() and o.ending == LatestOffsets()
+    assert parse(streaming=False).starting == EarliestOffsets()
+    assert o.fail_on_data_loss is True
+    assert o.max_offsets_per_trigger is None and o.min_offsets_per_trigger is None
+    assert o.max_trigger_delay_ms == DEFAULT_MAX_TRIGGER_DELAY_MS == 15 * 60 * 1000
+    assert o.min_partitions is None and o.max_records_per_partition is None
+    assert o.include_headers is False
+    assert o.poll_timeout_ms == 120_000
+    assert o.fetch_offset_num_retries == 3 and o.fetch_offset_retry_interval_ms == 10
+    assert o.group_id.startswith("spark-kafka-source-")
+    assert o.isolation_level == "read_committed"
+    assert o.commit_offsets_to_group is False
+
+
+def test_option_names_are_case_insensitive():
+    o = parse_source_options({"KAFKA.BOOTSTRAP.SERVERS": "h:1", "SubscribePattern": "ev-.*",
+                              "MAXOFFSETSPERTRIGGER": "10", "includeheaders": "TRUE"},
+                             streaming=True)
+    assert o.strategy == SubscribePattern("ev-.*")
+    assert o.max_offsets_per_trigger == 10 and o.include_headers is True
+
+
+@pytest.mark.parametrize("opts, needle", [
+    ({"kafka.bootstrap.servers": "h:1"}, "got none"),
+    ({**BASE, "assign": '{"t": [0]}'}, "got subscribe, assign"),
+    ({**BASE, "subscribePattern": "x.*"}, "subscribe, subscribePattern"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribe": " , "}, "lists no topics"),
+    ({"kafka.bootstrap.servers": "h:1", "subscribePattern": "("}, "not a valid regular expression"),
+    ({"kafka.bootstrap.servers": "h:1", "assign": "{t: [0]}"}, "option 'assign' is not valid JSON"),
+    ({"kafka.bootstrap.servers": "h:1", "assign": '{"t": 0}'}, "non-empty list of partitions"),
+    ({"kafka.bootstrap.servers": "h:1", "assign": '{"t": [-1]}'}, "expected partition numbers"),
+    ({"subscribe": "t"}, "kafka.bootstrap.servers"),
+])
+def test_strategy_and_bootstrap_errors(opts, needle):
+    with pytest.raises(KafkaConfigError, match=needle):
+        parse_source_options(opts, streaming=True)
+    with pytest.raises(KafkaConfigError):
+        validate_common(opts)  # the same checks run at load()
+
+
+def test_subscribe_and_assign_parsed():
+    assert parse(subscribe=" a, b ,a").strategy == Subscribe(("a", "b"))
+    o = parse_source_options({"kafka.bootstrap.servers": "h:1",
+                              "assign": '{"b": [2, 0], "a": [1]}'}, streaming=True)
+    assert o.strategy == Assign((("a", 1), ("b", 0), ("b", 2)))
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("startingOffsets", '{"t": {"0": 5', "option 'startingOffsets' is not valid JSON"),
+    ("startingOffsets", "first", "must be 'earliest', 'latest' or JSON"),
+    ("startingOffsets", '{"t": {"0": -3}}', "offsets are >= 0, or -2"),
+    ("startingOffsets", '{"t": {"x": 1}}', "not a partition number"),
+    ("startingOffsets", '{"t": {"0": "5"}}', "expected an integer"),
+    ("startingOffsets", '{"t": [0]}', "must be an object of partition -> number"),
+    ("startingOffsetsByTimestamp", '{"t": {"0": -5}}', "timestamps are milliseconds"),
+    ("startingTimestamp", "yesterday", "option 'startingTimestamp' must be an integer"),
+    ("startingOffsetsByTimestampStrategy", "skip", "'error' or 'latest'"),
+    ("maxOffsetsPerTrigger", "1e3", "option 'maxOffsetsPerTrigger' must be an integer"),
+    ("maxOffsetsPerTrigger", "0", "must be >= 1"),
+    ("minOffsetsPerTrigger", "-4", "must be >= 1"),
+    ("minPartitions", "two", "option 'minPartitions' must be an integer"),
+    ("maxRecordsPerPartition", "0", "must be >= 1"),
+    ("kafkaConsumer.pollTimeoutMs", "soon", "kafkaConsumer.pollTimeoutMs"),
+    ("fetchOffset.numRetries", "0", "must be >= 1"),
+    ("fetchOffset.retryIntervalMs", "-1", "must be >= 0"),
+    ("failOnDataLoss", "yes", "option 'failOnDataLoss' must be true or false"),
+    ("includeHeaders", "1", "option 'includeHeaders' must be true or false"),
+    ("maxTriggerDelay", "5 parsecs", "option 'maxTriggerDelay' must be a duration"),
+    ("endingOffsets", "latest", "option 'endingOffsets' is for batch queries only"),
+    ("endingTimestamp", "1000", "option 'endingTimestamp' is for batch queries only"),
+    ("kafka.isolation.level", "serializable", "read_committed or read_uncommitted"),
+])
+def test_bad_values_name_the_option(key, value, needle):
+    with pytest.raises(KafkaConfigError, match=needle):
+        parse(**{key: value})
+
+
+def test_min_above_max_rejected():
+    with pytest.raises(KafkaConfigError, match="must not exceed 'maxOffsetsPerTrigger'"):
+        parse(minOffsetsPerTrigger="10", maxOffsetsPerTrigger="5")
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("startingOffsets", "latest", "cannot be 'latest' for a batch query"),
+    ("startingOffsets", '{"t": {"0": -1}}', "-1 \\(latest\\), which a batch query cannot start"),
+    ("endingOffsets", "earliest", "cannot be 'earliest'"),
+    ("endingOffsets", '{"t": {"0": -2}}', "cannot be an ending offset"),
+])
+def test_batch_only_rules(key, value, needle):
+    with pytest.raises(KafkaConfigError, match=needle):
+        parse(streaming=False, **{key: value})
+
+
+def test_offset_json_and_timestamp_precedence():
+    o = parse(startingOffsets='{"t": {"1": -2, "0": 23}}')
+    assert o.starting == SpecificOffsets(((("t", 0), 23), (("t", 1), -2)))
+    o = parse(startingOffsets="earliest", startingOffsetsByTimestamp='{"t": {"0": 1000}}')
+    assert o.starting == PartitionTimestamps(((("t", 0), 1000),))
+    o = parse(startingOffsets="earliest", startingOffsetsByTimestamp='{"t": {"0": 1000}}',
+              startingTimestamp="5")
+    assert o.starting == GlobalTimestamp(5)
+    b = parse(streaming=False, endingTimestamp="77", endingOffsets="latest")
+    assert b.ending == GlobalTimestamp(77)
+
+
+@pytest.mark.parametrize("key", ["kafka.auto.offset.reset", "kafka.enable.auto.commit",
+                                 "kafka.key.deserializer", "kafka.value.deserializer"])
+def test_owned_kafka_keys_rejected(key):
+    with pytest.raises(KafkaConfigError, match=f"option '{key}' is not supported"):
+        parse(**{key: "x"})
+
+
+def test_java_only_key_names_librdkafka_equivalent():
+    with pytest.raises(KafkaConfigError, match="kafka.ssl.ca.location"):
+        parse(**{"kafka.ssl.truststore.location": "/t.jks"})
+
+
+def test_group_id_and_prefix():
+    assert parse(**{"kafka.group.id": "mine"}).group_id == "mine"
+    assert parse(groupIdPrefix="etl").group_id.startswith("etl-")
+    assert parse(**{"kafka.group.id": "g"}).consumer_config()["group.id"] == "g"
+
+
+def test_commit_to_group_needs_a_group():
+    with pytest.raises(KafkaConfigError, match="needs 'kafka.group.id'"):
+        parse(commitOffsetsToGroup="true")
+    assert parse(commitOffsetsToGroup="true", **{"kafka.group.id": "lag"}).commit_offsets_to_group
+
+
+def test_consumer_config_owns_reset_commit_and_eof():
+    conf = parse(**{"kafka.fetch.wait.max.ms": "250"}).consumer_config()
+    assert conf["auto.offset.reset"] == "error"
+    assert conf["enable.auto.commit"] == "false"
+    assert conf["enable.partition.eof"] == "true"
+    assert conf["isolation.level"] == "read_committed"
+    assert conf["fetch.wait.max.ms"] == "250"  # user settings win over txkafka's defaults
+    assert parse(**{"kafka.isolation.level": "read_uncommitted"}).consumer_config()[
+        "isolation.level"] == "read_uncommitted"
+
+
+def test_time_strings():
+    assert parse_time_ms("15m", "x") == 900_000
+    assert parse_time_ms("30s", "x") == 30_000
+    assert parse_time_ms("250", "x") == 250
+    assert parse_time_ms("2h", "x") == 7_200_000
+    assert parse(maxTriggerDelay="45s").max_trigger_delay_ms == 45_000
+
+
+def test_parsed_options_pickle_and_hide_secrets():
+    o = parse(**{"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+                 "kafka.sasl.username": "u", "kafka.sasl.password": "s3cr3t-pw"})
+    assert "s3cr3t-pw" not in repr(o)
+    again = pickle.loads(pickle.dumps(o))
+    assert again == o and again.client_conf["sasl.password"] == "s3cr3t-pw"
+
+
+def test_client_settings_librdkafka_rejects_fail_clearly_without_secrets():
+    from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask
+    from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
+
+    o = parse(**{"kafka.sasl.password": "pw-secret-1", "kafka.no.such.setting": "1"})
+    with pytest.raises(KafkaConfigError, match="no.such.setting") as err:
+        KafkaOffsetReader(o)._admin()
+    assert "pw-secret-1" not in str(err.value)
+    task = FetchTask("t", 0, 0, 5, tuple(sorted(o.consumer_config().items())), 1000, True, False)
+    with pytest.raises(KafkaConfigError, match="no.such.setting"):
+        ConsumerPool().acquire(task)

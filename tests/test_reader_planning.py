@@ -1,0 +1,181 @@
+"""Admission control, range planning with data-loss detection, and range splitting."""
+
+import logging
+import random
+
+import pytest
+
+from txkafka.connector.errors import DataLossError
+from txkafka.connector.range_planner import (
+    AdmissionControl,
+    OffsetRange,
+    plan_ranges,
+    rate_limit,
+    split_ranges,
+)
+
+A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
+
+
+# ---- maxOffsetsPerTrigger ------------------------------------------------------------------
+
+
+def test_rate_limit_splits_in_proportion_to_backlog():
+    start = {A0: 0, A1: 100, B0: 0}
+    latest = {A0: 600, A1: 400, B0: 100}  # backlog 600, 300, 100
+    end = rate_limit(100, start, latest, {})
+    assert end == {A0: 60, A1: 130, B0: 10}
+
+
+def test_rate_limit_never_starves_small_partitions_nor_passes_latest():
+    start = {A0: 0, A1: 0}
+    latest = {A0: 10_000, A1: 3}
+    end = rate_limit(10, start, latest, {})
+    assert end[A1] == 1  # share 0.003 rounds up to one offset
+    assert end[A0] == 9
+    assert rate_limit(10**9, start, latest, {}) == latest
+
+
+def test_rate_limit_counts_new_partitions_from_earliest():
+    end = rate_limit(10, {A0: 0}, {A0: 100, B0: 150}, {B0: 50})
+    assert end == {A0: 5, B0: 55}
+
+
+def test_rate_limit_without_backlog_returns_latest():
+    assert rate_limit(5, {A0: 7}, {A0: 7}, {}) == {A0: 7}
+
+
+# ---- minOffsetsPerTrigger + maxTriggerDelay ---------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_min_offsets_waits_until_enough_data_or_the_delay():
+    clock = FakeClock()
+    ac = AdmissionControl(None, 50, 60_000, clock=clock)
+    # The first trigger always fires (like Spark).
+    assert ac.end_offsets({A0: 0}, {A0: 10}, {}, max_rows=None, min_rows=50) == {A0: 10}
+    clock.now += 5
+    assert ac.end_offsets({A0: 10}, {A0: 40}, {}, max_rows=None, min_rows=50) is None
+    assert ac.end_offsets({A0: 10}, {A0: 60}, {}, max_rows=None, min_rows=50) == {A0: 60}
+    clock.now += 30
+    assert ac.end_offsets({A0: 60}, {A0: 61}, {}, max_rows=None, min_rows=50) is None
+    clock.now += 31  # 61 s since the last batch > maxTriggerDelay
+    assert ac.end_offsets({A0: 60}, {A0: 61}, {}, max_rows=None, min_rows=50) == {A0: 61}
+
+
+def test_min_and_max_together():
+    ac = AdmissionControl(20, 5, 60_000, clock=FakeClock())
+    assert ac.end_offsets({A0: 0}, {A0: 100}, {}, max_rows=20, min_rows=5) == {A0: 20}
+
+
+# ---- ranges and data loss ------------------------------------------------------------------
+
+
+def test_plain_ranges_drop_empty_ones():
+    ranges = plan_ranges({A0: 5, A1: 9}, {A0: 8, A1: 9}, earliest={A0: 0, A1: 0},
+                         fail_on_data_loss=True)
+    assert ranges == [OffsetRange("a", 0, 5, 8)]
+
+
+def test_new_partition_starts_at_earliest_zero():
+    ranges = plan_ranges({A0: 5}, {A0: 5, B0: 4}, earliest={B0: 0}, fail_on_data_loss=True)
+    assert ranges == [OffsetRange("b", 0, 0, 4)]
+
+
+def test_new_partition_with_deleted_head_is_data_loss():
+    with pytest.raises(DataLossError, match="new partition 0 of topic 'b' starts at offset 3"):
+        plan_ranges({}, {B0: 9}, earliest={B0: 3}, fail_on_data_loss=True)
+    assert plan_ranges({}, {B0: 9}, earliest={B0: 3}, fail_on_data_loss=False) == [
+        OffsetRange("b", 0, 3, 9)]
+
+
+def test_deleted_partition_is_data_loss(caplog):
+    with pytest.raises(DataLossError, match="topic 'a' partition 1 no longer exists.*offset 9"):
+        plan_ranges({A0: 1, A1: 9}, {A0: 2}, earliest={A0: 0}, fail_on_data_loss=True)
+    with caplog.at_level(logging.WARNING, logger="txkafka.reader"):
+        assert plan_ranges({A0: 1, A1: 9}, {A0: 2}, earliest={A0: 0},
+                           fail_on_data_loss=False) == [OffsetRange("a", 0, 1, 2)]
+    assert "partition 1 no longer exists" in caplog.text
+    assert "failOnDataLoss=false" in caplog.text
+
+
+def test_offsets_going_backwards_is_data_loss():
+    with pytest.raises(DataLossError, match=r"offsets went backwards from 50 to 10.*failOnDataLoss"):
+        plan_ranges({A0: 50}, {A0: 10}, earliest={A0: 0}, fail_on_data_loss=True)
+    assert plan_ranges({A0: 50}, {A0: 10}, earliest={A0: 0}, fail_on_data_loss=False) == []
+
+
+def test_retention_is_data_loss_naming_the_offsets():
+    with pytest.raises(DataLossError, match=r"offsets \[10, 40\) were deleted.*earliest available "
+                                            r"offset is 40"):
+        plan_ranges({A0: 10}, {A0: 60}, earliest={A0: 40}, fail_on_data_loss=True)
+    assert plan_ranges({A0: 10}, {A0: 60}, earliest={A0: 40}, fail_on_data_loss=False) == [
+        OffsetRange("a", 0, 40, 60)]
+    # Everything of the range gone: nothing left to read.
+    assert plan_ranges({A0: 10}, {A0: 30}, earliest={A0: 40}, fail_on_data_loss=False) == []
+
+
+def test_partition_gone_between_steps_is_data_loss():
+    with pytest.raises(DataLossError, match="disappeared before offsets \\[3, 8\\)"):
+        plan_ranges({A0: 3}, {A0: 8}, earliest={}, fail_on_data_loss=True)
+
+
+# ---- splitting -----------------------------------------------------------------------------
+
+
+def _assert_exact_cover(original, pieces):
+    by_tp = {}
+    for p in pieces:
+        by_tp.setdefault((p.topic, p.partition), []).append(p)
+    for r in original:
+        mine = sorted(by_tp.pop((r.topic, r.partition), []))
+        if r.size == 0:
+            assert not mine
+            continue
+        assert mine[0].start == r.start and mine[-1].end == r.end
+        for x, y in zip(mine, mine[1:]):
+            assert x.end == y.start  # contiguous: no gap, no overlap
+        assert all(p.size > 0 for p in mine)
+    assert not by_tp
+
+
+def test_no_options_one_task_per_partition():
+    ranges = [OffsetRange("a", 0, 0, 100), OffsetRange("a", 1, 5, 5)]
+    assert split_ranges(ranges) == [OffsetRange("a", 0, 0, 100)]
+
+
+def test_max_records_per_partition():
+    pieces = split_ranges([OffsetRange("a", 0, 0, 10)], max_records_per_partition=3)
+    assert [(p.start, p.end) for p in pieces] == [(0, 3), (3, 6), (6, 8), (8, 10)]
+
+
+def test_min_partitions_splits_the_biggest_ranges():
+    ranges = [OffsetRange("a", 0, 0, 900), OffsetRange("a", 1, 0, 100)]
+    pieces = split_ranges(ranges, min_partitions=10)
+    assert len(pieces) == 10
+    assert sum(1 for p in pieces if p.partition == 0) == 9
+    _assert_exact_cover(ranges, pieces)
+
+
+def test_min_partitions_cannot_split_below_one_offset():
+    pieces = split_ranges([OffsetRange("a", 0, 0, 3)], min_partitions=10)
+    assert [(p.start, p.end) for p in pieces] == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_splitting_always_covers_exactly(seed=7):
+    rnd = random.Random(seed)
+    for _ in range(300):
+        ranges = []
+        for p in range(rnd.randint(1, 6)):
+            s = rnd.randint(0, 1000)
+            ranges.append(OffsetRange("t", p, s, s + rnd.randint(0, 500)))
+        pieces = split_ranges(ranges, min_partitions=rnd.choice([None, 1, 5, 17, 64]),
+                              max_records_per_partition=rnd.choice([None, 1, 7, 100, 10**6]))
+        _assert_exact_cover(ranges, pieces)

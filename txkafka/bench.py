@@ -1,0 +1,561 @@
+"""``txkafka bench``: txkafka against Spark's built-in Kafka connector and the client's own ceiling.
+
+Everything runs in one session on one broker, and every comparison is a ratio of medians of runs
+interleaved in the same session (A, B, C, A, B, C, ...), so machine drift cancels. Results go to a
+JSON file and PNG charts; ``--report`` turns a result file into the tables of docs/benchmarks.md.
+
+Suites:
+- read: txkafka vs the built-in ``kafka`` source, same topic, Trigger.AvailableNow into a noop sink;
+- write: Kafka -> Spark -> Kafka with a 1 s trigger into txkafka exactly_once, txkafka at_least_once
+  and the built-in sink (at least once), all reading the input with the same reader;
+- latency: records produced at a steady rate, timed until a read_committed consumer of the output
+  sees them (txkafka exactly_once at 1 s and 5 s triggers);
+- ceiling: a plain confluent-kafka producer and consumer loop (no Spark);
+- scaling: txkafka read and exactly-once write over 1, 4 and 16 partitions and 100 B, 1 KB, 10 KB values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any, Callable
+
+_quiet = logging.getLogger("txkafka.bench.librdkafka")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+def say(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ----------------------------------------------------------------------------- Kafka helpers
+
+class BenchKafka:
+    def __init__(self, bootstrap: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstrap = bootstrap
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
+
+    def topic(self, prefix: str, partitions: int) -> str:
+        from confluent_kafka.admin import NewTopic
+
+        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+        for f in self.admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            f.result(60)
+        return name
+
+    def fill(self, topic: str, rows: int, value_bytes: int) -> float:
+        """Produce ``rows`` keyed records as fast as librdkafka takes them; returns rows/s."""
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                      "queue.buffering.max.messages": 1_000_000, "compression.type": "none",
+                      "enable.idempotence": True, "partitioner": "murmur2_random", "logger": _quiet})
+        payload = (os.urandom(value_bytes // 2 + 1).hex().encode())[:value_bytes]
+        produce = p.produce
+        started = time.monotonic()
+        for i in range(rows):
+            key = b"k%09d" % i
+            try:
+                produce(topic, payload, key)
+            except BufferError:
+                p.poll(0.05)
+                produce(topic, payload, key)
+        left = p.flush(300)
+        if left:
+            raise RuntimeError(f"{left} records not delivered while filling {topic}")
+        return rows / (time.monotonic() - started)
+
+    def consume_all(self, topic: str, expected: int) -> float:
+        """Read ``expected`` records with a plain consumer loop; returns rows/s."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        md = self.admin.list_topics(topic, timeout=30)
+        parts = sorted(md.topics[topic].partitions)
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                      "enable.partition.eof": True, "enable.auto.commit": False,
+                      "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+                      "logger": _quiet})
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        n = 0
+        pending = set(parts)
+        started = time.monotonic()
+        deadline = started + 600
+        while pending and time.monotonic() < deadline:
+            for m in c.consume(10000, 1.0):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        pending.discard(m.partition())
+                    continue
+                n += 1
+        elapsed = time.monotonic() - started
+        c.close()
+        if n < expected:
+            raise RuntimeError(f"consumed {n} of {expected} records from {topic}")
+        return n / elapsed
+
+    def count_committed(self, topic: str) -> int:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                      "isolation.level": "read_committed", "logger": _quiet})
+        try:
+            md = c.list_topics(topic, timeout=30)
+            total = 0
+            for p in md.topics[topic].partitions:
+                lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+                total += hi - lo
+            return total
+        finally:
+            c.close()
+
+
+# ----------------------------------------------------------------------------- Spark runs
+
+def spark_session(builtin: bool, master: str):
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    b = (SparkSession.builder.master(master).appName("txkafka-bench")
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.shuffle.partitions", "2")
+         .config("spark.driver.memory", "3g")
+         .config("spark.driver.host", "127.0.0.1")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    if builtin:
+        from .spark_kafka_packages import builtin_kafka_conf
+
+        conf = builtin_kafka_conf()
+        say(f"loading Spark's built-in Kafka connector ({conf['spark.jars.packages']}; the first run "
+            f"downloads it from Maven Central; pyspark is {pyspark.__version__})")
+        for key, value in conf.items():
+            b = b.config(key, value)
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _timed_query(start: Callable[[], Any], rows_expected: int, count: Callable[[], int] | None,
+                 timeout: float) -> float:
+    started = time.monotonic()
+    q = start()
+    try:
+        if not q.awaitTermination(timeout):
+            raise RuntimeError(f"benchmark query did not finish in {timeout:.0f}s")
+    finally:
+        if q.isActive:
+            q.stop()
+    if q.exception() is not None:
+        raise RuntimeError(f"benchmark query failed: {q.exception()}")
+    elapsed = time.monotonic() - started
+    if count is not None:
+        got = count()
+        if got < rows_expected:
+            raise RuntimeError(f"benchmark query wrote {got} of {rows_expected} records")
+    return rows_expected / elapsed
+
+
+def read_run(spark, fmt: str, bootstrap: str, topic: str, rows: int, workdir: str) -> float:
+    def start():
+        src = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+               .option("subscribe", topic).option("startingOffsets", "earliest").load())
+        return (src.writeStream.format("noop").trigger(availableNow=True)
+                .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)).start())
+    return _timed_query(start, rows, None, 900)
+
+
+def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdir: str,
+              partitions: int, per_batch: int, trigger: str = "1 second") -> float:
+    out = k.topic("bench-out", partitions) if sink != "noop" else None
+
+    def start():
+        src = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
+               .option("subscribe", src_topic).option("startingOffsets", "earliest")
+               .option("maxOffsetsPerTrigger", str(per_batch)).load())
+        w = src.selectExpr("key", "value").writeStream.trigger(processingTime=trigger)
+        w = w.option("checkpointLocation", tempfile.mkdtemp(dir=workdir))
+        if sink == "noop":
+            w = w.format("noop")
+        else:
+            fmt, guarantee = {"txkafka_exactly_once": ("txkafka", "exactly_once"),
+                              "txkafka_at_least_once": ("txkafka", "at_least_once"),
+                              "builtin": ("kafka", None)}[sink]
+            w = w.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
+            if guarantee:
+                w = w.option("deliveryGuarantee", guarantee)
+        q = w.start()
+        return _StopWhenDone(q, rows)
+
+    return _timed_query(start, rows, (lambda: k.count_committed(out)) if out else None, 900)
+
+
+class _StopWhenDone:
+    """Wraps a processing-time query: it 'terminates' once its input rows have all been processed."""
+
+    def __init__(self, q, rows: int) -> None:
+        self.q = q
+        self.rows = rows
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        deadline = time.monotonic() + (timeout or 3600)
+        while time.monotonic() < deadline:
+            if self.q.exception() is not None:
+                return True
+            done = sum(p.get("numInputRows", 0) for p in self.q.recentProgress)
+            if done >= self.rows and not self.q.status.get("isTriggerActive"):
+                self.q.stop()
+                return True
+            time.sleep(0.1)
+        return False
+
+    @property
+    def isActive(self) -> bool:
+        return self.q.isActive
+
+    def stop(self) -> None:
+        self.q.stop()
+
+    def exception(self):
+        return self.q.exception()
+
+
+def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
+                workdir: str) -> dict[str, float]:
+    """Produce ``rate`` rows/s stamped with their send time; measure when read_committed sees them."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    src, out = k.topic("lat-in", 2), k.topic("lat-out", 2)
+    q = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
+         .option("subscribe", src).option("startingOffsets", "earliest").load()
+         .selectExpr("key", "value").writeStream.format("txkafka")
+         .option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
+         .option("checkpointLocation", tempfile.mkdtemp(dir=workdir))
+         .trigger(processingTime=f"{trigger_s} seconds").start())
+    stop = threading.Event()
+
+    def feed():
+        p = Producer({"bootstrap.servers": k.bootstrap, "linger.ms": 1, "logger": _quiet})
+        i = 0
+        t0 = time.monotonic()
+        while not stop.is_set():
+            due = t0 + i / rate
+            now = time.monotonic()
+            if due > now:
+                time.sleep(min(due - now, 0.01))
+                continue
+            p.produce(src, str(time.time()).encode(), b"%d" % i)
+            p.poll(0)
+            i += 1
+        p.flush(30)
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    c = Consumer({"bootstrap.servers": k.bootstrap, "group.id": f"lat-{uuid.uuid4()}",
+                  "isolation.level": "read_committed", "logger": _quiet})
+    c.assign([TopicPartition(out, p, 0) for p in range(2)])
+    samples: list[float] = []
+    warmup = 20.0 + 2 * trigger_s
+    feeder.start()
+    started = time.monotonic()
+    try:
+        while time.monotonic() - started < warmup + seconds:
+            for m in c.consume(1000, 0.2):
+                if m.error():
+                    continue
+                lag = time.time() - float(m.value())
+                if time.monotonic() - started > warmup:
+                    samples.append(lag)
+    finally:
+        stop.set()
+        feeder.join(30)
+        c.close()
+        q.stop()
+    if len(samples) < 10:
+        raise RuntimeError(f"latency run at {trigger_s}s saw only {len(samples)} records")
+    samples.sort()
+
+    def pct(p: float) -> float:
+        return samples[min(len(samples) - 1, int(p * len(samples)))]
+
+    return {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99), "samples": len(samples)}
+
+
+# ----------------------------------------------------------------------------- orchestration
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def run_bench(ns: argparse.Namespace) -> int:
+    from .embedded_kafka import EmbeddedKafka
+
+    os.makedirs(ns.out, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="txkafka-bench-")
+    cluster = None
+    if ns.bootstrap:
+        bootstrap = ns.bootstrap
+    else:
+        say("starting the local Apache Kafka broker")
+        cluster = EmbeddedKafka("bench", 1, progress=lambda m: say("  " + m))
+        bootstrap = cluster.start()
+    k = BenchKafka(bootstrap)
+    rows, repeats = ns.rows, ns.repeats
+    result: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": " ".join(["txkafka", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
+        "machine": machine(),
+        "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4},
+    }
+    spark = spark_session(builtin=not ns.skip_builtin, master=ns.master)
+    try:
+        say(f"filling the input topic: {rows} records of 100 B over 4 partitions")
+        src = k.topic("bench-in", 4)
+        k.fill(src, rows, 100)
+
+        if "ceiling" in ns.suites:
+            say("ceiling: plain confluent-kafka producer and consumer loops")
+            prod, cons = [], []
+            for i in range(repeats):
+                t = k.topic("bench-ceiling", 4)
+                prod.append(k.fill(t, rows, 100))
+                cons.append(k.consume_all(t, rows))
+                say(f"  run {i + 1}/{repeats}: produce {prod[-1]:,.0f} rows/s, consume {cons[-1]:,.0f} rows/s")
+            result["ceiling"] = {"produce_rows_s": _median(prod), "consume_rows_s": _median(cons),
+                                 "runs": {"produce": prod, "consume": cons}}
+
+        if "read" in ns.suites:
+            systems = ["txkafka"] + ([] if ns.skip_builtin else ["kafka"])
+            runs: dict[str, list[float]] = {s: [] for s in systems}
+            read_run(spark, "txkafka", bootstrap, src, rows, workdir)  # warm-up (JIT, workers)
+            for i in range(repeats):
+                for s in systems:
+                    runs[s].append(read_run(spark, s, bootstrap, src, rows, workdir))
+                    say(f"  read run {i + 1}/{repeats} {s}: {runs[s][-1]:,.0f} rows/s")
+            result["read"] = {s: {"rows_s": _median(v), "runs": v} for s, v in runs.items()}
+
+        if "write" in ns.suites:
+            sinks = ["txkafka_exactly_once", "txkafka_at_least_once", "noop"] + (
+                [] if ns.skip_builtin else ["builtin"])
+            runs = {s: [] for s in sinks}
+            per_batch = max(1000, rows // 8)
+            for i in range(repeats):
+                for s in sinks:
+                    runs[s].append(write_run(spark, s, k, src, rows, workdir, 4, per_batch))
+                    say(f"  write run {i + 1}/{repeats} {s}: {runs[s][-1]:,.0f} rows/s")
+            result["write"] = {s: {"rows_s": _median(v), "runs": v} for s, v in runs.items()}
+            result["write"]["trigger"] = "1 second"
+            result["write"]["rows_per_batch"] = per_batch
+
+        if "latency" in ns.suites:
+            result["latency"] = {}
+            for trig in (1, 5):
+                say(f"latency at a {trig} s trigger ({ns.latency_seconds:.0f} s after warm-up)")
+                result["latency"][f"{trig}s"] = latency_run(spark, k, trig, ns.latency_seconds,
+                                                            ns.latency_rate, workdir)
+                say(f"  {result['latency'][f'{trig}s']}")
+
+        if "scaling" in ns.suites:
+            result["scaling"] = []
+            for parts in (1, 4, 16):
+                for size in (100, 1000, 10000):
+                    n = max(2000, rows * 100 // max(size, 100) // (1 if size == 100 else 2))
+                    t = k.topic(f"bench-scale-{parts}p-{size}b", parts)
+                    k.fill(t, n, size)
+                    r = _median([read_run(spark, "txkafka", bootstrap, t, n, workdir)
+                                 for _ in range(max(1, repeats // 2))])
+                    w = _median([write_run(spark, "txkafka_exactly_once", k, t, n, workdir, parts,
+                                           max(1000, n // 4)) for _ in range(max(1, repeats // 2))])
+                    result["scaling"].append({"partitions": parts, "value_bytes": size, "rows": n,
+                                              "read_rows_s": r, "write_rows_s": w,
+                                              "read_mb_s": r * size / 1e6,
+                                              "write_mb_s": w * size / 1e6})
+                    say(f"  scaling {parts} partitions, {size} B: read {r:,.0f} rows/s, "
+                        f"exactly-once write {w:,.0f} rows/s")
+    finally:
+        spark.stop()
+        if cluster is not None and not ns.keep_broker:
+            cluster.destroy()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    result["ratios"] = ratios(result)
+    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    path = os.path.join(ns.out, "benchmark.json")
+    with open(path, "w") as fh:
+        json.dump(result, fh, indent=2)
+    charts(result, ns.out)
+    say(f"wrote {path} and charts in {ns.out}")
+    print(report_markdown(result), flush=True)
+    return 0
+
+
+def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+
+    def add(name: str, value: float | None, target: float, compare: str = ">=") -> None:
+        if value is None or value != value:
+            return
+        ok = value >= target if compare == ">=" else value <= target
+        out[name] = {"value": round(value, 3), "target": f"{compare} {target}", "met": ok}
+
+    read, write, ceiling = r.get("read", {}), r.get("write", {}), r.get("ceiling", {})
+    if "kafka" in read:
+        add("read txkafka / built-in", read["txkafka"]["rows_s"] / read["kafka"]["rows_s"], 1.0)
+    if "builtin" in write:
+        add("write txkafka exactly_once / built-in", write["txkafka_exactly_once"]["rows_s"]
+            / write["builtin"]["rows_s"], 0.8)
+    if write:
+        add("txkafka exactly_once / at_least_once (1 s trigger)",
+            write["txkafka_exactly_once"]["rows_s"] / write["txkafka_at_least_once"]["rows_s"], 0.9)
+    if ceiling and read:
+        add("txkafka read / plain consumer", read["txkafka"]["rows_s"] / ceiling["consume_rows_s"], 0.7)
+    if ceiling and write:
+        add("txkafka exactly_once write / plain producer",
+            write["txkafka_exactly_once"]["rows_s"] / ceiling["produce_rows_s"], 0.7)
+    for trig, lat in (r.get("latency") or {}).items():
+        secs = float(trig.rstrip("s"))
+        add(f"exactly-once visibility p99 at {trig} trigger (s)", lat["p99"], secs + 1.0, "<=")
+    return out
+
+
+def machine() -> dict[str, Any]:
+    import pyspark
+
+    try:
+        import confluent_kafka
+
+        ck = f"{confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
+    except Exception:  # noqa: BLE001
+        ck = "?"
+    mem = ""
+    try:
+        with open("/proc/meminfo") as fh:
+            mem = fh.readline().split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "memory": mem, "python": platform.python_version(),
+            "platform": platform.platform(), "pyspark": pyspark.__version__, "confluent_kafka": ck,
+            "kafka": os.environ.get("TXKAFKA_KAFKA_VERSION", "4.3.1")}
+
+
+def charts(r: dict[str, Any], out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    if r.get("read"):
+        names = list(r["read"])
+        axes[0].bar(names, [r["read"][n]["rows_s"] for n in names], color=["#2a7", "#888"][:len(names)])
+        axes[0].set_title("read (AvailableNow, noop sink)")
+        axes[0].set_ylabel("rows/s")
+    if r.get("write"):
+        names = [n for n in r["write"] if isinstance(r["write"][n], dict)]
+        axes[1].bar(names, [r["write"][n]["rows_s"] for n in names])
+        axes[1].set_title("Kafka -> Spark -> Kafka, 1 s trigger")
+        axes[1].tick_params(axis="x", rotation=20)
+    if r.get("ceiling"):
+        for ax, key in ((axes[0], "consume_rows_s"), (axes[1], "produce_rows_s")):
+            ax.axhline(r["ceiling"][key], color="red", ls="--", label="plain client ceiling")
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
+    plt.close(fig)
+
+    if r.get("latency"):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        trigs = list(r["latency"])
+        for i, p in enumerate(("p50", "p95", "p99")):
+            ax.bar([j + i * 0.25 for j in range(len(trigs))], [r["latency"][t][p] for t in trigs],
+                   width=0.25, label=p)
+        ax.set_xticks([j + 0.25 for j in range(len(trigs))], [f"trigger {t}" for t in trigs])
+        ax.set_ylabel("seconds until visible to read_committed")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "latency.png"), dpi=110)
+        plt.close(fig)
+
+    if r.get("scaling"):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        for size in sorted({s["value_bytes"] for s in r["scaling"]}):
+            pts = [s for s in r["scaling"] if s["value_bytes"] == size]
+            xs = [s["partitions"] for s in pts]
+            axes[0].plot(xs, [s["read_mb_s"] for s in pts], marker="o", label=f"{size} B")
+            axes[1].plot(xs, [s["write_mb_s"] for s in pts], marker="o", label=f"{size} B")
+        for ax, title in ((axes[0], "txkafka read"), (axes[1], "txkafka exactly-once write")):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("partitions")
+            ax.set_ylabel("MB/s")
+            ax.set_title(title)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "scaling.png"), dpi=110)
+        plt.close(fig)
+
+
+def report_markdown(r: dict[str, Any]) -> str:
+    lines = ["| comparison | value | target | met |", "|---|---|---|---|"]
+    for name, v in r.get("ratios", {}).items():
+        lines.append(f"| {name} | {v['value']} | {v['target']} | {'yes' if v['met'] else 'no'} |")
+    if r.get("read") or r.get("write"):
+        lines += ["", "| run | rows/s (median) | runs |", "|---|---|---|"]
+        for suite in ("read", "write"):
+            for name, v in (r.get(suite) or {}).items():
+                if isinstance(v, dict):
+                    lines.append(f"| {suite}: {name} | {v['rows_s']:,.0f} | "
+                                 f"{', '.join(f'{x:,.0f}' for x in v['runs'])} |")
+        if r.get("ceiling"):
+            c = r["ceiling"]
+            lines.append(f"| ceiling: plain producer | {c['produce_rows_s']:,.0f} | "
+                         f"{', '.join(f'{x:,.0f}' for x in c['runs']['produce'])} |")
+            lines.append(f"| ceiling: plain consumer | {c['consume_rows_s']:,.0f} | "
+                         f"{', '.join(f'{x:,.0f}' for x in c['runs']['consume'])} |")
+    if r.get("latency"):
+        lines += ["", "| trigger | p50 s | p95 s | p99 s | samples |", "|---|---|---|---|---|"]
+        for t, v in r["latency"].items():
+            lines.append(f"| {t} | {v['p50']:.2f} | {v['p95']:.2f} | {v['p99']:.2f} | {v['samples']} |")
+    if r.get("scaling"):
+        lines += ["", "| partitions | value | rows | read rows/s | read MB/s | EOS write rows/s | "
+                  "EOS write MB/s |", "|---|---|---|---|---|---|---|"]
+        for s in r["scaling"]:
+            lines.append(f"| {s['partitions']} | {s['value_bytes']} B | {s['rows']} | "
+                         f"{s['read_rows_s']:,.0f} | {s['read_mb_s']:.1f} | {s['write_rows_s']:,.0f} | "
+                         f"{s['write_mb_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def cmd_report(ns: argparse.Namespace) -> int:
+    with open(ns.report) as fh:
+        print(report_markdown(json.load(fh)))
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks: txkafka vs Spark's Kafka connector and the client")
+    p.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
+    p.add_argument("--out", default="results", help="folder for benchmark.json and the PNG charts")
+    p.add_argument("--rows", type=int, default=1_000_000, help="records per throughput run")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per system (median)")
+    p.add_argument("--suites", nargs="+", default=["ceiling", "read", "write", "latency", "scaling"],
+                   choices=["ceiling", "read", "write", "latency", "scaling"])
+    p.add_argument("--latency-seconds", type=float, default=40.0)
+    p.add_argument("--latency-rate", type=int, default=2000, help="records/s fed in latency runs")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--skip-builtin", action="store_true", help="no Spark built-in connector runs")
+    p.add_argument("--keep-broker", action="store_true")
+    p.add_argument("--report", help="print the markdown tables of an existing result file")
+    p.set_defaults(func=lambda ns: cmd_report(ns) if ns.report else run_bench(ns))
