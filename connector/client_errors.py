@@ -296,7 +296,8 @@ def missing_topic_operations(admin: Any, topics: Iterable[str], needed: tuple[st
     return missing
 
 
-def topic_access_error(action: str, topic: str, lacking: list[str], role: str) -> KafkaAuthorizationError:
+def topic_access_error(action: str, topic: str, lacking: list[str],
+                       role: str) -> KafkaAuthorizationError:
     """The error for :func:`missing_topic_operations`' answer about one topic."""
     ops = _ACL_OPTION[role]
     if "DESCRIBE" in lacking:

@@ -117,8 +117,11 @@ def test_driver_killed_between_two_endtxn_calls_recovers_exactly_once(kafka, dri
     ck = str(tmp_path / "ck")
     marker = tmp_path / "kill.marker"
     fault = f"point=between_endtxn,batch=2,action=kill,once={marker}"
+    # A long transaction timeout: the restart must find batch 2's transactions still open (a slow
+    # restart past the timeout takes the lost-and-redo path instead, tested in test_chaos.py).
+    slow_ok = ("--transaction-timeout-ms", "600000")
     code, proc = run_pipeline(driver_processes, pipeline_args(
-        kafka, topics, ck, "--max-offsets", "600", "--fault", fault))
+        kafka, topics, ck, "--max-offsets", "600", "--fault", fault, *slow_ok))
     assert marker.exists() and code == -9, proc.tail()
 
     # The crash left batch 2 decided, partly committed; its other transactions are still open.
@@ -132,7 +135,8 @@ def test_driver_killed_between_two_endtxn_calls_recovers_exactly_once(kafka, dri
     shown = _txkafka_cli("commit-log", "show", "--checkpoint", ck)
     assert "decided, not finished" in shown.stdout
 
-    code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, ck, "--max-offsets", "600"))
+    code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, ck, "--max-offsets", "600",
+                                                              *slow_ok))
     assert code == 0, proc.tail()
     assert "rolling forward batch 2" in proc.output()
     assert_exactly_once(kafka, topics)
