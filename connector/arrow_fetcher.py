@@ -161,6 +161,12 @@ class ConsumerPool:
 
     Safe because a worker runs one task at a time and a consumer is handed out exclusively; a
     consumer whose task failed or stopped early is closed, never pooled.
+
+    An idle consumer is unassigned, never paused: librdkafka's pause, assign and resume race on the
+    partition's op version (librdkafka issues #2190, #5591) and a pooled consumer paused, then
+    assigned elsewhere and resumed, sometimes never fetched again (a range stalled for the whole
+    pollTimeoutMs although the broker had its records; found by the chaos suite, about one range
+    in 200 re-assigned this way). Every hand-out is one plain assign().
     """
 
     def __init__(self, max_idle: int = 16, idle_timeout_s: float = 300.0,
@@ -197,7 +203,11 @@ class ConsumerPool:
         for pc in stale:
             _close_quietly(pc.consumer)
         if chosen is not None and chosen.tp == tp and chosen.next_offset == task.start:
-            chosen.consumer.resume([TopicPartition(task.topic, task.partition)])
+            # The records it kept (at and after this range's start) come first; fetching goes on
+            # right after the last of them.
+            kept = [m.offset() for m in chosen.pending if m.error() is None]
+            at = max(kept) + 1 if kept else task.start
+            chosen.consumer.assign([TopicPartition(task.topic, task.partition, at)])
             return chosen
         if chosen is None:
             conf: dict = dict(key)
@@ -210,8 +220,6 @@ class ConsumerPool:
                     f"{redact_text(str(e), dict(key))}") from None
             self.created += 1
         chosen.consumer.assign([TopicPartition(task.topic, task.partition, task.start)])
-        # The pause flag of a partition outlives assign(): clear it (a no-op if never paused).
-        chosen.consumer.resume([TopicPartition(task.topic, task.partition)])
         chosen.tp, chosen.next_offset, chosen.pending = tp, task.start, []
         return chosen
 
@@ -220,13 +228,13 @@ class ConsumerPool:
             _close_quietly(pc.consumer)
             return
         pc.last_used = time.monotonic()
-        if pc.tp is not None:
-            try:
-                # An idle consumer keeps what it prefetched but stops fetching (no broker load).
-                pc.consumer.pause([TopicPartition(pc.tp[0], pc.tp[1])])
-            except Exception:  # noqa: BLE001 - a consumer that cannot pause is not reused
-                _close_quietly(pc.consumer)
-                return
+        try:
+            # An idle consumer stops fetching (no broker load); what it already handed over past
+            # the range stays in ``pending`` for the next range of the same partition.
+            pc.consumer.unassign()
+        except Exception:  # noqa: BLE001 - a consumer that cannot unassign is not reused
+            _close_quietly(pc.consumer)
+            return
         evicted: list[PooledConsumer] = []
         with self._lock:
             self._idle.append(pc)

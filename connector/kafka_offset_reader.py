@@ -255,15 +255,19 @@ class KafkaOffsetReader:
     # ---- offsets -------------------------------------------------------------------------------
 
     def _list_offsets(self, what: str, specs: Mapping[TopicPartitionKey, KafkaOffsetSpec],
-                      isolation: IsolationLevel) -> dict[TopicPartitionKey, int]:
+                      isolation: IsolationLevel, by_time: bool = False) -> dict[TopicPartitionKey, int]:
         """ListOffsets, retrying the partitions that failed.
 
         Partitions the broker still calls unknown after every attempt are left out of the result
         (deleted meanwhile); callers decide with fresh metadata whether that means data loss.
+        While a partition has no leader (a broker died), librdkafka answers OFFSET_INVALID
+        (-1001) without an error: never an offset (it would go into Spark's offset log); such
+        partitions are asked again until the request timeout, as a leader election takes seconds.
         """
         results: dict[TopicPartitionKey, int] = {}
         pending = dict(specs)
         gone: set[TopicPartitionKey] = set()
+        leaderless: set[TopicPartitionKey] = set()
 
         def attempt() -> None:
             futures = self._admin().list_offsets(
@@ -271,10 +275,17 @@ class KafkaOffsetReader:
                 isolation_level=isolation, request_timeout=self.request_timeout_s)
             errors: list[str] = []
             gone.clear()
+            leaderless.clear()
             for tp, fut in futures.items():
                 key = (tp.topic, tp.partition)
                 try:
-                    results[key] = fut.result(timeout=self.request_timeout_s + 5).offset
+                    offset = fut.result(timeout=self.request_timeout_s + 5).offset
+                    if offset < 0 and not by_time:
+                        leaderless.add(key)
+                        errors.append(f"{tp.topic}-{tp.partition}: no offset in the answer "
+                                      f"({offset}): the partition has no leader right now")
+                        continue
+                    results[key] = offset
                     pending.pop(key, None)
                 except KafkaException as e:
                     kerr = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
@@ -295,6 +306,14 @@ class KafkaOffsetReader:
                 last = e
                 if i + 1 < attempts:
                     time.sleep(interval)
+        deadline = time.monotonic() + self.request_timeout_s
+        while pending and set(pending) <= leaderless and time.monotonic() < deadline:
+            time.sleep(0.5)
+            try:
+                attempt()
+                return results
+            except (KafkaException, TimeoutError, RuntimeError, ValueError) as e:
+                last = e
         if pending and set(pending) <= gone:
             log.warning("partitions %s are unknown to the cluster while fetching %s",
                         describe_offsets({tp: 0 for tp in pending}).replace("@0", ""), what)
@@ -331,7 +350,7 @@ class KafkaOffsetReader:
         specs = {tp: KafkaOffsetSpec.for_timestamp(ts) for tp, ts in timestamps.items()}
         if not specs:
             return {}
-        found = self._list_offsets("offsets for timestamps", specs, self.isolation)
+        found = self._list_offsets("offsets for timestamps", specs, self.isolation, by_time=True)
         return {tp: (off if off is not None and off >= 0 else None) for tp, off in found.items()}
 
     # ---- resolving starting/ending specs -------------------------------------------------------

@@ -326,6 +326,10 @@ class KafkaWriter:
             committable = self._precommit()
         except BaseException:
             self._abort_quietly()
+            if self._init_thread is not None and not self._in_txn:
+                # Never leave an init_transactions in flight: finishing later, it could fence the
+                # next batch's producer of the same id.
+                self._init_thread.join(self.cfg.commit_timeout_ms / 1000.0)
             raise
         self.faults.check("after_precommit", batch=self.batch_id, partition=self.partition_id,
                           attempt=self.attempt)

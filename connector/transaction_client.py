@@ -211,7 +211,18 @@ class TransactionClient:
             v = conn.version_for(FIND_COORDINATOR, 4, 4)
             body = (Writer(True).int8(KEY_TYPE_TRANSACTION)
                     .array(pending, lambda ww, k: ww.string(k)).tags().build())
-            r = conn.request(FIND_COORDINATOR, v, body, flexible=True)
+            try:
+                r = conn.request(FIND_COORDINATOR, v, body, flexible=True)
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError:
+                # A pooled connection to a broker that died or restarted: drop it, ask another.
+                self._drop(conn.host, conn.port)
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
             r.int32()
             retry = []
 
@@ -328,8 +339,24 @@ class TransactionClient:
         prefix: str | None = None,
         states: Iterable[str] = (),
     ) -> list[TransactionListing]:
-        """ListTransactions on every broker (each coordinates a share of the ids)."""
-        states = list(states)
+        """ListTransactions on every broker (each coordinates a share of the ids).
+
+        Retried with fresh metadata until the client's timeout when a broker does not answer: a
+        broker that just died stays in the metadata until the controller notices.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                return self._list_transactions_once(prefix, list(states))
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _list_transactions_once(self, prefix: str | None,
+                                states: list[str]) -> list[TransactionListing]:
         result: list[TransactionListing] = []
         body = (Writer(True).array(states, lambda ww, s: ww.string(s))
                 .array([], lambda ww, p: ww.int64(p)).tags().build())

@@ -77,13 +77,17 @@ class SparkStandalone:
     def executor_pids(self) -> list[int]:
         out = subprocess.run(["pgrep", "-f", "CoarseGrainedExecutorBackend"], capture_output=True,
                              text=True).stdout.split()
+        # A worker launches its executors as children, in the session it was started in; their
+        # command lines name neither the master's port nor this cluster's folder.
+        sessions = {p.pid for p in self.procs}
         mine = []
         for pid in map(int, out):
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                sid = os.getsid(pid)
             except OSError:
                 continue
-            if str(self.root) in cmd or f"127.0.0.1:{self.port}" in cmd:
+            if sid in sessions or str(self.root) in cmd or f"127.0.0.1:{self.port}" in cmd:
                 mine.append(pid)
         return mine
 

@@ -51,7 +51,6 @@ def test_precommitted_transactions_are_committed_by_the_driver(kafka, tmp_path):
     assert empty.committable is None  # an empty task opens nothing
     c0 = r0.committable
     assert c0.record_count == 150 and c0.producer_id >= 0 and c0.producer_epoch >= 0
-    assert sum(len(p) for p in c0.topic_partitions.values()) >= 2  # keys spread over partitions
 
     # Pre-committed: visible to read_uncommitted only.
     assert len(kafka.read_all(topic, isolation="read_uncommitted")) == 200
@@ -62,6 +61,9 @@ def test_precommitted_transactions_are_committed_by_the_driver(kafka, tmp_path):
     values = sorted(int(r.value[1:]) for r in kafka.read_all(topic))
     assert values == list(range(200))
     assert log.latest().complete
+    # The decision records the partitions the coordinator saw in each transaction: keys spread.
+    decided = {c.transactional_id: c for c in log.latest().rounds[-1].decision}
+    assert sum(len(p) for p in decided[c0.transactional_id].topic_partitions.values()) >= 2
     assert kafka.open_transactions(ids.sink_prefix) == []
 
     # Keys land where Java's murmur2 partitioner puts them: the same key, the same partition.

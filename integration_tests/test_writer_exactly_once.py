@@ -17,6 +17,7 @@ from integration_tests.pipeline_helpers import (
     make_input,
     pipeline_args,
     run_pipeline,
+    sink_prefix,
 )
 from txkafka.connector.fault_injection import FaultInjector
 from txkafka.connector.sink_commit_log import SinkCommitLog
@@ -60,7 +61,7 @@ def test_records_are_visible_to_read_committed_only_after_the_driver_commits(spa
         FaultInjector._cache.clear()
     # Some moment showed pre-committed records that read_committed did not see yet.
     assert any(unc > com for unc, com in seen), seen[:20]
-    assert_exactly_once(kafka, topics)
+    assert_exactly_once(kafka, topics, str(tmp_path / "ck"))
 
 
 def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark, kafka, tmp_path):
@@ -73,7 +74,7 @@ def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark
     finally:
         q.stop()
         FaultInjector._cache.clear()
-    assert_exactly_once(kafka, topics)
+    assert_exactly_once(kafka, topics, str(tmp_path / "ck"))
     latest = SinkCommitLog(str(tmp_path / "ck")).latest()
     # The committed transactions of task partitions 0 and 1 came from their second attempts.
     attempts = {c.partition_id: c.attempt for c in latest.last.decision}
@@ -97,13 +98,13 @@ def test_failing_batch_commit_fails_the_query_and_the_restart_is_exactly_once(sp
             FaultInjector._cache.clear()
         assert marker.exists()
         # Nothing half-committed is left blocking readers.
-        assert kafka.open_transactions("txkafka-") == []
+        assert kafka.open_transactions(sink_prefix(ck)) == []
     q = _query(spark, kafka, topics, ck)
     try:
         q.processAllAvailable()
     finally:
         q.stop()
-    assert_exactly_once(kafka, topics)
+    assert_exactly_once(kafka, topics, ck)
 
 
 def _txkafka_cli(*args: str) -> subprocess.CompletedProcess:
@@ -139,7 +140,7 @@ def test_driver_killed_between_two_endtxn_calls_recovers_exactly_once(kafka, dri
                                                               *slow_ok))
     assert code == 0, proc.tail()
     assert "rolling forward batch 2" in proc.output()
-    assert_exactly_once(kafka, topics)
+    assert_exactly_once(kafka, topics, ck)
     assert len(SinkCommitLog(ck).batch_state(2).rounds) == 1  # rolled forward, nothing lost
 
 
@@ -154,7 +155,7 @@ def test_driver_killed_after_sink_commit_rerun_writes_nothing_twice(kafka, drive
     assert SinkCommitLog(ck).latest().complete  # the sink committed batch 1; Spark did not
     code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, ck, "--max-offsets", "700"))
     assert code == 0, proc.tail()
-    assert_exactly_once(kafka, topics)
+    assert_exactly_once(kafka, topics, ck)
 
 
 def test_speculative_execution_on_a_cluster(kafka, spark_cluster, driver_processes, tmp_path):
@@ -171,7 +172,7 @@ def test_speculative_execution_on_a_cluster(kafka, spark_cluster, driver_process
         "--spark-conf", "spark.speculation.minTaskRuntime=500ms",
         "--spark-conf", "spark.speculation.interval=200ms"), timeout=400)
     assert code == 0, proc.tail()
-    assert_exactly_once(kafka, topics)
+    assert_exactly_once(kafka, topics, ck)
     log = SinkCommitLog(ck)
     winners = [c.attempt for b in log.batch_ids() for c in log.batch_state(b).last.decision
                if c.partition_id == 0]
@@ -180,7 +181,8 @@ def test_speculative_execution_on_a_cluster(kafka, spark_cluster, driver_process
 
 def test_at_least_once_pipeline(kafka, driver_processes, tmp_path):
     topics = make_input(kafka, records=1000)
+    ck = str(tmp_path / unique("ck"))
     code, proc = run_pipeline(driver_processes, pipeline_args(
-        kafka, topics, str(tmp_path / unique("ck")), "--guarantee", "at_least_once"))
+        kafka, topics, ck, "--guarantee", "at_least_once"))
     assert code == 0, proc.tail()
-    assert_exactly_once(kafka, topics)  # no failure injected: no duplicate either
+    assert_exactly_once(kafka, topics, ck)  # no failure injected: no duplicate either

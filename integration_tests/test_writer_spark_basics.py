@@ -49,11 +49,12 @@ def test_batch_write_commits_all_rows_in_one_set_of_transactions(spark, kafka):
     topic = kafka.create_topic(partitions=3)
     rows = [(f"k{i}", f"v{i}") for i in range(500)]
     df = spark.createDataFrame(rows, "key string, value string").repartition(4)
+    prefix = unique("batch")
     df.write.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap) \
-        .option("topic", topic).mode("append").save()
+        .option("topic", topic).option("transactionalIdPrefix", prefix).mode("append").save()
     got = kafka.read_all(topic)
     assert sorted((r.key.decode(), r.value.decode()) for r in got) == sorted(rows)
-    assert kafka.open_transactions("txkafka-") == []
+    assert kafka.open_transactions(f"{prefix}-") == []
 
 
 def test_batch_write_topic_column_and_headers(spark, kafka):

@@ -87,6 +87,7 @@ class ScriptedConsumer:
         self.watermarks = watermarks
         self.assigned = []
         self.paused = []
+        self.unassigned = 0
         self.closed = False
 
     def consume(self, num_messages=1, timeout=-1):
@@ -106,6 +107,9 @@ class ScriptedConsumer:
 
     def pause(self, tps):
         self.paused.append(True)
+
+    def unassign(self):
+        self.unassigned += 1
 
     def resume(self, tps):
         pass
@@ -150,7 +154,10 @@ def test_range_inside_the_log_finishes_on_the_first_record_past_the_end():
     assert offsets_of(fetch_range(task(0, 8), pool=pool)) == [0, 1, 2]
     # The records at and past the end are kept for the next range of the same partition.
     assert offsets_of(fetch_range(task(8, 10), pool=pool)) == [8, 9]
-    assert pool.created == 1 and len(consumer.assigned) == 1  # reused without re-assigning
+    # Reused: unassigned while idle (never paused: see ConsumerPool), then assigned right after
+    # the records it kept.
+    assert pool.created == 1 and consumer.assigned == [[(T, 0, 0)], [(T, 0, 10)]]
+    assert consumer.unassigned == 2 and consumer.paused == []
 
 
 def test_range_of_only_markers_and_aborted_records_is_empty():

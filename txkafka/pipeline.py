@@ -48,6 +48,8 @@ def end_offsets(bootstrap: str, topic: str, kafka_conf: dict[str, str]) -> dict[
 
 
 def run(args: argparse.Namespace) -> int:
+    from pyspark.sql import functions as F
+
     kafka_conf = dict(kv.split("=", 1) for kv in (args.kafka_conf or []))
     spark = build_session(args.master, "txkafka-pipeline", dict(
         kv.split("=", 1) for kv in (args.spark_conf or [])))
@@ -67,9 +69,16 @@ def run(args: argparse.Namespace) -> int:
         out = src.selectExpr("key", "concat(CAST(value AS STRING), '|seen') AS value")
         output_mode = "append"
     elif args.mode == "aggregate":
-        out = (src.groupBy("key").count()
-               .selectExpr("key", "CAST(`count` AS STRING) AS value"))
-        output_mode = "update"
+        # A stateful count per (key, event-time window). Spark 4.3's Python sinks take append
+        # (and truncate) only, not update: each window is written once, when the watermark
+        # closes it. Output key "<key>@<window start ms>", value the count (txkafka verify
+        # --check windowed-counts).
+        out = (src.withWatermark("timestamp", f"{args.watermark_ms} milliseconds")
+               .groupBy(F.window("timestamp", f"{args.window_ms} milliseconds"), "key").count()
+               .selectExpr("concat(CAST(key AS STRING), '@', "
+                           "CAST(unix_millis(window.start) AS STRING)) AS key",
+                           "CAST(`count` AS STRING) AS value"))
+        output_mode = "append"
     else:
         raise SystemExit(f"unknown --mode {args.mode}")
 
@@ -92,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"PIPELINE-STARTED query={q.id} target={json.dumps(target)}", flush=True)
     deadline = time.monotonic() + args.timeout
     last_batch = -1
+    caught_up_at: tuple[float, int] | None = None
     try:
         while time.monotonic() < deadline:
             if q.exception() is not None:
@@ -103,14 +113,26 @@ def run(args: argparse.Namespace) -> int:
                 print(f"BATCH {p['batchId']} rows={p['numInputRows']} "
                       f"ms={p['durationMs'].get('triggerExecution')}", flush=True)
             if target is not None and _caught_up(q, args.input, target):
-                print("PIPELINE-DONE", flush=True)
-                return 0
+                if caught_up_at is None:
+                    caught_up_at = (time.monotonic(), last_batch)
+                # An aggregation emits closed windows in the batch after the watermark moved
+                # (a batch without data): wait for it, a bounded while.
+                if args.mode != "aggregate" or _no_data_batch_after(q, caught_up_at[1]) or \
+                        time.monotonic() - caught_up_at[0] > max(30.0, 10 * args.trigger_ms / 1000):
+                    print("PIPELINE-DONE", flush=True)
+                    return 0
             time.sleep(0.5)
         print("PIPELINE-TIMEOUT", flush=True)
         return 3
     finally:
         q.stop()
         spark.stop()
+
+
+def _no_data_batch_after(q, batch_id: int) -> bool:
+    p = q.lastProgress
+    return bool(p) and p["batchId"] > batch_id and p["numInputRows"] == 0 and \
+        not q.status.get("isTriggerActive")
 
 
 def _caught_up(q, topic: str, target: dict[int, int]) -> bool:
@@ -143,6 +165,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[2,4]")
     p.add_argument("--trigger-ms", type=int, default=1000)
     p.add_argument("--max-offsets", type=int, default=0)
+    p.add_argument("--window-ms", type=int, default=2000, help="aggregate: event-time window")
+    p.add_argument("--watermark-ms", type=int, default=10000, help="aggregate: watermark delay")
     p.add_argument("--transaction-timeout-ms", type=int, default=0)
     p.add_argument("--fault", default="", help="fault-injection spec (testing only)")
     p.add_argument("--until-done", action="store_true",

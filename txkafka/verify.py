@@ -5,17 +5,33 @@ Each record must carry a unique id (its key, a header, or its value); the verifi
 ids were expected, found, duplicated, missing and unexpected, plus order violations: within one
 output partition, records that came from the same input partition must keep their input order.
 The exit code is non-zero on any duplicate or missing record, so it can gate a deployment.
+
+Stateful aggregations have no per-record id; two checks cover streaming counts:
+
+- ``--check windowed-counts``: a count per (key, event-time window) written in append mode (output
+  key ``<key>@<window start ms>``, value the count; what ``txkafka.pipeline --mode aggregate``
+  writes). Every window the watermark closed must be in the output exactly once, with exactly the
+  number of committed input records of that key and window. With ``--checkpoint`` (the query's
+  checkpointLocation) the watermark is the one Spark logged for its last committed batch, so the
+  set of windows that must be out is exact; without it, ``--watermark-ms`` gives the delay.
+- ``--check counts``: ``groupBy(key).count()`` in update mode (key = group, value = count; e.g.
+  Spark's own Kafka sink): every (key, count) update exactly once, in increasing order, each key's
+  last update equal to its input count. With ``--checkpoint`` the check is exact per micro-batch
+  (Spark's offset log says which records each batch read, hence which updates it must emit), so a
+  lost batch is caught even when a later update of the same key hides it.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import logging
+import os
 import sys
 import time
 import uuid
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -171,6 +187,374 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
     return rep
 
 
+# ---------------------------------------------------------------------------- streaming counts
+
+
+@dataclass
+class CountReport:
+    """The exactly-once verdict on a streaming count (groupBy(key).count(), update mode)."""
+
+    input_topic: str
+    output_topic: str
+    keys: int = 0               # distinct keys in the committed input
+    input_records: int = 0      # committed input records the counts cover
+    pending_input: int = 0      # committed input records after the last logged batch (not read yet)
+    batches: int = 0            # batches checked against the offset log (0: final counts only)
+    expected_updates: int = 0   # (key, count) updates the output must hold (with a checkpoint)
+    found_updates: int = 0
+    duplicates: int = 0         # an update found more than once
+    missing: int = 0            # an update never found (a key's final count, or a batch's update)
+    unexpected: int = 0         # an update no batch can have emitted (unknown key, wrong count)
+    order_violations: int = 0   # a key's counts not strictly increasing in its output partition
+    wrong_final: int = 0        # keys whose last count is not their number of input records
+    output_partitions: int = 0
+    seconds: float = 0.0
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicates or self.missing or self.unexpected or self.order_violations
+                    or self.wrong_final)
+
+    # The id check's names, so callers can treat both reports alike.
+    @property
+    def expected(self) -> int:
+        return self.input_records
+
+    @property
+    def found(self) -> int:
+        return self.found_updates
+
+    def text(self) -> str:
+        verdict = "EXACTLY ONCE" if self.ok else "FAILED"
+        how = (f"per batch, {self.batches} batches of the offset log" if self.batches
+               else "final counts")
+        lines = [
+            f"txkafka verify (counts, {how}): {self.input_topic} -> {self.output_topic}: {verdict}",
+            f"  keys               {self.keys} ({self.input_records} input records"
+            + (f", {self.pending_input} not read yet" if self.pending_input else "") + ")",
+            f"  updates            {self.found_updates} found"
+            + (f", {self.expected_updates} expected" if self.batches else ""),
+            f"  duplicates         {self.duplicates}",
+            f"  missing            {self.missing}",
+            f"  unexpected         {self.unexpected}",
+            f"  order violations   {self.order_violations}",
+            f"  wrong final count  {self.wrong_final}",
+        ]
+        for kind, ex in self.examples.items():
+            if ex:
+                lines.append(f"  e.g. {kind}: {', '.join(ex)}")
+        return "\n".join(lines)
+
+
+def _checkpoint_fs(location: str):
+    import pyarrow.fs as pafs
+
+    if "://" in location or location.startswith("file:"):
+        return pafs.FileSystem.from_uri(location)
+    return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+def read_offset_log(checkpoint: str, topic: str) -> tuple[list[tuple[int, dict[int, int]]], set[int]]:
+    """Spark's offset log for one Kafka topic: [(batch, {partition: end offset})] and the batches
+    that have a commit entry. The end offsets of batch N-1 are the start offsets of batch N."""
+    batches, committed, _marks = _offset_log(checkpoint, topic)
+    return batches, committed
+
+
+def _offset_log(checkpoint: str, topic: str):
+    """(batches with end offsets, committed batch ids, {batch: batchWatermarkMs})."""
+    import pyarrow.fs as pafs
+
+    fs, root = _checkpoint_fs(checkpoint)
+    root = root.rstrip("/")
+
+    def numbered(folder: str) -> list[int]:
+        infos = fs.get_file_info(pafs.FileSelector(f"{root}/{folder}", allow_not_found=True))
+        return sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
+
+    batches: list[tuple[int, dict[int, int]]] = []
+    marks: dict[int, int] = {}
+    for b in numbered("offsets"):
+        with fs.open_input_stream(f"{root}/offsets/{b}") as f:
+            lines = f.read().decode().splitlines()
+        try:
+            marks[b] = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
+        except (IndexError, ValueError, AttributeError):
+            marks[b] = 0
+        ends: dict[int, int] = {}
+        for line in lines[2:]:  # version, batch metadata, then one line per source
+            try:
+                src = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(src, dict) and isinstance(src.get(topic), dict):
+                ends = {int(p): int(o) for p, o in src[topic].items()}
+        batches.append((b, ends))
+    return batches, set(numbered("commits")), marks
+
+
+def _parse_count(raw: bytes | None) -> int | None:
+    try:
+        return int(raw.decode()) if raw is not None else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
+                  checkpoint: str | None = None, input_records: Iterable | None = None,
+                  output_records: Iterable | None = None) -> CountReport:
+    """Check a streaming count's output; exact per batch when the query's checkpoint is given."""
+    started = time.monotonic()
+    rep = CountReport(input_topic, output_topic)
+    batches, committed = read_offset_log(checkpoint, input_topic) if checkpoint else ([], set())
+    # Per partition, the end offset of every batch (a batch whose end lacks the partition ends
+    # where it started; Spark's offsets only grow).
+    bounds = {p: _running_max([e.get(p, -1) for _b, e in batches])
+              for p in {p for _b, e in batches for p in e}}
+
+    def batch_of(partition: int, offset: int) -> int | None:
+        """Index into ``batches`` of the batch that read this record, None if none did yet."""
+        ends = bounds.get(partition)
+        if ends is None:
+            return None
+        i = bisect.bisect_right(ends, offset)
+        return i if i < len(batches) else None
+
+    per_batch: dict[int, list[bytes]] = defaultdict(list)
+    final: Counter[bytes] = Counter()
+    for m in (input_records if input_records is not None else scan_topic(conf, input_topic)):
+        key = m.key()
+        if key is None:
+            continue
+        if checkpoint:
+            i = batch_of(m.partition(), m.offset())
+            if i is None:
+                rep.pending_input += 1
+                continue
+            per_batch[i].append(key)
+        final[key] += 1
+    rep.keys = len(final)
+    rep.input_records = sum(final.values())
+
+    # Expected updates: each batch emits every key it read, with the key's running count.
+    required: set[tuple[bytes, int]] = set()
+    optional: set[tuple[bytes, int]] = set()  # batches logged but not committed yet: may be out
+    committed_final: Counter[bytes] = Counter()
+    if checkpoint:
+        running: Counter[bytes] = Counter()
+        for i, (b, _ends) in enumerate(batches):
+            for key in per_batch.get(i, ()):
+                running[key] += 1
+            for key in set(per_batch.get(i, ())):
+                (required if b in committed else optional).add((key, running[key]))
+                if b in committed:
+                    committed_final[key] = running[key]
+        rep.batches = len(batches)
+        rep.expected_updates = len(required)
+
+    seen: Counter[tuple[bytes, int]] = Counter()
+    last: dict[bytes, int] = {}
+    out_parts: set[int] = set()
+    ex: dict[str, list[str]] = {"duplicates": [], "missing": [], "unexpected": [], "order": [],
+                                "wrong final": []}
+
+    def note(kind: str, text: str) -> None:
+        if len(ex[kind]) < 5:
+            ex[kind].append(text)
+
+    for m in (output_records if output_records is not None else scan_topic(conf, output_topic)):
+        key = m.key()
+        if key is None:
+            continue
+        out_parts.add(m.partition())
+        rep.found_updates += 1
+        count = _parse_count(m.value())
+        if count is None or key not in final:
+            rep.unexpected += 1
+            note("unexpected", f"{_show(key)}={m.value()!r}")
+            continue
+        pair = (key, count)
+        seen[pair] += 1
+        if seen[pair] > 1:
+            rep.duplicates += 1
+            note("duplicates", f"{_show(key)}={count}")
+        elif checkpoint and pair not in required and pair not in optional:
+            rep.unexpected += 1
+            note("unexpected", f"{_show(key)}={count}")
+        elif not checkpoint and not 1 <= count <= final[key]:
+            rep.unexpected += 1
+            note("unexpected", f"{_show(key)}={count} (input has {final[key]})")
+        prev = last.get(key)
+        if prev is not None and count <= prev and seen[pair] == 1:
+            rep.order_violations += 1
+            note("order", f"{_show(key)}: {prev} then {count}")
+        last[key] = count if prev is None else max(prev, count)
+    rep.output_partitions = len(out_parts)
+
+    if checkpoint:
+        for pair in required:
+            if not seen[pair]:
+                rep.missing += 1
+                note("missing", f"{_show(pair[0])}={pair[1]}")
+        optional_top: dict[bytes, int] = {}
+        for k, c in optional:
+            optional_top[k] = max(c, optional_top.get(k, 0))
+        for key, want in committed_final.items():
+            if not want <= last.get(key, 0) <= max(want, optional_top.get(key, 0)):
+                rep.wrong_final += 1
+                note("wrong final", f"{_show(key)}: last {last.get(key)}, expected {want}")
+    else:
+        for key, want in final.items():
+            got = last.get(key)
+            if got is None or got < want:
+                rep.missing += 1
+                note("missing", f"{_show(key)}={want} (last update {got})")
+            if got != want:
+                rep.wrong_final += 1
+                note("wrong final", f"{_show(key)}: last {got}, expected {want}")
+    rep.examples = {k: v for k, v in ex.items() if v}
+    rep.seconds = round(time.monotonic() - started, 3)
+    return rep
+
+
+# ------------------------------------------------------------------- windowed counts (append)
+
+
+@dataclass
+class WindowCountReport:
+    """The verdict on a count per (key, event-time window) written in append mode."""
+
+    input_topic: str
+    output_topic: str
+    window_ms: int
+    watermark_ms: int | None = None  # windows ending at or before it must be in the output
+    groups: int = 0                  # (key, window) groups in the committed input
+    closed: int = 0                  # ... of which the watermark closed: each must be out once
+    open: int = 0                    # ... still open (not expected yet)
+    input_records: int = 0           # committed input records in closed windows
+    found: int = 0                   # output records
+    duplicates: int = 0              # a window written more than once
+    missing: int = 0                 # a closed window never written
+    unexpected: int = 0              # a window with no input, or written before it closed
+    wrong_counts: int = 0            # a window written with another count than its input's
+    seconds: float = 0.0
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.duplicates or self.missing or self.unexpected or self.wrong_counts)
+
+    @property
+    def expected(self) -> int:
+        return self.input_records
+
+    def text(self) -> str:
+        verdict = "EXACTLY ONCE" if self.ok else "FAILED"
+        lines = [
+            f"txkafka verify (windowed counts, {self.window_ms} ms windows): {self.input_topic} -> "
+            f"{self.output_topic}: {verdict}",
+            f"  windows            {self.groups} ({self.closed} closed by the watermark "
+            f"{self.watermark_ms}, {self.open} open)",
+            f"  input records      {self.input_records} in closed windows",
+            f"  found records      {self.found}",
+            f"  duplicates         {self.duplicates}",
+            f"  missing            {self.missing}",
+            f"  unexpected         {self.unexpected}",
+            f"  wrong counts       {self.wrong_counts}",
+        ]
+        for kind, ex in self.examples.items():
+            if ex:
+                lines.append(f"  e.g. {kind}: {', '.join(ex)}")
+        return "\n".join(lines)
+
+
+def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, window_ms: int, *,
+                           checkpoint: str | None = None, watermark_delay_ms: int | None = None,
+                           input_records: Iterable | None = None,
+                           output_records: Iterable | None = None) -> WindowCountReport:
+    """Check a windowed count's output (key ``<key>@<window start ms>``, value the count).
+
+    The windows that must be out: with a checkpoint, those ending at or before the watermark Spark
+    logged for its last committed batch (a later, uncommitted batch may have written more); else
+    those ending at or before the newest input timestamp minus ``watermark_delay_ms``.
+    """
+    started = time.monotonic()
+    rep = WindowCountReport(input_topic, output_topic, window_ms)
+    counts: Counter[tuple[bytes, int]] = Counter()
+    newest = None
+    for m in (input_records if input_records is not None else scan_topic(conf, input_topic)):
+        key = m.key()
+        if key is None:
+            continue
+        ts = m.timestamp()[1]
+        counts[(key, ts - ts % window_ms)] += 1
+        newest = ts if newest is None else max(newest, ts)
+    may_close = None
+    if checkpoint:
+        _batches, committed, marks = _offset_log(checkpoint, input_topic)
+        done = [b for b in marks if b in committed]
+        rep.watermark_ms = marks[max(done)] if done else 0
+        may_close = max(marks.values(), default=0)
+    elif watermark_delay_ms is not None and newest is not None:
+        rep.watermark_ms = newest - watermark_delay_ms
+    wm = rep.watermark_ms
+    closed = {g for g in counts if wm is not None and g[1] + window_ms <= wm}
+    maybe = {g for g in counts if may_close is not None and g not in closed
+             and g[1] + window_ms <= may_close}
+    rep.groups, rep.closed = len(counts), len(closed)
+    rep.open = rep.groups - rep.closed
+    rep.input_records = sum(counts[g] for g in closed)
+
+    ex: dict[str, list[str]] = {"duplicates": [], "missing": [], "unexpected": [],
+                                "wrong counts": []}
+
+    def note(kind: str, text: str) -> None:
+        if len(ex[kind]) < 5:
+            ex[kind].append(text)
+
+    seen: Counter[tuple[bytes, int]] = Counter()
+    for m in (output_records if output_records is not None else scan_topic(conf, output_topic)):
+        raw = m.key()
+        if raw is None:
+            continue
+        rep.found += 1
+        key, _, start = raw.rpartition(b"@")
+        count = _parse_count(m.value())
+        try:
+            group = (key, int(start))
+        except ValueError:
+            rep.unexpected += 1
+            note("unexpected", _show(raw))
+            continue
+        seen[group] += 1
+        label = f"{_show(key)}@{group[1]}"
+        if seen[group] > 1:
+            rep.duplicates += 1
+            note("duplicates", label)
+        elif group not in counts or (wm is not None and group not in closed and group not in maybe):
+            rep.unexpected += 1
+            note("unexpected", f"{label}={count}")
+        elif count != counts[group]:
+            rep.wrong_counts += 1
+            note("wrong counts", f"{label}: {count}, input has {counts[group]}")
+    for g in closed:
+        if not seen[g]:
+            rep.missing += 1
+            note("missing", f"{_show(g[0])}@{g[1]}")
+    rep.examples = {k: v for k, v in ex.items() if v}
+    rep.seconds = round(time.monotonic() - started, 3)
+    return rep
+
+
+def _running_max(values: list[int]) -> list[int]:
+    out, top = [], -1
+    for v in values:
+        top = max(top, v)
+        out.append(top)
+    return out
+
+
 def _show(rid: bytes) -> str:
     try:
         return rid.decode()
@@ -183,8 +567,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for item in args.conf or []:
         k, _, v = item.partition("=")
         conf[k] = v
-    rep = verify(conf, args.input, args.output, id_in=args.id_in or args.id,
-                 id_out=args.id_out or args.id, check_order=not args.no_order)
+    if args.check == "counts":
+        rep = verify_counts(conf, args.input, args.output, checkpoint=args.checkpoint)
+    elif args.check == "windowed-counts":
+        if not args.checkpoint and args.watermark_ms is None:
+            raise SystemExit("error: --check windowed-counts needs --checkpoint or --watermark-ms")
+        rep = verify_windowed_counts(conf, args.input, args.output, args.window_ms,
+                                     checkpoint=args.checkpoint,
+                                     watermark_delay_ms=args.watermark_ms)
+    else:
+        rep = verify(conf, args.input, args.output, id_in=args.id_in or args.id,
+                     id_out=args.id_out or args.id, check_order=not args.no_order)
     if args.json:
         payload = {**asdict(rep), "ok": rep.ok}
         if args.json == "-":
@@ -206,6 +599,15 @@ def register_cli(sub) -> None:
     p.add_argument("--id-in", help="id location in the input, if it differs")
     p.add_argument("--id-out", help="id location in the output, if it differs")
     p.add_argument("--no-order", action="store_true", help="skip the per-partition order check")
+    p.add_argument("--check", choices=["ids", "windowed-counts", "counts"], default="ids",
+                   help="ids: each input id once in the output (default); windowed-counts: a "
+                        "count per (key, event-time window) in append mode (key KEY@WINDOWSTARTMS, "
+                        "value the count); counts: groupBy(key).count() in update mode")
+    p.add_argument("--checkpoint", help="with a counts check: the query's checkpointLocation "
+                                        "(Spark's offset log makes the check exact)")
+    p.add_argument("--window-ms", type=int, default=2000, help="windowed-counts: window length")
+    p.add_argument("--watermark-ms", type=int, default=None,
+                   help="windowed-counts without --checkpoint: the query's watermark delay")
     p.add_argument("--json", help="write the report as JSON to this file ('-' for stdout)")
     p.add_argument("--conf", "-X", action="append",
                    help="extra librdkafka setting key=value (security settings)")

@@ -1,0 +1,190 @@
+"""The long chaos soak: hundreds of crash rounds, a JSON summary.
+
+    python -m integration_tests.chaos.soak --rounds 200 --out docs/soak-results.json --seed 2026
+
+Why a separate command: CI runs a bounded set of rounds (integration_tests/test_chaos.py); the soak
+runs the same campaigns many times with random crash choices, on clusters started once and
+reused (a 3-node transaction.version=2 cluster, a 1-node transaction.version=0 broker, a Spark
+standalone cluster of two single-core workers). Each campaign is a fresh pipeline (topics and
+checkpoint) of ``--rounds-per-campaign`` rounds, verified at its end; the JSON is rewritten after
+every campaign, so an interrupted soak still leaves its results. Exit code 0 only if every
+campaign verified exactly once with no transaction left open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import random
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from integration_tests.chaos.campaign import (
+    DRIVER_POINTS,
+    TASK_POINTS,
+    Campaign,
+    CampaignError,
+    Crash,
+    SparkTarget,
+)
+from integration_tests.chaos.summary import ChaosSummary
+from integration_tests.kafka_helpers import KafkaTarget
+from txkafka.embedded_kafka import EmbeddedKafka
+
+# (mode, cluster, spark) of each campaign, in rotation.
+PROFILES = [
+    ("map", "tv2", "local"),
+    ("aggregate", "tv2", "local"),
+    ("map", "tv0", "local"),
+    ("aggregate", "tv2", "standalone"),
+    ("aggregate", "tv0", "local"),
+    ("map", "tv2", "standalone"),
+]
+
+
+def choose_crash(rng: random.Random, campaign: Campaign, cluster_nodes: int) -> Crash:
+    """A random crash that can happen in this campaign's set-up (a kill in an executor would take
+    the standalone worker down with it, so task-side kills are local-mode only)."""
+    standalone = campaign.spark.kind == "standalone"
+    points = list(DRIVER_POINTS) + ([] if standalone else list(TASK_POINTS))
+    # A task's worker crashing at a task-side point, on top of the round's crash.
+    task_exit = rng.choice(TASK_POINTS) if rng.random() < 0.25 else None
+    if campaign.pending_decision_size() < 2:
+        points.remove("during_recovery")
+    elif rng.random() < 0.5:
+        return Crash("point", "during_recovery")  # a decided batch is waiting: crash its recovery
+    roll = rng.random()
+    if cluster_nodes == 3 and roll < 0.08:
+        return Crash("broker", task_exit=task_exit)
+    if standalone and roll < 0.30:
+        return Crash("executor", rng.choice([None, *DRIVER_POINTS[:-1]]), task_exit=task_exit)
+    if roll < 0.20:
+        return Crash("random", task_exit=task_exit)
+    point = rng.choice(points)
+    return Crash("point", point, task_exit=task_exit if task_exit != point else None)
+
+
+class Clusters:
+    """The soak's Kafka clusters and Spark standalone cluster, started once."""
+
+    def __init__(self, root: Path) -> None:
+        from integration_tests.spark_standalone import SparkStandalone
+
+        self.tv2 = EmbeddedKafka("soak-tv2", 3, root=root / "kafka-tv2")
+        self.tv0 = EmbeddedKafka("soak-tv0", 1, root=root / "kafka-tv0", transaction_version=0)
+        self.spark = SparkStandalone(root / "spark")
+
+    def start(self) -> None:
+        self.tv2.start(timeout=300)
+        self.tv0.start(timeout=300)
+        self.spark.start()
+
+    def kafka(self, name: str) -> KafkaTarget:
+        cluster = self.tv2 if name == "tv2" else self.tv0
+        if not cluster.is_running():  # a failed round may have left a node down
+            for n in cluster.node_infos:
+                cluster.start_node(n.node_id)
+            cluster.wait_ready(180)
+        return KafkaTarget(cluster.bootstrap_servers, "native", cluster)
+
+    def stop(self) -> None:
+        for c in (self.tv2, self.tv0):
+            c.destroy()
+        self.spark.stop()
+
+
+def run_soak(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="txkafka-soak-"))
+    root.mkdir(parents=True, exist_ok=True)
+    summary = ChaosSummary(title=f"txkafka chaos soak (seed {args.seed})")
+    meta = {
+        "command": " ".join(["python -m integration_tests.chaos.soak", *sys.argv[1:]]),
+        "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "errors": [],
+    }
+    clusters = Clusters(root / "clusters")
+    started = time.monotonic()
+    failed = False
+
+    def save() -> None:
+        payload = summary.to_json()
+        payload["meta"] = {**meta, "seconds": round(time.monotonic() - started, 1),
+                           "finished": dt.datetime.now(dt.timezone.utc).isoformat(
+                               timespec="seconds")}
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        import json
+
+        out.write_text(json.dumps(payload, indent=1) + "\n")
+
+    try:
+        clusters.start()
+        n = 0
+        while sum(len(c.rounds) for c in summary.campaigns) < args.rounds:
+            if args.max_hours and time.monotonic() - started > args.max_hours * 3600:
+                meta["errors"].append(f"stopped after {args.max_hours} h")
+                break
+            mode, cluster_name, spark_kind = PROFILES[n % len(PROFILES)]
+            n += 1
+            kafka = clusters.kafka(cluster_name)
+            spark = SparkTarget.on_cluster(clusters.spark) if spark_kind == "standalone" \
+                else SparkTarget()
+            workdir = root / f"campaign{n:03d}"
+            campaign = Campaign(f"soak{n:03d}-{mode}-{cluster_name}-{spark_kind}", kafka, mode,
+                                workdir, spark=spark, seed=rng.randrange(1 << 30),
+                                transaction_version=2 if cluster_name == "tv2" else 0,
+                                round_timeout=args.round_timeout)
+            summary.campaigns.append(campaign.result)
+            left = args.rounds - sum(len(c.rounds) for c in summary.campaigns)
+            rounds = min(args.rounds_per_campaign, max(1, left))
+            try:
+                campaign.start()
+                for _ in range(rounds):
+                    campaign.round(choose_crash(rng, campaign, len(kafka.cluster.node_infos)))
+                campaign.finish()
+                campaign.close()
+                if campaign.result.ok and not args.keep:
+                    shutil.rmtree(workdir, ignore_errors=True)
+            except (CampaignError, AssertionError, Exception) as e:  # noqa: BLE001 - a finding
+                campaign.close()
+                campaign.result.ok = False
+                text = f"{campaign.name}: {type(e).__name__}: {e}"
+                meta["errors"].append(text[:4000])
+                print(text, file=sys.stderr, flush=True)
+                traceback.print_exc()
+            failed = failed or not campaign.result.ok
+            save()
+            print(summary.text(), file=sys.stderr, flush=True)
+    finally:
+        save()
+        if not args.keep:
+            clusters.stop()
+    print(summary.text())
+    return 1 if failed or not summary.totals()["all_ok"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=200, help="crash rounds in total")
+    p.add_argument("--rounds-per-campaign", type=int, default=10)
+    p.add_argument("--out", default="docs/soak-results.json", help="JSON summary path")
+    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--workdir", help="where clusters, checkpoints and logs go (default: a temp dir)")
+    p.add_argument("--keep", action="store_true", help="keep clusters and every campaign's logs")
+    p.add_argument("--round-timeout", type=float, default=300.0)
+    p.add_argument("--max-hours", type=float, default=0.0, help="stop starting campaigns after")
+    return run_soak(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
