@@ -12,10 +12,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from txkafka.connector.transaction_client import TransactionClient
+from txkafka.verify import scan_topic
 
 QUIET = logging.getLogger("txkafka.tests.librdkafka")
 QUIET.addHandler(logging.NullHandler())
@@ -137,32 +138,9 @@ class KafkaTarget:
     def read_all(self, topic: str, *, isolation: str = "read_committed",
                  timeout: float = 60.0) -> list[Record]:
         """Every record of every partition from the start to the current end, in offset order."""
-        parts = self.partitions(topic)
-        c = Consumer({
-            **self.conf, "group.id": unique("reader"), "enable.auto.commit": False,
-            "enable.partition.eof": True, "isolation.level": isolation, "logger": QUIET,
-        })
-        # Assign at the first offset: an empty partition then reports EOF at once.
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        pending = set(parts)
-        out: list[Record] = []
-        deadline = time.monotonic() + timeout
-        try:
-            while pending:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"read_all({topic}) did not reach the end of {pending}")
-                msgs = c.consume(1000, 0.5)
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            pending.discard(m.partition())
-                            continue
-                        raise KafkaException(err)
-                    out.append(Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
-                                      m.timestamp()[1], tuple(m.headers() or ())))
-        finally:
-            c.close()
+        out = [Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1],
+                      tuple(m.headers() or ()))
+               for m in scan_topic(self.conf, topic, timeout, isolation)]
         out.sort(key=lambda r: (r.partition, r.offset))
         return out
 

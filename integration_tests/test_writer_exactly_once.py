@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 
-from integration_tests.kafka_helpers import unique
 from integration_tests.pipeline_helpers import (
     assert_exactly_once,
     make_input,
@@ -144,17 +143,31 @@ def test_driver_killed_between_two_endtxn_calls_recovers_exactly_once(kafka, dri
     assert len(SinkCommitLog(ck).batch_state(2).rounds) == 1  # rolled forward, nothing lost
 
 
-def test_driver_killed_after_sink_commit_rerun_writes_nothing_twice(kafka, driver_processes, tmp_path):
+def test_commit_lost_after_sink_commit_rerun_writes_nothing_twice(spark, kafka, tmp_path):
+    """The sink committed batch 1 but Spark never wrote commits/1 (the commit call failed right
+    after the EndTxn calls; the chaos suite does the same with a SIGKILL): the restart re-runs
+    batch 1, whose output the sink aborts as already committed."""
     topics = make_input(kafka, records=2000)
     ck = str(tmp_path / "ck")
-    marker = tmp_path / "kill.marker"
-    fault = f"point=after_sink_commit,batch=1,action=kill,once={marker}"
-    code, proc = run_pipeline(driver_processes, pipeline_args(
-        kafka, topics, ck, "--max-offsets", "700", "--fault", fault))
-    assert marker.exists() and code == -9, proc.tail()
-    assert SinkCommitLog(ck).latest().complete  # the sink committed batch 1; Spark did not
-    code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, ck, "--max-offsets", "700"))
-    assert code == 0, proc.tail()
+    marker = tmp_path / "after_sink_commit.marker"
+    q = _query(spark, kafka, topics, ck, max_offsets=700,
+               fault=f"point=after_sink_commit,batch=1,action=raise,once={marker}")
+    try:
+        q.awaitTermination(180)
+    except Exception as e:  # noqa: BLE001 - StreamingQueryException
+        assert "injected fault" in str(e)
+    finally:
+        if q.isActive:
+            q.stop()
+        FaultInjector._cache.clear()
+    assert marker.exists()
+    assert SinkCommitLog(ck).batch_state(1).complete  # the sink committed batch 1; Spark did not
+    assert not (tmp_path / "ck" / "commits" / "1").exists()
+    q = _query(spark, kafka, topics, ck, max_offsets=700)
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
     assert_exactly_once(kafka, topics, ck)
 
 
@@ -179,10 +192,13 @@ def test_speculative_execution_on_a_cluster(kafka, spark_cluster, driver_process
     assert any(a >= 1 for a in winners), f"no speculative attempt won: {winners}"
 
 
-def test_at_least_once_pipeline(kafka, driver_processes, tmp_path):
+def test_at_least_once_mode(spark, kafka, tmp_path):
     topics = make_input(kafka, records=1000)
-    ck = str(tmp_path / unique("ck"))
-    code, proc = run_pipeline(driver_processes, pipeline_args(
-        kafka, topics, ck, "--guarantee", "at_least_once"))
-    assert code == 0, proc.tail()
+    ck = str(tmp_path / "ck")
+    q = _query(spark, kafka, topics, ck, deliveryGuarantee="at_least_once")
+    try:
+        q.processAllAvailable()
+    finally:
+        q.stop()
     assert_exactly_once(kafka, topics, ck)  # no failure injected: no duplicate either
+    assert SinkCommitLog(ck).latest() is None  # no transactions, nothing to log

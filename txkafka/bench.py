@@ -326,37 +326,43 @@ def run_bench(ns: argparse.Namespace) -> int:
         src = k.topic("bench-in", 4)
         k.fill(src, rows, 100)
 
+        # One round = one run of every system of every throughput suite; rounds repeat, so each
+        # ratio compares medians of runs interleaved in time and machine drift cancels.
+        systems: list[tuple[str, str]] = []
         if "ceiling" in ns.suites:
-            say("ceiling: plain confluent-kafka producer and consumer loops")
-            prod, cons = [], []
-            for i in range(repeats):
-                t = k.topic("bench-ceiling", 4)
-                prod.append(k.fill(t, rows, 100))
-                cons.append(k.consume_all(t, rows))
-                say(f"  run {i + 1}/{repeats}: produce {prod[-1]:,.0f} rows/s, consume {cons[-1]:,.0f} rows/s")
+            systems += [("ceiling", "produce"), ("ceiling", "consume")]
+        if "read" in ns.suites:
+            systems += [("read", "txkafka")] + ([] if ns.skip_builtin else [("read", "kafka")])
+        if "write" in ns.suites:
+            systems += [("write", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once",
+                                                "noop"] + ([] if ns.skip_builtin else ["builtin"])]
+        per_batch = max(1000, rows // 8)
+        runs: dict[tuple[str, str], list[float]] = {s: [] for s in systems}
+        if any(suite == "read" for suite, _ in systems):
+            read_run(spark, "txkafka", bootstrap, src, rows, workdir)  # warm-up (JIT, workers)
+        for i in range(repeats if systems else 0):
+            say(f"throughput round {i + 1}/{repeats}")
+            for suite, name in systems:
+                if (suite, name) == ("ceiling", "produce"):
+                    ceiling_topic = k.topic("bench-ceiling", 4)
+                    value = k.fill(ceiling_topic, rows, 100)
+                elif (suite, name) == ("ceiling", "consume"):
+                    value = k.consume_all(ceiling_topic, rows)
+                elif suite == "read":
+                    value = read_run(spark, name, bootstrap, src, rows, workdir)
+                else:
+                    value = write_run(spark, name, k, src, rows, workdir, 4, per_batch)
+                runs[(suite, name)].append(value)
+                say(f"  {suite} {name}: {value:,.0f} rows/s")
+        if "ceiling" in ns.suites:
+            prod, cons = runs[("ceiling", "produce")], runs[("ceiling", "consume")]
             result["ceiling"] = {"produce_rows_s": _median(prod), "consume_rows_s": _median(cons),
                                  "runs": {"produce": prod, "consume": cons}}
-
-        if "read" in ns.suites:
-            systems = ["txkafka"] + ([] if ns.skip_builtin else ["kafka"])
-            runs: dict[str, list[float]] = {s: [] for s in systems}
-            read_run(spark, "txkafka", bootstrap, src, rows, workdir)  # warm-up (JIT, workers)
-            for i in range(repeats):
-                for s in systems:
-                    runs[s].append(read_run(spark, s, bootstrap, src, rows, workdir))
-                    say(f"  read run {i + 1}/{repeats} {s}: {runs[s][-1]:,.0f} rows/s")
-            result["read"] = {s: {"rows_s": _median(v), "runs": v} for s, v in runs.items()}
-
-        if "write" in ns.suites:
-            sinks = ["txkafka_exactly_once", "txkafka_at_least_once", "noop"] + (
-                [] if ns.skip_builtin else ["builtin"])
-            runs = {s: [] for s in sinks}
-            per_batch = max(1000, rows // 8)
-            for i in range(repeats):
-                for s in sinks:
-                    runs[s].append(write_run(spark, s, k, src, rows, workdir, 4, per_batch))
-                    say(f"  write run {i + 1}/{repeats} {s}: {runs[s][-1]:,.0f} rows/s")
-            result["write"] = {s: {"rows_s": _median(v), "runs": v} for s, v in runs.items()}
+        for suite in ("read", "write"):
+            named = {name: v for (su, name), v in runs.items() if su == suite}
+            if named:
+                result[suite] = {n: {"rows_s": _median(v), "runs": v} for n, v in named.items()}
+        if "write" in result:
             result["write"]["trigger"] = "1 second"
             result["write"]["rows_per_batch"] = per_batch
 

@@ -99,13 +99,15 @@ def id_extractor(spec: str) -> IdExtractor:
     raise ValueError(f"--id must be key, value or header:NAME, got {spec!r}")
 
 
-def scan_topic(conf: dict, topic: str, timeout_s: float = 120.0) -> Iterator[object]:
-    """Every committed record of ``topic``, partition by partition up to the last stable offset."""
+def scan_topic(conf: dict, topic: str, timeout_s: float = 120.0,
+               isolation: str = "read_committed") -> Iterator[object]:
+    """Every committed record of ``topic``, partition by partition up to the last stable offset
+    (read_uncommitted: up to the high watermark, open transactions' records included)."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     c = Consumer({**conf, "group.id": f"txkafka-verify-{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
-                  "isolation.level": "read_committed", "logger": _quiet})
+                  "isolation.level": isolation, "logger": _quiet})
     try:
         md = c.list_topics(topic, timeout=30)
         t = md.topics.get(topic)

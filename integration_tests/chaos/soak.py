@@ -33,7 +33,7 @@ from integration_tests.chaos.campaign import (
     Crash,
     SparkTarget,
 )
-from integration_tests.chaos.summary import ChaosSummary
+from integration_tests.chaos.summary import CampaignResult, ChaosSummary
 from integration_tests.kafka_helpers import KafkaTarget
 from txkafka.embedded_kafka import EmbeddedKafka
 
@@ -99,27 +99,55 @@ class Clusters:
         self.spark.stop()
 
 
+def _resume(path: Path, seed: int) -> tuple[ChaosSummary, list[dict], list[str]]:
+    """The campaigns, sittings and errors of an earlier run of the same soak (same seed)."""
+    import json
+
+    data = json.loads(path.read_text())
+    title = data.get("title", "")
+    if f"(seed {seed})" not in title:
+        raise SystemExit(f"error: {path} is the soak {title!r}, not seed {seed}; resume with its "
+                         "seed or write to another --out")
+    summary = ChaosSummary([CampaignResult.from_json(c) for c in data.get("campaigns", [])],
+                           title=title)
+    meta = data.get("meta", {})
+    sittings = meta.get("sittings") or [
+        {k: meta[k] for k in ("command", "started", "finished", "seconds") if k in meta}]
+    return summary, sittings, list(meta.get("errors", []))
+
+
 def run_soak(args: argparse.Namespace) -> int:
-    rng = random.Random(args.seed)
+    out = Path(args.out)
+    if args.resume and out.exists():
+        summary, sittings, errors = _resume(out, args.seed)
+    else:
+        summary, sittings, errors = ChaosSummary(title=f"txkafka chaos soak (seed {args.seed})"), [], []
+    # A resumed sitting draws its crashes from a generator of its own, seeded by the seed and the
+    # number of campaigns before it, so every sitting of a soak is reproducible.
+    rng = random.Random(args.seed if not summary.campaigns else f"{args.seed}-{len(summary.campaigns)}")
     root = Path(args.workdir or tempfile.mkdtemp(prefix="txkafka-soak-"))
     root.mkdir(parents=True, exist_ok=True)
-    summary = ChaosSummary(title=f"txkafka chaos soak (seed {args.seed})")
-    meta = {
+    sitting = {
         "command": " ".join(["python -m integration_tests.chaos.soak", *sys.argv[1:]]),
         "started": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "campaigns_before": len(summary.campaigns),
+    }
+    meta = {
         "host": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
-        "errors": [],
+        "errors": errors,
     }
     clusters = Clusters(root / "clusters")
     started = time.monotonic()
-    failed = False
+    failed = not all(c.ok for c in summary.campaigns)
 
     def save() -> None:
         payload = summary.to_json()
-        payload["meta"] = {**meta, "seconds": round(time.monotonic() - started, 1),
-                           "finished": dt.datetime.now(dt.timezone.utc).isoformat(
-                               timespec="seconds")}
+        now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        this = {**sitting, "finished": now, "seconds": round(time.monotonic() - started, 1)}
+        payload["meta"] = {**meta, "sittings": [*sittings, this],
+                           "seconds": round(sum(s.get("seconds", 0) for s in sittings)
+                                            + this["seconds"], 1)}
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         import json
@@ -128,7 +156,7 @@ def run_soak(args: argparse.Namespace) -> int:
 
     try:
         clusters.start()
-        n = 0
+        n = len(summary.campaigns)
         while sum(len(c.rounds) for c in summary.campaigns) < args.rounds:
             if args.max_hours and time.monotonic() - started > args.max_hours * 3600:
                 meta["errors"].append(f"stopped after {args.max_hours} h")
@@ -183,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep clusters and every campaign's logs")
     p.add_argument("--round-timeout", type=float, default=300.0)
     p.add_argument("--max-hours", type=float, default=0.0, help="stop starting campaigns after")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the campaigns already in --out (same seed) and add rounds until "
+                        "--rounds in total: a soak can run in several sittings")
     return run_soak(p.parse_args(argv))
 
 

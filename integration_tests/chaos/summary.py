@@ -79,6 +79,13 @@ class CampaignResult:
         d["crash_points"] = self.crash_points
         return d
 
+    @classmethod
+    def from_json(cls, d: dict) -> "CampaignResult":
+        """Read back what to_json wrote (a resumed soak keeps its earlier campaigns)."""
+        known = {f for f in cls.__dataclass_fields__}
+        kw = {k: v for k, v in d.items() if k in known and k != "rounds"}
+        return cls(**kw, rounds=[RoundRecord(**r) for r in d.get("rounds", [])])
+
 
 def _merge(counters: list[dict[str, int]]) -> dict[str, int]:
     total: Counter[str] = Counter()
