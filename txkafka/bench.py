@@ -11,6 +11,8 @@ Suites:
 - latency: records produced at a steady rate, timed until a read_committed consumer of the output
   sees them (txkafka exactly_once at 1 s and 5 s triggers);
 - ceiling: a plain confluent-kafka producer and consumer loop (no Spark);
+- core: txkafka's connector without Spark against that ceiling: the range reader into Arrow, and
+  the exactly-once writer from Arrow batches through one transaction and the driver's commit;
 - scaling: txkafka read and exactly-once write over 1, 4 and 16 partitions and 100 B, 1 KB, 10 KB values.
 """
 
@@ -106,6 +108,17 @@ class BenchKafka:
             raise RuntimeError(f"consumed {n} of {expected} records from {topic}")
         return n / elapsed
 
+    def end_offsets(self, topic: str, parts: list[int]) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+                      "logger": _quiet})
+        try:
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                    for p in parts}
+        finally:
+            c.close()
+
     def count_committed(self, topic: str) -> int:
         from confluent_kafka import Consumer, TopicPartition
 
@@ -120,6 +133,84 @@ class BenchKafka:
             return total
         finally:
             c.close()
+
+
+# ----------------------------------------------------------------------------- core runs (no Spark)
+
+def _arrow_batches(rows: int, value_bytes: int, batch_rows: int = 10_000) -> list:
+    """The rows a Spark task would hand the writer: Arrow batches of binary keys and values."""
+    import numpy as np
+    import pyarrow as pa
+
+    payload = (os.urandom(value_bytes // 2 + 1).hex().encode())[:value_bytes]
+    out = []
+    for start in range(0, rows, batch_rows):
+        n = min(batch_rows, rows - start)
+        keys = pa.array([b"k%09d" % i for i in range(start, start + n)], pa.binary())
+        offsets = np.arange(n + 1, dtype=np.int32) * np.int32(value_bytes)
+        values = pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets),
+                                                              pa.py_buffer(payload * n)])
+        out.append(pa.record_batch([keys, values], names=["key", "value"]))
+    return out
+
+
+def core_write_run(k: BenchKafka, batches: list, rows: int, workdir: str) -> float:
+    """txkafka's exactly-once writer without Spark: one task's transaction (init, produce from
+    Arrow, flush, pre-commit) plus the driver's commit (validation, decision record, EndTxn)."""
+    from .connector.kafka_committable import TaskResult
+    from .connector.kafka_committer import KafkaCommitter
+    from .connector.kafka_writer import KafkaWriter, validate_input_schema
+    from .connector.sink_commit_log import SinkCommitLog
+    from .connector.sink_options import SinkConfig
+    from .connector.transactional_id_factory import TransactionalIdFactory
+
+    topic = k.topic("bench-core-out", 4)
+    ck = tempfile.mkdtemp(dir=workdir)
+    cfg = SinkConfig.from_options({"kafka.bootstrap.servers": k.bootstrap, "topic": topic,
+                                   "checkpointLocation": ck}, streaming=True)
+    log = SinkCommitLog(ck)
+    ids = TransactionalIdFactory(cfg.transactional_id_prefix,
+                                 log.identity(cfg.transactional_id_prefix).sink_id)
+    schema = validate_input_schema({"key": "binary", "value": "binary"}, cfg.topic)
+    committer = KafkaCommitter(cfg, ids, log)
+    started = time.monotonic()
+    w = KafkaWriter(cfg, schema, batch_id=0, partition_id=0, attempt=0,
+                    transactional_id=ids.transactional_id(0, 0))
+    committable = w.write(batches)
+    w.release()
+    committer.commit(0, [TaskResult(0, 0, 0, committable, w.count)])
+    elapsed = time.monotonic() - started
+    got = k.count_committed(topic)
+    if got < rows:
+        raise RuntimeError(f"core write committed {got} of {rows} records")
+    return rows / elapsed
+
+
+def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
+    """txkafka's range reader without Spark: every partition's range into Arrow batches, one after
+    the other in one thread (as one task per partition would)."""
+    from .connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
+    from .connector.source_options import parse_source_options
+
+    options = parse_source_options({"kafka.bootstrap.servers": k.bootstrap, "subscribe": topic},
+                                   streaming=True)
+    conf = tuple(sorted(options.consumer_config().items()))
+    md = k.admin.list_topics(topic, timeout=30)
+    parts = sorted(md.topics[topic].partitions)
+    ends = k.end_offsets(topic, parts)
+    pool = ConsumerPool()
+    n = 0
+    started = time.monotonic()
+    try:
+        for p in parts:
+            task = FetchTask(topic, p, 0, ends[p], conf, 120_000, True, False)
+            n += sum(b.num_rows for b in fetch_range(task, pool))
+    finally:
+        pool.close_all()
+    elapsed = time.monotonic() - started
+    if n < rows:
+        raise RuntimeError(f"core read returned {n} of {rows} records")
+    return n / elapsed
 
 
 # ----------------------------------------------------------------------------- Spark runs
@@ -296,6 +387,20 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
 
 # ----------------------------------------------------------------------------- orchestration
 
+def _rotated(systems: list[tuple[str, str]], i: int) -> list[tuple[str, str]]:
+    """Round ``i``'s order: each suite's systems rotated by i, so none always runs first (a cold
+    worker, a compaction, a GC pause) or right after the same neighbour. The ceiling's produce
+    stays before its consume (which reads what it produced)."""
+    out: list[tuple[str, str]] = []
+    for suite in dict.fromkeys(s for s, _ in systems):
+        group = [x for x in systems if x[0] == suite]
+        if suite != "ceiling" and group:
+            r = i % len(group)
+            group = group[r:] + group[:r]
+        out += group
+    return out
+
+
 def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -331,6 +436,9 @@ def run_bench(ns: argparse.Namespace) -> int:
         systems: list[tuple[str, str]] = []
         if "ceiling" in ns.suites:
             systems += [("ceiling", "produce"), ("ceiling", "consume")]
+        if "core" in ns.suites:
+            systems += [("core", "write"), ("core", "read")]
+            core_batches = _arrow_batches(rows, 100)
         if "read" in ns.suites:
             systems += [("read", "txkafka")] + ([] if ns.skip_builtin else [("read", "kafka")])
         if "write" in ns.suites:
@@ -342,12 +450,16 @@ def run_bench(ns: argparse.Namespace) -> int:
             read_run(spark, "txkafka", bootstrap, src, rows, workdir)  # warm-up (JIT, workers)
         for i in range(repeats if systems else 0):
             say(f"throughput round {i + 1}/{repeats}")
-            for suite, name in systems:
+            for suite, name in _rotated(systems, i):
                 if (suite, name) == ("ceiling", "produce"):
                     ceiling_topic = k.topic("bench-ceiling", 4)
                     value = k.fill(ceiling_topic, rows, 100)
                 elif (suite, name) == ("ceiling", "consume"):
                     value = k.consume_all(ceiling_topic, rows)
+                elif (suite, name) == ("core", "write"):
+                    value = core_write_run(k, core_batches, rows, workdir)
+                elif (suite, name) == ("core", "read"):
+                    value = core_read_run(k, src, rows)
                 elif suite == "read":
                     value = read_run(spark, name, bootstrap, src, rows, workdir)
                 else:
@@ -358,7 +470,7 @@ def run_bench(ns: argparse.Namespace) -> int:
             prod, cons = runs[("ceiling", "produce")], runs[("ceiling", "consume")]
             result["ceiling"] = {"produce_rows_s": _median(prod), "consume_rows_s": _median(cons),
                                  "runs": {"produce": prod, "consume": cons}}
-        for suite in ("read", "write"):
+        for suite in ("core", "read", "write"):
             named = {name: v for (su, name), v in runs.items() if su == suite}
             if named:
                 result[suite] = {n: {"rows_s": _median(v), "runs": v} for n, v in named.items()}
@@ -426,10 +538,17 @@ def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if write:
         add("txkafka exactly_once / at_least_once (1 s trigger)",
             write["txkafka_exactly_once"]["rows_s"] / write["txkafka_at_least_once"]["rows_s"], 0.9)
+    core = r.get("core", {})
+    if ceiling and core:
+        add("txkafka core read (no Spark) / plain consumer",
+            core["read"]["rows_s"] / ceiling["consume_rows_s"], 0.7)
+        add("txkafka core exactly-once write (no Spark) / plain producer",
+            core["write"]["rows_s"] / ceiling["produce_rows_s"], 0.7)
     if ceiling and read:
-        add("txkafka read / plain consumer", read["txkafka"]["rows_s"] / ceiling["consume_rows_s"], 0.7)
+        add("txkafka read in Spark / plain consumer",
+            read["txkafka"]["rows_s"] / ceiling["consume_rows_s"], 0.7)
     if ceiling and write:
-        add("txkafka exactly_once write / plain producer",
+        add("txkafka exactly_once pipeline in Spark / plain producer",
             write["txkafka_exactly_once"]["rows_s"] / ceiling["produce_rows_s"], 0.7)
     for trig, lat in (r.get("latency") or {}).items():
         secs = float(trig.rstrip("s"))
@@ -443,7 +562,8 @@ def machine() -> dict[str, Any]:
     try:
         import confluent_kafka
 
-        ck = f"{confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"
+        v = confluent_kafka.version()
+        ck = f"{v if isinstance(v, str) else v[0]} (librdkafka {confluent_kafka.libversion()[0]})"
     except Exception:  # noqa: BLE001
         ck = "?"
     mem = ""
@@ -466,12 +586,18 @@ def charts(r: dict[str, Any], out: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     if r.get("read"):
         names = list(r["read"])
-        axes[0].bar(names, [r["read"][n]["rows_s"] for n in names], color=["#2a7", "#888"][:len(names)])
+        vals = [r["read"][n]["rows_s"] for n in names]
+        if r.get("core"):
+            names, vals = names + ["txkafka core\n(no Spark)"], vals + [r["core"]["read"]["rows_s"]]
+        axes[0].bar(names, vals, color=["#2a7", "#888", "#7a2"][:len(names)])
         axes[0].set_title("read (AvailableNow, noop sink)")
         axes[0].set_ylabel("rows/s")
     if r.get("write"):
         names = [n for n in r["write"] if isinstance(r["write"][n], dict)]
-        axes[1].bar(names, [r["write"][n]["rows_s"] for n in names])
+        vals = [r["write"][n]["rows_s"] for n in names]
+        if r.get("core"):
+            names, vals = names + ["core EOS\n(no Spark)"], vals + [r["core"]["write"]["rows_s"]]
+        axes[1].bar(names, vals)
         axes[1].set_title("Kafka -> Spark -> Kafka, 1 s trigger")
         axes[1].tick_params(axis="x", rotation=20)
     if r.get("ceiling"):
@@ -517,9 +643,9 @@ def report_markdown(r: dict[str, Any]) -> str:
     lines = ["| comparison | value | target | met |", "|---|---|---|---|"]
     for name, v in r.get("ratios", {}).items():
         lines.append(f"| {name} | {v['value']} | {v['target']} | {'yes' if v['met'] else 'no'} |")
-    if r.get("read") or r.get("write"):
+    if r.get("read") or r.get("write") or r.get("core"):
         lines += ["", "| run | rows/s (median) | runs |", "|---|---|---|"]
-        for suite in ("read", "write"):
+        for suite in ("core", "read", "write"):
             for name, v in (r.get(suite) or {}).items():
                 if isinstance(v, dict):
                     lines.append(f"| {suite}: {name} | {v['rows_s']:,.0f} | "
@@ -556,8 +682,9 @@ def register_cli(sub) -> None:
     p.add_argument("--out", default="results", help="folder for benchmark.json and the PNG charts")
     p.add_argument("--rows", type=int, default=1_000_000, help="records per throughput run")
     p.add_argument("--repeats", type=int, default=3, help="interleaved runs per system (median)")
-    p.add_argument("--suites", nargs="+", default=["ceiling", "read", "write", "latency", "scaling"],
-                   choices=["ceiling", "read", "write", "latency", "scaling"])
+    p.add_argument("--suites", nargs="+",
+                   default=["ceiling", "core", "read", "write", "latency", "scaling"],
+                   choices=["ceiling", "core", "read", "write", "latency", "scaling"])
     p.add_argument("--latency-seconds", type=float, default=40.0)
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s fed in latency runs")
     p.add_argument("--master", default="local[2]")
