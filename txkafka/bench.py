@@ -425,7 +425,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         "machine": machine(),
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4},
     }
-    spark = spark_session(builtin=not ns.skip_builtin, master=ns.master)
+    needs_spark = bool({"read", "write", "latency", "scaling"} & set(ns.suites))
+    spark = spark_session(builtin=not ns.skip_builtin, master=ns.master) if needs_spark else None
     try:
         say(f"filling the input topic: {rows} records of 100 B over 4 partitions")
         src = k.topic("bench-in", 4)
@@ -504,7 +505,8 @@ def run_bench(ns: argparse.Namespace) -> int:
                     say(f"  scaling {parts} partitions, {size} B: read {r:,.0f} rows/s, "
                         f"exactly-once write {w:,.0f} rows/s")
     finally:
-        spark.stop()
+        if spark is not None:
+            spark.stop()
         if cluster is not None and not ns.keep_broker:
             cluster.destroy()
         shutil.rmtree(workdir, ignore_errors=True)

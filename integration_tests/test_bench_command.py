@@ -1,0 +1,30 @@
+"""`txkafka bench` end to end on the session broker, sized to seconds: the JSON result and the PNG
+chart are written and the core ratios are computed from interleaved runs. (The numbers in
+docs/benchmarks.md come from the full-size run; nothing here times anything.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.kafka]
+
+
+def test_bench_writes_json_and_charts(kafka, tmp_path):
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--rows", "20000",
+         "--repeats", "2", "--suites", "ceiling", "core", "--skip-builtin", "--out", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "throughput round 2/2" in proc.stdout  # progress is shown
+    result = json.loads((out / "benchmark.json").read_text())
+    assert len(result["core"]["write"]["runs"]) == 2 and len(result["ceiling"]["runs"]["produce"]) == 2
+    assert result["core"]["write"]["rows_s"] > 0 and result["core"]["read"]["rows_s"] > 0
+    assert set(result["ratios"]) == {"txkafka core read (no Spark) / plain consumer",
+                                     "txkafka core exactly-once write (no Spark) / plain producer"}
+    assert (out / "throughput.png").stat().st_size > 1000
+    assert "| core: write |" in proc.stdout

@@ -1,0 +1,52 @@
+"""The benchmark's arithmetic: ratios against targets, interleaving order, the markdown report."""
+
+from txkafka.bench import _rotated, ratios, report_markdown
+
+
+def _result():
+    return {
+        "ceiling": {"produce_rows_s": 400_000.0, "consume_rows_s": 200_000.0,
+                    "runs": {"produce": [400_000.0], "consume": [200_000.0]}},
+        "core": {"write": {"rows_s": 300_000.0, "runs": [300_000.0]},
+                 "read": {"rows_s": 100_000.0, "runs": [100_000.0]}},
+        "read": {"txkafka": {"rows_s": 150_000.0, "runs": [150_000.0]},
+                 "kafka": {"rows_s": 100_000.0, "runs": [100_000.0]}},
+        "write": {"txkafka_exactly_once": {"rows_s": 45_000.0, "runs": [45_000.0]},
+                  "txkafka_at_least_once": {"rows_s": 50_000.0, "runs": [50_000.0]},
+                  "builtin": {"rows_s": 60_000.0, "runs": [60_000.0]},
+                  "trigger": "1 second", "rows_per_batch": 1000},
+        "latency": {"1s": {"p50": 1.1, "p95": 1.6, "p99": 2.4, "samples": 100}},
+    }
+
+
+def test_ratios_compare_against_the_issue_targets():
+    r = ratios(_result())
+    assert r["read txkafka / built-in"] == {"value": 1.5, "target": ">= 1.0", "met": True}
+    assert r["write txkafka exactly_once / built-in"]["value"] == 0.75
+    assert r["write txkafka exactly_once / built-in"]["met"] is False
+    assert r["txkafka exactly_once / at_least_once (1 s trigger)"]["value"] == 0.9
+    assert r["txkafka exactly_once / at_least_once (1 s trigger)"]["met"] is True
+    assert r["txkafka core read (no Spark) / plain consumer"]["value"] == 0.5
+    assert r["txkafka core exactly-once write (no Spark) / plain producer"]["value"] == 0.75
+    lat = r["exactly-once visibility p99 at 1s trigger (s)"]
+    assert lat == {"value": 2.4, "target": "<= 2.0", "met": False}
+
+
+def test_rounds_rotate_each_suite_but_keep_the_ceiling_pair_in_order():
+    systems = [("ceiling", "produce"), ("ceiling", "consume"), ("read", "a"), ("read", "b"),
+               ("write", "x"), ("write", "y"), ("write", "z")]
+    firsts = set()
+    for i in range(3):
+        order = _rotated(systems, i)
+        assert sorted(order) == sorted(systems)
+        assert order[:2] == [("ceiling", "produce"), ("ceiling", "consume")]
+        firsts.add(next(n for s, n in order if s == "write"))
+    assert firsts == {"x", "y", "z"}
+
+
+def test_report_lists_every_comparison_and_run():
+    text = report_markdown({**_result(), "ratios": ratios(_result())})
+    assert "| read txkafka / built-in | 1.5 | >= 1.0 | yes |" in text
+    assert "| write: builtin | 60,000 |" in text
+    assert "| core: write | 300,000 |" in text
+    assert "| 1s | 1.10 | 1.60 | 2.40 | 100 |" in text
