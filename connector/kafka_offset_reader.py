@@ -59,6 +59,11 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 # Per-partition answers meaning "this partition does not exist (any more)".
 _GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
          KafkaError._UNKNOWN_TOPIC}
+# Per-partition answers meaning "ask again shortly": the leader is moving or was just lost.
+_MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+           KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._TRANSPORT,
+           KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.OFFSET_NOT_AVAILABLE,
+           KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH}
 
 T = TypeVar("T")
 
@@ -261,8 +266,11 @@ class KafkaOffsetReader:
         Partitions the broker still calls unknown after every attempt are left out of the result
         (deleted meanwhile); callers decide with fresh metadata whether that means data loss.
         While a partition has no leader (a broker died), librdkafka answers OFFSET_INVALID
-        (-1001) without an error: never an offset (it would go into Spark's offset log); such
-        partitions are asked again until the request timeout, as a leader election takes seconds.
+        (-1001) without an error, or a retriable error (NOT_LEADER_OR_FOLLOWER,
+        LEADER_NOT_AVAILABLE, a timeout): never an offset (it would go into Spark's offset log);
+        such partitions are asked again until the request timeout, as a leader election takes
+        seconds. A partition offline for longer (its only in-sync replica died) fails the batch
+        with OffsetsUnavailableError naming it; the restart resumes from the checkpoint.
         """
         results: dict[TopicPartitionKey, int] = {}
         pending = dict(specs)
@@ -291,6 +299,8 @@ class KafkaOffsetReader:
                     kerr = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
                     if kerr is not None and kerr.code() in _GONE:
                         gone.add(key)
+                    elif kerr is not None and (kerr.retriable() or kerr.code() in _MOVING):
+                        leaderless.add(key)  # a leader election or a broker restart: wait
                     errors.append(f"{tp.topic}-{tp.partition}: {self._redact(e)}")
             if pending:
                 raise KafkaException(KafkaError(KafkaError._FAIL, "; ".join(errors[:5])))

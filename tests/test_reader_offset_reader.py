@@ -111,10 +111,27 @@ def test_failed_partitions_are_retried():
 
 def test_retries_are_bounded_and_the_error_says_what_to_tune():
     admin = ScriptedAdmin(TWO, latest={("t", 0): 5},
-                          errors=[{("t", 0): KafkaError.LEADER_NOT_AVAILABLE}] * 10)
+                          errors=[{("t", 0): KafkaError.INVALID_REQUEST}] * 10)
     with pytest.raises(OffsetsUnavailableError, match="after 4 attempt.*fetchOffset.numRetries=4"):
         reader(admin, **{"fetchOffset.numRetries": "4"}).latest_offsets([("t", 0)])
     assert admin.calls == 4
+
+
+def test_a_leader_election_is_waited_out_beyond_num_retries():
+    """Found by the chaos soak: a broker of three SIGKILLed, ListOffsets answered
+    LEADER_NOT_AVAILABLE / NOT_LEADER_OR_FOLLOWER for seconds; three attempts 10 ms apart gave up
+    and failed the query. Leader errors are retried until the request timeout."""
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 5},
+                          errors=[{("t", 0): KafkaError.LEADER_NOT_AVAILABLE}] * 3
+                          + [{("t", 0): KafkaError.NOT_LEADER_FOR_PARTITION}] * 2)
+    assert reader(admin).latest_offsets([("t", 0)]) == {("t", 0): 5}
+    assert admin.calls == 6
+    # ... but not forever: bounded by the request timeout (socket.timeout.ms, at least 1 s).
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 5},
+                          errors=[{("t", 0): KafkaError.LEADER_NOT_AVAILABLE}] * 100)
+    with pytest.raises(OffsetsUnavailableError, match="t-0"):
+        reader(admin, **{"kafka.socket.timeout.ms": "1000"}).latest_offsets([("t", 0)])
+    assert admin.calls < 10
 
 
 def test_partition_unknown_after_every_attempt_is_left_out():
