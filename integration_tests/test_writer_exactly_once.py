@@ -80,22 +80,27 @@ def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark
     assert attempts.get(0) == 1 and attempts.get(1) == 1, attempts
 
 
+def _run_until_injected_failure(spark, kafka, topics, ck, marker, max_offsets, fault) -> None:
+    """Run the query until the injected fault (armed once, by ``marker``) fails it."""
+    q = _query(spark, kafka, topics, ck, max_offsets=max_offsets, fault=fault)
+    try:
+        q.awaitTermination(180)
+    except Exception as e:  # noqa: BLE001 - StreamingQueryException
+        assert "injected fault" in str(e)
+    finally:
+        if q.isActive:
+            q.stop()
+        FaultInjector._cache.clear()
+    assert marker.exists()
+
+
 def test_failing_batch_commit_fails_the_query_and_the_restart_is_exactly_once(spark, kafka, tmp_path):
     topics = make_input(kafka, records=3000)
     ck = str(tmp_path / "ck")
     for point in ("before_decision", "after_decision"):
         marker = tmp_path / f"{point}.marker"
-        q = _query(spark, kafka, topics, ck, max_offsets=500,
-                   fault=f"point={point},action=raise,once={marker}")
-        try:
-            q.awaitTermination(180)
-        except Exception as e:  # noqa: BLE001 - StreamingQueryException
-            assert "injected fault" in str(e)
-        finally:
-            if q.isActive:
-                q.stop()
-            FaultInjector._cache.clear()
-        assert marker.exists()
+        _run_until_injected_failure(spark, kafka, topics, ck, marker, 500,
+                                    f"point={point},action=raise,once={marker}")
         # Nothing half-committed is left blocking readers.
         assert kafka.open_transactions(sink_prefix(ck)) == []
     q = _query(spark, kafka, topics, ck)
@@ -150,17 +155,8 @@ def test_commit_lost_after_sink_commit_rerun_writes_nothing_twice(spark, kafka, 
     topics = make_input(kafka, records=2000)
     ck = str(tmp_path / "ck")
     marker = tmp_path / "after_sink_commit.marker"
-    q = _query(spark, kafka, topics, ck, max_offsets=700,
-               fault=f"point=after_sink_commit,batch=1,action=raise,once={marker}")
-    try:
-        q.awaitTermination(180)
-    except Exception as e:  # noqa: BLE001 - StreamingQueryException
-        assert "injected fault" in str(e)
-    finally:
-        if q.isActive:
-            q.stop()
-        FaultInjector._cache.clear()
-    assert marker.exists()
+    _run_until_injected_failure(spark, kafka, topics, ck, marker, 700,
+                                f"point=after_sink_commit,batch=1,action=raise,once={marker}")
     assert SinkCommitLog(ck).batch_state(1).complete  # the sink committed batch 1; Spark did not
     assert not (tmp_path / "ck" / "commits" / "1").exists()
     q = _query(spark, kafka, topics, ck, max_offsets=700)
