@@ -56,6 +56,20 @@ def _testcontainers_kafka():
     return container
 
 
+def native_kafka(cluster: EmbeddedKafka, what: str, timeout: float):
+    """Start ``cluster`` for a fixture, yield it, destroy it; a broker that cannot start fails the
+    run loudly with its log tail (never a skip)."""
+    try:
+        cluster.start(timeout=timeout)
+    except EmbeddedKafkaError as e:
+        cluster.destroy()
+        pytest.fail(f"{what} did not start:\n{e}", pytrace=False)
+    try:
+        yield KafkaTarget(cluster.bootstrap_servers, "native", cluster)
+    finally:
+        cluster.destroy()
+
+
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory) -> KafkaTarget:
     """A single-node Apache Kafka with transactions working."""
@@ -70,31 +84,15 @@ def kafka(tmp_path_factory) -> KafkaTarget:
         finally:
             container.stop()
         return
-    cluster = EmbeddedKafka("pytest-single", 1, root=tmp_path_factory.mktemp("kafka1"))
-    try:
-        cluster.start(timeout=240)
-    except EmbeddedKafkaError as e:
-        cluster.destroy()
-        pytest.fail(f"the native Kafka broker did not start:\n{e}", pytrace=False)
-    try:
-        yield KafkaTarget(cluster.bootstrap_servers, "native", cluster)
-    finally:
-        cluster.destroy()
+    yield from native_kafka(EmbeddedKafka("pytest-single", 1, root=tmp_path_factory.mktemp("kafka1")),
+                            "the native Kafka broker", timeout=240)
 
 
 @pytest.fixture(scope="session")
 def kafka3(tmp_path_factory) -> KafkaTarget:
     """A 3-node native cluster (RF 3, min ISR 2) for failover tests; tests may kill one node."""
-    cluster = EmbeddedKafka("pytest-three", 3, root=tmp_path_factory.mktemp("kafka3"))
-    try:
-        cluster.start(timeout=300)
-    except EmbeddedKafkaError as e:
-        cluster.destroy()
-        pytest.fail(f"the 3-node Kafka cluster did not start:\n{e}", pytrace=False)
-    try:
-        yield KafkaTarget(cluster.bootstrap_servers, "native", cluster)
-    finally:
-        cluster.destroy()
+    yield from native_kafka(EmbeddedKafka("pytest-three", 3, root=tmp_path_factory.mktemp("kafka3")),
+                            "the 3-node Kafka cluster", timeout=300)
 
 
 def spark_builder(app: str = "txkafka-tests", master: str = "local[2,4]"):

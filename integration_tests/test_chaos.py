@@ -26,9 +26,10 @@ import pytest
 
 from integration_tests.chaos.campaign import Campaign, Crash, SparkTarget
 from integration_tests.chaos.summary import ALL_POINTS, CI_RESULTS, ChaosSummary, WRITER_POINTS
+from integration_tests.conftest import native_kafka
 from integration_tests.kafka_helpers import KafkaTarget, unique
 from txkafka.connector.transaction_client import TransactionClient
-from txkafka.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
+from txkafka.embedded_kafka import EmbeddedKafka
 from txkafka.verify import verify, verify_counts, verify_windowed_counts
 
 pytestmark = [pytest.mark.kafka]
@@ -52,15 +53,7 @@ def kafka_tv0(tmp_path_factory) -> KafkaTarget:
     """A single node formatted with transaction.version=0 (the pre-KIP-890 transaction protocol)."""
     cluster = EmbeddedKafka("pytest-tv0", 1, root=tmp_path_factory.mktemp("kafka-tv0"),
                             transaction_version=0)
-    try:
-        cluster.start(timeout=240)
-    except EmbeddedKafkaError as e:
-        cluster.destroy()
-        pytest.fail(f"the transaction.version=0 broker did not start:\n{e}", pytrace=False)
-    try:
-        yield KafkaTarget(cluster.bootstrap_servers, "native", cluster)
-    finally:
-        cluster.destroy()
+    yield from native_kafka(cluster, "the transaction.version=0 broker", timeout=240)
 
 
 def _record(campaign: Campaign) -> None:
