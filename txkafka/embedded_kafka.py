@@ -148,8 +148,14 @@ def free_port() -> int:
 
 
 def _random_cluster_id() -> str:
-    # Kafka's Uuid.toString(): URL-safe base64 of 16 bytes, no padding.
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's Uuid.toString() form: URL-safe base64 of 16 bytes, no padding.
+
+    Like Kafka's own Uuid.randomUuid(), never starts with "-": kafka-storage's argument
+    parser would read such an id as an option and refuse to format (1 run in 64)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def _port_open(port: int) -> bool:
@@ -347,7 +353,7 @@ class EmbeddedKafka:
 
     def _format(self, lib: Path, node: NodeInfo, cluster_id: str) -> subprocess.Popen:
         cmd = self._java_cmd(lib, None) + [
-            "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(node.config_path),
+            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(node.config_path),
         ]
         if self.nodes == 1:
             cmd.append("--standalone")
