@@ -349,19 +349,41 @@ class KafkaWriter:
                     try:
                         produce(fixed_topic, v)
                     except BufferError:
-                        _wait_for_room(poll)
-                        produce(fixed_topic, v)
+                        self._produce_when_room(produce, poll, (fixed_topic, v), {})
             else:
                 for v, k in zip(values, keys):
                     try:
                         produce(fixed_topic, v, k)
                     except BufferError:
-                        _wait_for_room(poll)
-                        produce(fixed_topic, v, k)
+                        self._produce_when_room(produce, poll, (fixed_topic, v, k), {})
         else:
             self._produce_general(batch, values, keys, produce, poll)
         self.count += n
         poll(0)
+
+    def _produce_when_room(self, produce: Callable, poll: Callable, args: tuple,
+                           kwargs: dict[str, Any]) -> None:
+        """The slow path of a full local queue: serve the producer until the record fits.
+
+        One poll is not enough: a slow broker (or a long linger.ms) can keep the queue full for
+        longer, and a record must never be dropped by giving up early. Only a queue that stays
+        full as long as a record may wait for delivery ends the write, with an error saying so.
+        """
+        deadline = time.monotonic() + _room_timeout_s(self.cfg)
+        while True:
+            poll(0.05)
+            try:
+                produce(*args, **kwargs)
+                return
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise TransactionError(
+                        f"librdkafka's send queue stayed full for {_room_timeout_s(self.cfg):.0f}s "
+                        f"(batch {self.batch_id}, task partition {self.partition_id}, "
+                        f"{self.count} records written before this batch): the brokers are not "
+                        "taking records; check their health, or raise "
+                        "kafka.queue.buffering.max.messages / kafka.queue.buffering.max.kbytes"
+                    ) from None
 
     def _produce_general(self, batch: pa.RecordBatch, values: list, keys: list | None,
                          produce: Callable, poll: Callable) -> None:
@@ -389,8 +411,7 @@ class KafkaWriter:
             try:
                 produce(t, v, k, **kwargs)
             except BufferError:
-                _wait_for_room(poll)
-                produce(t, v, k, **kwargs)
+                self._produce_when_room(produce, poll, (t, v, k), kwargs)
 
     def _precommit(self) -> KafkaCommittable | None:
         timeout = self.cfg.transaction_timeout_ms / 1000.0
@@ -478,8 +499,13 @@ class KafkaWriter:
         self.producer = None
 
 
-def _wait_for_room(poll: Callable) -> None:
-    poll(0.05)
+def _room_timeout_s(cfg: SinkConfig) -> float:
+    """How long a record may wait for room in librdkafka's queue: as long as a queued record may
+    wait for delivery (message.timeout.ms, capped by the transaction timeout when exactly once)."""
+    timeout_ms = int(cfg.kafka.get("message.timeout.ms", 300_000))
+    if cfg.exactly_once:
+        timeout_ms = min(timeout_ms, cfg.transaction_timeout_ms)
+    return timeout_ms / 1000.0
 
 
 def _written_partitions(stats: dict) -> dict[str, list[int]]:

@@ -1,0 +1,73 @@
+"""A full librdkafka send queue: the writer waits for room and never drops a record."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from txkafka.connector import kafka_writer
+from txkafka.connector.errors import TransactionError
+from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
+from txkafka.connector.sink_options import SinkConfig
+
+BASE = {"kafka.bootstrap.servers": "h:9092", "topic": "out", "checkpointLocation": "/tmp/x"}
+
+
+class FullQueueProducer:
+    """Refuses every produce call while ``full`` > 0; each poll frees one unit of room."""
+
+    def __init__(self, full: int) -> None:
+        self.full = full
+        self.polls = 0
+        self.records: list[tuple] = []
+
+    def produce(self, *args, **kwargs):
+        if self.full > 0:
+            raise BufferError("Local: Queue full")
+        self.records.append((args, kwargs))
+
+    def poll(self, timeout=0):
+        self.polls += 1
+        self.full = max(0, self.full - 1)
+        return 0
+
+
+def _writer(options: dict, schema: dict) -> KafkaWriter:
+    cfg = SinkConfig.from_options({**BASE, **options}, streaming=True)
+    w = KafkaWriter(cfg, validate_input_schema(schema, cfg.topic), batch_id=3, partition_id=1,
+                    attempt=0, transactional_id=None if not cfg.exactly_once else "tx-1-0-0")
+    return w
+
+
+@pytest.mark.parametrize("schema,columns", [
+    ({"value": "binary"}, {"value": pa.array([b"a", b"b", b"c"])}),
+    ({"key": "binary", "value": "binary"},
+     {"key": pa.array([b"1", b"2", b"3"]), "value": pa.array([b"a", b"b", b"c"])}),
+    ({"value": "binary", "partition": "int"},
+     {"value": pa.array([b"a", b"b", b"c"]), "partition": pa.array([0, 1, 0], pa.int32())}),
+])
+def test_a_queue_full_for_many_polls_delays_but_loses_nothing(schema, columns):
+    w = _writer({}, schema)
+    w.producer = FullQueueProducer(full=7)  # one poll (the old behaviour) was not enough
+    w._produce_batch(pa.record_batch(list(columns.values()), names=list(columns)))
+    assert [r[0][1] for r in w.producer.records] == [b"a", b"b", b"c"]
+    assert w.producer.polls >= 7
+    assert w.count == 3
+
+
+def test_a_queue_that_never_drains_fails_the_write_with_a_clear_error(monkeypatch):
+    w = _writer({"kafka.message.timeout.ms": "1000"}, {"value": "binary"})
+    w.producer = FullQueueProducer(full=10**9)
+    clock = iter(range(0, 10**6, 1))  # a fake monotonic clock: one second per call
+    monkeypatch.setattr(kafka_writer.time, "monotonic", lambda: float(next(clock)))
+    with pytest.raises(TransactionError, match=r"send queue stayed full for 1s.*batch 3"):
+        w._produce_batch(pa.record_batch([pa.array([b"a"])], names=["value"]))
+    assert w.producer.records == []
+
+
+def test_room_timeout_is_the_delivery_timeout_capped_by_the_transaction():
+    eos = SinkConfig.from_options({**BASE, "kafka.transaction.timeout.ms": "20000"}, streaming=True)
+    assert kafka_writer._room_timeout_s(eos) == 20.0
+    alo = SinkConfig.from_options({**BASE, "deliveryGuarantee": "at_least_once",
+                                   "kafka.message.timeout.ms": "90000"}, streaming=True)
+    assert kafka_writer._room_timeout_s(alo) == 90.0
