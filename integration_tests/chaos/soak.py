@@ -116,6 +116,12 @@ def _resume(path: Path, seed: int) -> tuple[ChaosSummary, list[dict], list[str]]
     return summary, sittings, list(meta.get("errors", []))
 
 
+def _verified_rounds(summary: ChaosSummary) -> int:
+    """Rounds that count towards --rounds: those of campaigns that ran to the end and verified
+    (the campaign being started is not ok yet, so it is not counted)."""
+    return sum(len(c.rounds) for c in summary.campaigns if c.ok)
+
+
 def run_soak(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.resume and out.exists():
@@ -157,7 +163,7 @@ def run_soak(args: argparse.Namespace) -> int:
     try:
         clusters.start()
         n = len(summary.campaigns)
-        while sum(len(c.rounds) for c in summary.campaigns) < args.rounds:
+        while _verified_rounds(summary) < args.rounds:
             if args.max_hours and time.monotonic() - started > args.max_hours * 3600:
                 meta["errors"].append(f"stopped after {args.max_hours} h")
                 break
@@ -172,7 +178,7 @@ def run_soak(args: argparse.Namespace) -> int:
                                 transaction_version=2 if cluster_name == "tv2" else 0,
                                 round_timeout=args.round_timeout)
             summary.campaigns.append(campaign.result)
-            left = args.rounds - sum(len(c.rounds) for c in summary.campaigns)
+            left = args.rounds - _verified_rounds(summary)
             rounds = min(args.rounds_per_campaign, max(1, left))
             try:
                 campaign.start()
@@ -203,7 +209,8 @@ def run_soak(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=200, help="crash rounds in total")
+    p.add_argument("--rounds", type=int, default=200,
+                   help="verified crash rounds in total (a failed campaign's rounds do not count)")
     p.add_argument("--rounds-per-campaign", type=int, default=10)
     p.add_argument("--out", default="docs/soak-results.json", help="JSON summary path")
     p.add_argument("--seed", type=int, default=2026)

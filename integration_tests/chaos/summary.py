@@ -108,6 +108,10 @@ class ChaosSummary:
         return {
             "campaigns": len(cs),
             "rounds": len(rounds),
+            # Rounds of campaigns that ran to their end and verified; a failed campaign's rounds
+            # stay in the record but prove nothing about exactly-once.
+            "verified_rounds": sum(len(c.rounds) for c in cs if c.ok),
+            "failed_campaigns": [c.name for c in cs if not c.ok],
             "crash_points": sum(c.crash_points for c in cs),
             "driver_kills": sum(c.driver_kills for c in cs),
             "kills_by_point": kills,
@@ -159,7 +163,8 @@ class ChaosSummary:
         lines = [
             f"{self.title}: {'ALL EXACTLY ONCE' if t['all_ok'] else 'FAILED'} "
             f"({t['campaigns']} campaigns, {t['seconds']:.0f}s)",
-            f"  rounds {t['rounds']}, crash points {t['crash_points']} (driver kills "
+            f"  rounds {t['rounds']} ({t['verified_rounds']} in verified campaigns), crash points "
+            f"{t['crash_points']} (driver kills "
             f"{t['driver_kills']}: injected {sum(t['kills_by_point'].values())}, random-time "
             f"{t['random_time_kills']}; executor kills {t['executor_kills']}; broker kill+restart "
             f"{t['broker_bounces']}; task crashes {t['task_crashes']})",
