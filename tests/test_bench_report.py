@@ -76,3 +76,15 @@ def test_data_batch_rate_skips_batches_without_rows():
     from txkafka.bench import _data_batch_rate
 
     assert _data_batch_rate(_Query()) == 200.0
+
+
+def test_runs_without_spark_repeat_within_each_round():
+    from txkafka.bench import NO_SPARK_RUNS_PER_ROUND, _round_order
+
+    systems = [("ceiling", "produce"), ("ceiling", "consume"), ("core", "write"), ("core", "read"),
+               ("read", "a"), ("read", "b")]
+    order = _round_order(systems, 1)
+    k = NO_SPARK_RUNS_PER_ROUND
+    assert order[:2 * k] == [("ceiling", "produce"), ("ceiling", "consume")] * k
+    assert order[2 * k:4 * k] == [("core", "read"), ("core", "write")] * k  # rotated by 1
+    assert order[4 * k:] == [("read", "b"), ("read", "a")]  # Spark suites once per round

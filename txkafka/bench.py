@@ -422,6 +422,23 @@ def _rotated(systems: list[tuple[str, str]], i: int) -> list[tuple[str, str]]:
     return out
 
 
+# The runs without Spark take 1-3 s and vary most on two cores shared with the broker (one
+# compaction or GC shifts a run by 30 %); each round repeats them, so their medians rest on
+# 3x as many runs as the Spark suites' for almost no extra time.
+NO_SPARK_RUNS_PER_ROUND = 3
+
+
+def _round_order(systems: list[tuple[str, str]], i: int) -> list[tuple[str, str]]:
+    """Round ``i``: the rotated order, with the ceiling and core groups each run
+    NO_SPARK_RUNS_PER_ROUND times in a row (still interleaved within their group)."""
+    out: list[tuple[str, str]] = []
+    order = _rotated(systems, i)
+    for suite in dict.fromkeys(s for s, _ in order):
+        group = [x for x in order if x[0] == suite]
+        out += group * (NO_SPARK_RUNS_PER_ROUND if suite in ("ceiling", "core") else 1)
+    return out
+
+
 def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -473,7 +490,7 @@ def run_bench(ns: argparse.Namespace) -> int:
             read_run(spark, "txkafka", bootstrap, src, rows, workdir)  # warm-up (JIT, workers)
         for i in range(repeats if systems else 0):
             say(f"throughput round {i + 1}/{repeats}")
-            for suite, name in _rotated(systems, i):
+            for suite, name in _round_order(systems, i):
                 if (suite, name) == ("ceiling", "produce"):
                     ceiling_topic = k.topic("bench-ceiling", 4)
                     value = k.fill(ceiling_topic, rows, 100)
