@@ -134,6 +134,17 @@ class BenchKafka:
         finally:
             c.close()
 
+    def wait_committed(self, topic: str, rows: int, timeout: float = 30.0) -> int:
+        """The committed count once it reaches ``rows`` (or the last one seen at the timeout).
+
+        EndTxn returns once the coordinator has logged the commit; it writes the partitions'
+        markers afterwards, so the last stable offsets move a moment later.
+        """
+        deadline = time.monotonic() + timeout
+        while (got := self.count_committed(topic)) < rows and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return got
+
 
 # ----------------------------------------------------------------------------- core runs (no Spark)
 
@@ -180,7 +191,7 @@ def core_write_run(k: BenchKafka, batches: list, rows: int, workdir: str) -> flo
     w.release()
     committer.commit(0, [TaskResult(0, 0, 0, committable, w.count)])
     elapsed = time.monotonic() - started
-    got = k.count_committed(topic)
+    got = k.wait_committed(topic, rows)
     if got < rows:
         raise RuntimeError(f"core write committed {got} of {rows} records")
     return rows / elapsed
@@ -313,7 +324,7 @@ def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdi
         q = w.start()
         return _StopWhenDone(q, rows)
 
-    return _timed_query(start, rows, (lambda: k.count_committed(out)) if out else None, 900)
+    return _timed_query(start, rows, (lambda: k.wait_committed(out, rows)) if out else None, 900)
 
 
 class _StopWhenDone:
