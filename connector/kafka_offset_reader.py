@@ -67,6 +67,12 @@ _MOVING = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
 
 T = TypeVar("T")
 
+# One ListOffsets attempt's budget. The call is cheap; what takes long is a request queued for a
+# dead leader, which only the request timeout ends (60 s by default). A short attempt followed by
+# a retry on fresh metadata finds the new leader within seconds; the look-up as a whole stays
+# bounded by fetchOffset.numRetries and the request timeout.
+_LIST_OFFSETS_ATTEMPT_S = 5.0
+
 # A group id the reader made: "<groupIdPrefix>-<uuid4>".
 _GENERATED_GROUP = re.compile(
     r"^(.+-)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -269,25 +275,31 @@ class KafkaOffsetReader:
         (-1001) without an error, or a retriable error (NOT_LEADER_OR_FOLLOWER,
         LEADER_NOT_AVAILABLE, a timeout): never an offset (it would go into Spark's offset log);
         such partitions are asked again until the request timeout, as a leader election takes
-        seconds. A partition offline for longer (its only in-sync replica died) fails the batch
-        with OffsetsUnavailableError naming it; the restart resumes from the checkpoint.
+        seconds. librdkafka's admin client routes ListOffsets by its cached metadata and keeps
+        asking the dead leader long after the election (observed for over 60 s against Kafka
+        4.3), so every new attempt after a leaderless answer uses a fresh client. A partition
+        offline for longer (its only in-sync replica died) fails the batch with
+        OffsetsUnavailableError naming it; the restart resumes from the checkpoint.
         """
         results: dict[TopicPartitionKey, int] = {}
         pending = dict(specs)
         gone: set[TopicPartitionKey] = set()
         leaderless: set[TopicPartitionKey] = set()
+        attempt_s = min(self.request_timeout_s, _LIST_OFFSETS_ATTEMPT_S)
 
         def attempt() -> None:
+            if leaderless:
+                self.close()  # the last answer came from stale metadata: ask with fresh metadata
             futures = self._admin().list_offsets(
                 {TopicPartition(t, p): spec for (t, p), spec in pending.items()},
-                isolation_level=isolation, request_timeout=self.request_timeout_s)
+                isolation_level=isolation, request_timeout=attempt_s)
             errors: list[str] = []
             gone.clear()
             leaderless.clear()
             for tp, fut in futures.items():
                 key = (tp.topic, tp.partition)
                 try:
-                    offset = fut.result(timeout=self.request_timeout_s + 5).offset
+                    offset = fut.result(timeout=attempt_s + 5).offset
                     if offset < 0 and not by_time:
                         leaderless.add(key)
                         errors.append(f"{tp.topic}-{tp.partition}: no offset in the answer "

@@ -194,3 +194,42 @@ def test_unreachable_cluster_fails_within_the_retry_budget():
                                     "fetchOffset.retryIntervalMs": "10"}, streaming=True)
     with pytest.raises(OffsetsUnavailableError, match="after 2 attempt.*127.0.0.1:1"):
         KafkaOffsetReader(options).topic_partitions()
+
+
+class _StaleRouteAdmin:
+    """One AdminClient's view of the cluster: made before a leader election, it keeps sending
+    partition 0's ListOffsets to the dead leader and answers OFFSET_INVALID (-1001), no error."""
+
+    def __init__(self, stale: bool) -> None:
+        self.stale = stale
+
+    def list_topics(self, timeout=None):
+        return _Metadata({"t": [0, 1]})
+
+    def list_offsets(self, specs, isolation_level=None, request_timeout=None):
+        out = {}
+        for tp in specs:
+            fut: Future = Future()
+            fut.set_result(_Result(-1001 if self.stale and tp.partition == 0 else 42))
+            out[tp] = fut
+        return out
+
+
+def test_a_leaderless_answer_is_asked_again_with_fresh_metadata():
+    """Found by the CI chaos run: after a broker of three died, the reader's long-lived
+    AdminClient answered -1001 for a partition for over a minute although a new leader had been
+    elected (librdkafka routes ListOffsets by its cached metadata); the query failed. The retry
+    after a leaderless answer now goes through a new client."""
+    made: list[_StaleRouteAdmin] = []
+
+    def factory(conf):
+        made.append(_StaleRouteAdmin(stale=not made))  # only the first client predates the election
+        return made[-1]
+
+    options = parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                                    "fetchOffset.retryIntervalMs": "0"}, streaming=True)
+    r = KafkaOffsetReader(options, admin_factory=factory)
+    assert r.latest_offsets([("t", 0), ("t", 1)]) == {("t", 0): 42, ("t", 1): 42}
+    assert len(made) == 2
+    assert r.latest_offsets([("t", 0)]) == {("t", 0): 42}  # the fresh client is kept
+    assert len(made) == 2
