@@ -143,7 +143,7 @@ from integration_tests.kafka_helpers import unique  # noqa: E402
 from integration_tests.pipeline_helpers import PipelineTopics, make_input  # noqa: E402
 from integration_tests.secure_kafka import SecureKafka, allow  # noqa: E402
 from txkafka.connector.sink_commit_log import SinkCommitLog  # noqa: E402
-from txkafka.verify import verify  # noqa: E402
+from txkafka.verify import VERIFY_GROUP_PREFIX, verify  # noqa: E402
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -185,7 +185,7 @@ class Setup:
             sk.create_acls([allow("writer", ResourceType.TRANSACTIONAL_ID, f"{self.prefix}-",
                                   AclOperation.DESCRIBE, ResourcePatternType.PREFIXED)])
         if verifier:  # txkafka.verify reads both topics as the reader (groups txkafka-verify-*)
-            sk.grant_reader("reader", self.dst, "txkafka-verify-")
+            sk.grant_reader("reader", self.dst, VERIFY_GROUP_PREFIX)
 
     def reader_options(self, **override: str) -> dict[str, str]:
         return {**self.sk.kafka_options("reader", PROTO, MECH), "subscribe": self.src,

@@ -34,6 +34,7 @@ from txkafka.connector.errors import (
 )
 from txkafka.connector.kafka_config import describe_config, kafka_client_config
 from txkafka.connector.transaction_client import TransactionClient
+from txkafka.verify import VERIFY_GROUP_PREFIX
 
 pytestmark = pytest.mark.kafka
 
@@ -54,10 +55,10 @@ def _label(protocol: str, mechanism: str | None) -> str:
 
 @pytest.fixture(scope="module")
 def reader_groups(secure_kafka) -> str:
-    """KafkaTarget.read_all uses group ids 'reader-<random>': DESCRIBE/READ on that prefix."""
-    secure_kafka.create_acls([allow("reader", ResourceType.GROUP, "reader-", AclOperation.READ,
-                                    ResourcePatternType.PREFIXED)])
-    return "reader-"
+    """KafkaTarget.read_all reads through txkafka.verify, whose group ids share one prefix."""
+    secure_kafka.create_acls([allow("reader", ResourceType.GROUP, VERIFY_GROUP_PREFIX,
+                                    AclOperation.READ, ResourcePatternType.PREFIXED)])
+    return VERIFY_GROUP_PREFIX
 
 
 # ------------------------------------------------------------------------------ helpers

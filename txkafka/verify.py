@@ -99,13 +99,18 @@ def id_extractor(spec: str) -> IdExtractor:
     raise ValueError(f"--id must be key, value or header:NAME, got {spec!r}")
 
 
+# The verifier's consumers assign partitions and never join a group, but librdkafka still looks up
+# the group's coordinator: on a cluster with ACLs the reading principal needs READ on this prefix.
+VERIFY_GROUP_PREFIX = "txkafka-verify-"
+
+
 def scan_topic(conf: dict, topic: str, timeout_s: float = 120.0,
                isolation: str = "read_committed") -> Iterator[object]:
     """Every committed record of ``topic``, partition by partition up to the last stable offset
     (read_uncommitted: up to the high watermark, open transactions' records included)."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-    c = Consumer({**conf, "group.id": f"txkafka-verify-{uuid.uuid4().hex[:8]}",
+    c = Consumer({**conf, "group.id": f"{VERIFY_GROUP_PREFIX}{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
                   "isolation.level": isolation, "logger": _quiet})
     try:
