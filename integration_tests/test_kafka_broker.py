@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from typing import Iterator
 
 import pytest
 from confluent_kafka import KafkaException
 
-from integration_tests.kafka_helpers import unique
+from integration_tests.kafka_helpers import KafkaTarget, unique
 from integration_tests.pipeline_helpers import wait_until
 from txkafka.embedded_kafka import EmbeddedKafka
 
@@ -60,8 +62,10 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
-@pytest.mark.parametrize("nodes", [1, 3])
-def test_broker_command_start_is_idempotent_and_stop_cleans_up(nodes):
+@contextlib.contextmanager
+def _cli_cluster(nodes: int) -> Iterator[KafkaTarget]:
+    """A cluster started with ``txkafka broker start``: a second start is a no-op, status lists
+    every node alive, and ``stop --clean`` leaves nothing running."""
     name = unique("cli")
     try:
         first = _cli("broker", "start", "--name", name, "--nodes", str(nodes))
@@ -76,45 +80,56 @@ def test_broker_command_start_is_idempotent_and_stop_cleans_up(nodes):
         assert status.returncode == 0
         listed = json.loads(status.stdout)["nodes"]
         assert len(listed) == nodes and all(n["alive"] for n in listed)
+        yield KafkaTarget(bootstrap, "native", EmbeddedKafka(name))  # the command's cluster
     finally:
         stop = _cli("broker", "stop", "--clean", "--name", name)
     assert stop.returncode == 0, stop.stderr
     assert _cli("broker", "status", "--name", name).returncode == 3
 
 
-def test_three_nodes_keep_serving_transactions_with_one_node_down(kafka3):
+def test_broker_command_starts_one_node_idempotently_and_stop_cleans_up():
+    with _cli_cluster(1) as kafka:
+        topic = kafka.create_topic(partitions=1)
+        kafka.produce(topic, [("k", "v")], transactional=True)
+        assert [r.value for r in kafka.read_all(topic)] == [b"v"]
+
+
+def test_broker_command_starts_three_nodes_that_keep_serving_with_one_down():
     """Transactions go on with one node of three down, and the reader's offset look-ups, whose
     client learnt the cluster before the crash, find the partition's new leader."""
     from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
     from txkafka.connector.source_options import parse_source_options
 
-    topic = kafka3.create_topic(partitions=3)
-    kafka3.produce(topic, [(f"k{i}", f"before-{i}") for i in range(30)], transactional=True)
-    cluster: EmbeddedKafka = kafka3.cluster
-    offsets = KafkaOffsetReader(parse_source_options(
-        {"kafka.bootstrap.servers": kafka3.bootstrap, "subscribe": topic}, streaming=True))
-    tps = offsets.topic_partitions()
+    with _cli_cluster(3) as kafka3:
+        cluster: EmbeddedKafka = kafka3.cluster
+        assert kafka3.replication_factor == 3
+        topic = kafka3.create_topic(partitions=3)
+        kafka3.produce(topic, [(f"k{i}", f"before-{i}") for i in range(30)], transactional=True)
+        offsets = KafkaOffsetReader(parse_source_options(
+            {"kafka.bootstrap.servers": kafka3.bootstrap, "subscribe": topic}, streaming=True))
+        tps = offsets.topic_partitions()
 
-    def offsets_agree() -> bool:  # commit markers land just after commit_transaction returns
-        return offsets.latest_offsets(tps) == {(topic, p): o
-                                               for p, o in kafka3.end_offsets(topic).items()}
+        def offsets_agree() -> bool:  # commit markers land just after commit_transaction returns
+            return offsets.latest_offsets(tps) == {(topic, p): o
+                                                   for p, o in kafka3.end_offsets(topic).items()}
 
-    wait_until(offsets_agree, 20, "the reader's latest offsets")
-    md = kafka3.admin().list_topics(topic, timeout=30)
-    victim = md.topics[topic].partitions[0].leader  # partition 0 must elect a new leader
-    cluster.kill_node(victim)
-    try:
-        assert victim not in cluster.alive_nodes()
-        kafka3.produce(topic, [(f"k{i}", f"during-{i}") for i in range(30)], transactional=True)
-        kafka3.produce(topic, [(f"k{i}", f"aborted-{i}") for i in range(5)], transactional=True,
-                       commit=False)
-        values = {r.value.decode() for r in kafka3.read_all(topic)}
-        assert values == {f"before-{i}" for i in range(30)} | {f"during-{i}" for i in range(30)}
-        wait_until(offsets_agree, 20, "the reader's latest offsets with the leader dead")
-    finally:
-        cluster.start_node(victim)
-    cluster.wait_ready(120)
-    assert sorted(cluster.alive_nodes()) == [1, 2, 3]
+        wait_until(offsets_agree, 20, "the reader's latest offsets")
+        md = kafka3.admin().list_topics(topic, timeout=30)
+        victim = md.topics[topic].partitions[0].leader  # partition 0 must elect a new leader
+        cluster.kill_node(victim)
+        try:
+            assert victim not in cluster.alive_nodes()
+            kafka3.produce(topic, [(f"k{i}", f"during-{i}") for i in range(30)], transactional=True)
+            kafka3.produce(topic, [(f"k{i}", f"aborted-{i}") for i in range(5)],
+                           transactional=True, commit=False)
+            values = {r.value.decode() for r in kafka3.read_all(topic)}
+            assert values == ({f"before-{i}" for i in range(30)}
+                              | {f"during-{i}" for i in range(30)})
+            wait_until(offsets_agree, 20, "the reader's latest offsets with the leader dead")
+        finally:
+            cluster.start_node(victim)
+        cluster.wait_ready(120)
+        assert sorted(cluster.alive_nodes()) == [1, 2, 3]
 
 
 def test_a_broker_that_cannot_start_fails_with_its_log_tail(tmp_path):
