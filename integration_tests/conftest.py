@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from integration_tests import jvm_archive
 from integration_tests.conftest_secure import secure_kafka  # noqa: F401  (session fixture)
 from integration_tests.kafka_helpers import KafkaTarget
 from txkafka.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
@@ -25,6 +26,10 @@ os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 BROKER_MODE = os.environ.get("TXKAFKA_BROKER", "auto")  # auto | native | testcontainers
+
+
+def pytest_configure(config) -> None:
+    jvm_archive.start_building()  # overlaps the unit tests and the broker's start
 
 
 def _docker_answers() -> bool:
@@ -116,6 +121,7 @@ def spark_builder(app: str = "txkafka-tests", master: str = "local[2,4]"):
 @pytest.fixture(scope="session")
 def spark():
     """One local[2,4] SparkSession (2 cores, up to 4 task attempts) for the whole run."""
+    jvm_archive.ready()
     try:
         session = spark_builder().getOrCreate()
     except Exception as e:  # noqa: BLE001
@@ -164,6 +170,46 @@ def driver_processes():
     yield start
     for p in started:
         p.kill()
+
+
+# Under ``--dist loadfile`` (the test command), a test file is one unit of work for one xdist
+# worker. These tests join another unit so that each expensive session resource starts once:
+# the secured broker (both security files) and the standalone Spark cluster (the chaos file's).
+_SHARED_UNITS = {
+    "integration_tests/test_security_transport.py": "integration_tests/test_security_pipeline.py",
+    "integration_tests/test_writer_exactly_once.py::test_speculative_execution_on_a_cluster":
+        "integration_tests/test_chaos.py",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedResourceScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return _SHARED_UNITS.get(nodeid, _SHARED_UNITS.get(file, file))
+
+    return SharedResourceScheduling(config, log)
+
+
+def pytest_sessionfinish(session) -> None:
+    """In an xdist worker: hand the chaos campaigns' results to the controller, which prints them."""
+    from integration_tests.chaos.summary import CI_RESULTS
+
+    if CI_RESULTS and hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["txkafka_chaos"] = [r.to_json() for r in CI_RESULTS]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    from integration_tests.chaos.summary import CI_RESULTS, CampaignResult
+
+    worker_output = getattr(node, "workeroutput", {}) or {}
+    CI_RESULTS.extend(CampaignResult.from_json(d) for d in worker_output.get("txkafka_chaos", []))
 
 
 def pytest_terminal_summary(terminalreporter):

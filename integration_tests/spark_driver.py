@@ -10,11 +10,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from integration_tests import jvm_archive
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 class DriverProcess:
     def __init__(self, script: str | Path, args: list[str], env: dict | None = None) -> None:
+        jvm_archive.ready()  # the environment copied below names it
         self.script = str(script)
         self.args = args
         self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable,

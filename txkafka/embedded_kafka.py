@@ -55,7 +55,7 @@ def cache_dir() -> Path:
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -104,7 +104,7 @@ def kafka_jars(progress: Progress = _stderr_progress, version: str = KAFKA_VERSI
     done = home / ".complete"
     if done.exists():
         return lib
-    with _file_lock(cache_dir() / f".fetch-{version}.lock"):
+    with file_lock(cache_dir() / f".fetch-{version}.lock"):
         if done.exists():
             return lib
         if shutil.which("mvn") is None:
@@ -547,14 +547,15 @@ class EmbeddedKafka:
             time.sleep(0.2)
         return False
 
-    def stop(self, quiet: bool = False) -> None:
-        """Stop every node: SIGTERM, then SIGKILL after 20 s. Safe to call when nothing runs."""
+    def stop(self, quiet: bool = False, graceful: bool = True) -> None:
+        """Stop every node: SIGTERM, then SIGKILL after 20 s (at once unless ``graceful``).
+        Safe to call when nothing runs."""
         alive = [n for n in self.node_infos if _pid_alive(n.pid, self._marker(n))]
         if alive and not quiet:
             self.progress(f"stopping cluster '{self.name}' ({len(alive)} node(s))")
         for n in alive:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(n.pid, signal.SIGTERM)  # type: ignore[arg-type]
+                os.kill(n.pid, signal.SIGTERM if graceful else signal.SIGKILL)  # type: ignore[arg-type]
         for n in alive:
             if not self._wait_exit(n, 20):
                 with contextlib.suppress(ProcessLookupError):
@@ -566,8 +567,8 @@ class EmbeddedKafka:
             self._save_state()
 
     def destroy(self) -> None:
-        """Stop and delete the cluster's data."""
-        self.stop(quiet=True)
+        """Stop and delete the cluster's data (no clean shutdown: the data is going anyway)."""
+        self.stop(quiet=True, graceful=False)
         if self.root.exists():
             shutil.rmtree(self.root, ignore_errors=True)
         self.node_infos = []

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from integration_tests import jvm_archive
+
 REPO = Path(__file__).resolve().parents[2]
 _BATCH = re.compile(r"^BATCH (\d+) rows=(\d+)", re.M)
 
@@ -39,6 +41,7 @@ class PipelineDriver:
     """``python -m txkafka.pipeline ...`` in its own session, output to ``log_path``."""
 
     def __init__(self, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> None:
+        jvm_archive.ready()  # the environment copied below names it
         self.args = args
         self.log_path = Path(log_path)
         self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
