@@ -131,8 +131,8 @@ def spark_archive(progress: Callable[[str], None] | None = None, timeout: float 
         if archive.exists():
             return archive
         say = progress or (lambda m: print(f"[txkafka] {m}", file=sys.stderr, flush=True))
-        say("building a class-data-sharing archive of Spark's JVM (once, ~20 s): faster driver "
-            "starts")
+        say("building a class-data-sharing archive of Spark's JVM (once, about a minute): faster "
+            "driver starts")
         started = time.monotonic()
         tmp = archive.with_name(f".{archive.name}.{os.getpid()}.tmp")
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
