@@ -218,6 +218,28 @@ def _new_producer(conf: dict[str, Any]):
         raise KafkaConfigError(f"the Kafka producer rejected its configuration: {text}") from None
 
 
+def _connect_to_cluster(producer: Any, cfg: SinkConfig) -> None:
+    """Have a connection to a broker the cluster advertised up before init_transactions.
+
+    librdkafka drops its bootstrap connection once the first metadata answer names the real
+    brokers; an InitProducerId falling into that gap finds "no brokers available for
+    transactions" and is retried by a 500 ms timer. Measured on the 2-core benchmark machine, one
+    task producer in three paid those 500 ms, every batch (exactly_once at 0.81 of at_least_once).
+    Two metadata requests for the sink's topic close the gap: the first is answered on the
+    bootstrap connection, the second on an advertised broker's, which InitProducerId then uses.
+    Without a fixed topic there is nothing cheap to ask for, and the retry stays possible.
+    """
+    if cfg.topic is None:
+        return
+    timeout = min(10.0, cfg.commit_timeout_ms / 1000.0)
+    try:
+        for _ in range(2):
+            producer.list_topics(cfg.topic, timeout=timeout)
+    except Exception as e:  # noqa: BLE001 - only a warm-up: init_transactions reports real failures
+        log.debug("metadata warm-up before init_transactions failed: %s",
+                  redact_text(str(e), cfg.kafka))
+
+
 # --------------------------------------------------------------------------- the writer
 
 class KafkaWriter:
@@ -268,6 +290,7 @@ class KafkaWriter:
             producer = _new_producer(producer_config(self.cfg, self.probe, self.transactional_id,
                                                      _LIBRDKAFKA_LOG))
             self.producer = producer
+            _connect_to_cluster(producer, self.cfg)
             # Fences any earlier holder of this id (a zombie attempt) and aborts its transaction.
             producer.init_transactions(self.cfg.commit_timeout_ms / 1000.0)
             eos = self.probe.fresh_stats(
