@@ -357,6 +357,15 @@ class _StopWhenDone:
         return self.q.exception()
 
 
+def _stop_between_batches(q, wait_s: float = 15.0) -> None:
+    """Stop a processing-time query between two batches: stopped mid-batch, Spark cancels its
+    tasks and logs each cancellation as an ERROR with a stack trace, which reads like a failure."""
+    deadline = time.monotonic() + wait_s
+    while q.isActive and q.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    q.stop()
+
+
 def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
                 workdir: str) -> dict[str, float]:
     """Produce ``rate`` rows/s stamped with their send time; measure when read_committed sees them."""
@@ -406,7 +415,7 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
         stop.set()
         feeder.join(30)
         c.close()
-        q.stop()
+        _stop_between_batches(q)
     if len(samples) < 10:
         raise RuntimeError(f"latency run at {trigger_s}s saw only {len(samples)} records")
     samples.sort()
