@@ -327,6 +327,37 @@ def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdi
     return _timed_query(start, rows, (lambda: k.wait_committed(out, rows)) if out else None, 900)
 
 
+def sink_frame(spark, rows: int, value_bytes: int = 100):
+    """The sink suite's input: keyed rows of ``value_bytes`` over 4 partitions, cached in Spark's
+    memory, so a timed write measures the sink and not a source."""
+    filler = max(0, value_bytes - 10)
+    df = spark.range(rows, numPartitions=4).selectExpr(
+        "cast(format_string('k%09d', id) as binary) as key",
+        f"cast(concat(format_string('%010d', id), repeat('x', {filler})) as binary) as value")
+    df = df.cache()
+    df.count()
+    return df
+
+
+def sink_run(k: BenchKafka, sink: str, df, rows: int) -> float:
+    """A batch ``df.write`` of the cached frame into a new topic, timed until every row is
+    visible to read_committed: the sink in Spark, without a Kafka source in front of it."""
+    out = k.topic("bench-sink", 4)
+    fmt, guarantee = {"txkafka_exactly_once": ("txkafka", "exactly_once"),
+                      "txkafka_at_least_once": ("txkafka", "at_least_once"),
+                      "builtin": ("kafka", None)}[sink]
+    started = time.monotonic()
+    w = df.write.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
+    if guarantee:
+        w = w.option("deliveryGuarantee", guarantee)
+    w.mode("append").save()
+    got = k.wait_committed(out, rows)
+    elapsed = time.monotonic() - started
+    if got < rows:
+        raise RuntimeError(f"benchmark sink write {sink} wrote {got} of {rows} records")
+    return rows / elapsed
+
+
 class _StopWhenDone:
     """Wraps a processing-time query: it 'terminates' once its input rows have all been processed."""
 
@@ -483,7 +514,7 @@ def run_bench(ns: argparse.Namespace) -> int:
         "machine": machine(),
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4},
     }
-    needs_spark = bool({"read", "write", "latency", "scaling"} & set(ns.suites))
+    needs_spark = bool({"read", "write", "sink", "latency", "scaling"} & set(ns.suites))
     spark = spark_session(builtin=not ns.skip_builtin, master=ns.master) if needs_spark else None
     try:
         say(f"filling the input topic: {rows} records of 100 B over 4 partitions")
@@ -503,6 +534,11 @@ def run_bench(ns: argparse.Namespace) -> int:
         if "write" in ns.suites:
             systems += [("write", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once",
                                                 "noop"] + ([] if ns.skip_builtin else ["builtin"])]
+        if "sink" in ns.suites:
+            systems += [("sink", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once"]
+                        + ([] if ns.skip_builtin else ["builtin"])]
+            say(f"caching the sink suite's input: {rows} rows of 100 B in Spark")
+            sink_df = sink_frame(spark, rows)
         per_batch = max(1000, rows // 8)
         runs: dict[tuple[str, str], list[float]] = {s: [] for s in systems}
         batch_runs: dict[str, list[float]] = {}  # read suite: rows/s inside the data batches
@@ -515,6 +551,9 @@ def run_bench(ns: argparse.Namespace) -> int:
             elif suite == "write":
                 say(f"warming up the {name} pipeline")
                 write_run(spark, name, k, src, rows, workdir, 4, per_batch)
+            elif suite == "sink":
+                say(f"warming up the {name} sink")
+                sink_run(k, name, sink_df, rows)
         for i in range(repeats if systems else 0):
             say(f"throughput round {i + 1}/{repeats}")
             for suite, name in _round_order(systems, i):
@@ -531,6 +570,8 @@ def run_bench(ns: argparse.Namespace) -> int:
                     value, in_batches = read_run_detailed(spark, name, bootstrap, src, rows, workdir)
                     batch_runs.setdefault(name, []).append(in_batches)
                     say(f"  read {name}: {in_batches:,.0f} rows/s inside the data batches")
+                elif suite == "sink":
+                    value = sink_run(k, name, sink_df, rows)
                 else:
                     value = write_run(spark, name, k, src, rows, workdir, 4, per_batch)
                 runs[(suite, name)].append(value)
@@ -539,7 +580,7 @@ def run_bench(ns: argparse.Namespace) -> int:
             prod, cons = runs[("ceiling", "produce")], runs[("ceiling", "consume")]
             result["ceiling"] = {"produce_rows_s": _median(prod), "consume_rows_s": _median(cons),
                                  "runs": {"produce": prod, "consume": cons}}
-        for suite in ("core", "read", "write"):
+        for suite in ("core", "read", "write", "sink"):
             named = {name: v for (su, name), v in runs.items() if su == suite}
             if named:
                 result[suite] = {n: {"rows_s": _median(v), "runs": v} for n, v in named.items()}
@@ -548,6 +589,10 @@ def run_bench(ns: argparse.Namespace) -> int:
         if "write" in result:
             result["write"]["trigger"] = "1 second"
             result["write"]["rows_per_batch"] = per_batch
+        if "sink" in result:
+            result["sink"]["mode"] = "batch df.write of a cached DataFrame"
+        if "sink" in ns.suites:
+            sink_df.unpersist()
 
         if "latency" in ns.suites:
             result["latency"] = {}
@@ -622,9 +667,10 @@ def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if ceiling and read:
         add("txkafka read in Spark / plain consumer",
             read["txkafka"]["rows_s"] / ceiling["consume_rows_s"], 0.7)
-    if ceiling and write:
-        add("txkafka exactly_once pipeline in Spark / plain producer",
-            write["txkafka_exactly_once"]["rows_s"] / ceiling["produce_rows_s"], 0.7)
+    sink = r.get("sink", {})
+    if ceiling and sink:
+        add("txkafka exactly-once write in Spark (batch write, cached input) / plain producer",
+            sink["txkafka_exactly_once"]["rows_s"] / ceiling["produce_rows_s"], 0.7)
     for trig, lat in (r.get("latency") or {}).items():
         secs = float(trig.rstrip("s"))
         add(f"exactly-once visibility p99 at {trig} trigger (s)", lat["p99"], secs + 1.0, "<=")
@@ -658,7 +704,7 @@ def charts(r: dict[str, Any], out: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     if r.get("read"):
         names = list(r["read"])
         vals = [r["read"][n]["rows_s"] for n in names]
@@ -675,8 +721,17 @@ def charts(r: dict[str, Any], out: str) -> None:
         axes[1].bar(names, vals)
         axes[1].set_title("Kafka -> Spark -> Kafka, 1 s trigger")
         axes[1].tick_params(axis="x", rotation=20)
-    if r.get("ceiling"):
-        for ax, key in ((axes[0], "consume_rows_s"), (axes[1], "produce_rows_s")):
+    if r.get("sink"):
+        names = [n for n in r["sink"] if isinstance(r["sink"][n], dict)]
+        axes[2].bar(names, [r["sink"][n]["rows_s"] for n in names], color="#58a")
+        axes[2].set_title("sink: batch df.write of a cached DataFrame")
+        axes[2].set_ylabel("rows/s")
+        axes[2].tick_params(axis="x", rotation=20)
+    for ax, suite, key in ((axes[0], "read", "consume_rows_s"), (axes[1], "write", "produce_rows_s"),
+                           (axes[2], "sink", "produce_rows_s")):
+        if not r.get(suite):
+            ax.set_visible(False)
+        elif r.get("ceiling"):
             ax.axhline(r["ceiling"][key], color="red", ls="--", label="plain client ceiling")
             ax.legend()
     fig.tight_layout()
@@ -718,9 +773,9 @@ def report_markdown(r: dict[str, Any]) -> str:
     lines = ["| comparison | value | target | met |", "|---|---|---|---|"]
     for name, v in r.get("ratios", {}).items():
         lines.append(f"| {name} | {v['value']} | {v['target']} | {'yes' if v['met'] else 'no'} |")
-    if r.get("read") or r.get("write") or r.get("core"):
+    if r.get("read") or r.get("write") or r.get("core") or r.get("sink"):
         lines += ["", "| run | rows/s (median) | runs |", "|---|---|---|"]
-        for suite in ("core", "read", "write"):
+        for suite in ("core", "read", "write", "sink"):
             for name, v in (r.get(suite) or {}).items():
                 if isinstance(v, dict):
                     lines.append(f"| {suite}: {name} | {v['rows_s']:,.0f} | "
@@ -762,8 +817,8 @@ def register_cli(sub) -> None:
     p.add_argument("--rows", type=int, default=1_000_000, help="records per throughput run")
     p.add_argument("--repeats", type=int, default=3, help="interleaved runs per system (median)")
     p.add_argument("--suites", nargs="+",
-                   default=["ceiling", "core", "read", "write", "latency", "scaling"],
-                   choices=["ceiling", "core", "read", "write", "latency", "scaling"])
+                   default=["ceiling", "core", "read", "write", "sink", "latency", "scaling"],
+                   choices=["ceiling", "core", "read", "write", "sink", "latency", "scaling"])
     p.add_argument("--latency-seconds", type=float, default=40.0)
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s fed in latency runs")
     p.add_argument("--master", default="local[2]")
