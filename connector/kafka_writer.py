@@ -231,11 +231,12 @@ def _connect_to_cluster(producer: Any, cfg: SinkConfig) -> None:
     """
     if cfg.topic is None:
         return
-    timeout = min(10.0, cfg.commit_timeout_ms / 1000.0)
+    timeout = min(5.0, cfg.commit_timeout_ms / 1000.0)
     try:
         for _ in range(2):
             producer.list_topics(cfg.topic, timeout=timeout)
     except Exception as e:  # noqa: BLE001 - only a warm-up: init_transactions reports real failures
+        # (once: a cluster that does not answer is init_transactions' to report, without delay)
         log.debug("metadata warm-up before init_transactions failed: %s",
                   redact_text(str(e), cfg.kafka))
 
