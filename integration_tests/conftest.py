@@ -32,6 +32,17 @@ def pytest_configure(config) -> None:
     jvm_archive.start_building()  # overlaps the unit tests and the broker's start
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """In CI a skipped integration test is a failure: a skip there would hide exactly the kind of
+    missing broker or Spark that the suite exists to catch."""
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI (CI=true), which fails the run: {report.longrepr}"
+
+
 def _docker_answers() -> bool:
     try:
         import docker  # type: ignore[import-not-found]
