@@ -302,6 +302,12 @@ def read_run_detailed(spark, fmt: str, bootstrap: str, topic: str, rows: int,
     return rate, _data_batch_rate(q)
 
 
+# Sink systems of the write and sink suites: (format, deliveryGuarantee or None for the built-in).
+_SINKS = {"txkafka_exactly_once": ("txkafka", "exactly_once"),
+          "txkafka_at_least_once": ("txkafka", "at_least_once"),
+          "builtin": ("kafka", None)}
+
+
 def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdir: str,
               partitions: int, per_batch: int, trigger: str = "1 second") -> float:
     out = k.topic("bench-out", partitions) if sink != "noop" else None
@@ -315,9 +321,7 @@ def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdi
         if sink == "noop":
             w = w.format("noop")
         else:
-            fmt, guarantee = {"txkafka_exactly_once": ("txkafka", "exactly_once"),
-                              "txkafka_at_least_once": ("txkafka", "at_least_once"),
-                              "builtin": ("kafka", None)}[sink]
+            fmt, guarantee = _SINKS[sink]
             w = w.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
             if guarantee:
                 w = w.option("deliveryGuarantee", guarantee)
@@ -343,9 +347,7 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int) -> float:
     """A batch ``df.write`` of the cached frame into a new topic, timed until every row is
     visible to read_committed: the sink in Spark, without a Kafka source in front of it."""
     out = k.topic("bench-sink", 4)
-    fmt, guarantee = {"txkafka_exactly_once": ("txkafka", "exactly_once"),
-                      "txkafka_at_least_once": ("txkafka", "at_least_once"),
-                      "builtin": ("kafka", None)}[sink]
+    fmt, guarantee = _SINKS[sink]
     started = time.monotonic()
     w = df.write.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
     if guarantee:
