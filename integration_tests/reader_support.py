@@ -95,7 +95,7 @@ def start_memory_query(df, checkpoint: str, trigger_s: float = 0.5):
 
 
 def wait_first_batch(q, timeout: float = QUERY_TIMEOUT_S) -> None:
-    """Wait until batch 0 (which fixes the starting offsets) is done."""
+    """Wait until batch 0 is done (for "latest" or a timestamp: the empty batch fixing the start)."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -109,8 +109,9 @@ def wait_first_batch(q, timeout: float = QUERY_TIMEOUT_S) -> None:
 
 
 def data_progress(q) -> list[dict]:
-    """Progress of the batches after batch 0 (batch 0 only resolves the starting offsets)."""
-    return [p for p in q.recentProgress if p["batchId"] > 0]
+    """Progress of the batches that can read data: all but an empty batch 0 (which, for "latest"
+    or a timestamp, only pins the starting offsets; "earliest" reads from batch 0 on)."""
+    return [p for p in q.recentProgress if p["batchId"] > 0 or p["numInputRows"] > 0]
 
 
 def end_offsets(progress: dict) -> dict[str, dict[str, int]]:

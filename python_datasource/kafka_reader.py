@@ -13,9 +13,11 @@ Facts of the Python Data Source API this module is built on (pyspark 4.3):
 - The start of batch 0 (``initialOffset()``) is never written to the checkpoint, and a restart that
   replays batch 0 calls ``initialOffset()`` again. Spark's own Kafka source keeps its resolved
   starting offsets in a file of its own for this; a Python reader has no checkpoint path. So the
-  initial offset here is a marker, batch 0 is the (empty) batch that resolves startingOffsets, and
-  Spark's offset log records the resolved offsets as batch 0's end: a replay never re-resolves
-  "latest" or a timestamp, and data starts in batch 1.
+  initial offset here is a marker, resolved again whenever batch 0 is planned. Where that
+  resolution can change ("latest", a timestamp, a -1 in JSON offsets), batch 0 is an empty batch
+  whose end, in Spark's offset log, pins the resolved offsets: a replay never re-resolves them, and
+  data starts in batch 1. Where it cannot ("earliest", JSON offsets without -1), batch 0 reads data
+  at once: a replay resolves the same start (retention can only remove records no one can read).
 """
 
 from __future__ import annotations
@@ -59,7 +61,10 @@ from txkafka.connector.range_planner import (
     split_ranges,
 )
 from txkafka.connector.source_options import (
+    LATEST,
+    EarliestOffsets,
     SourceOptions,
+    SpecificOffsets,
     TopicPartitionKey,
     parse_bool,
     parse_source_options,
@@ -234,6 +239,7 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
                                            self.options.max_trigger_delay_ms)
         self._available_now_target: Optional[PartitionOffsets] = None
         self._latest: Optional[PartitionOffsets] = None
+        self._initial_start: Optional[PartitionOffsets] = None
 
     # ---- offsets and admission control -----------------------------------------------------
 
@@ -266,13 +272,17 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         reader = self.offset_reader
         if _is_initial(start):
-            self._admission.mark_trigger()
-            return to_offset_json(self._resolve_starting_offsets())
-        start_map = from_offset_json(start)
-        # Spark asks for the next batch only after committing the one ending at ``start`` (its
-        # commit log is written first), so ``start`` is committed: publishing it here also covers
-        # the last batch, for which commit() is never called.
-        self._commit_to_group(start_map)
+            start_map = self._resolve_starting_offsets()
+            self._initial_start = start_map
+            if not self._start_is_replayable():
+                self._admission.mark_trigger()
+                return to_offset_json(start_map)  # an empty batch 0 pins the resolved start
+        else:
+            start_map = from_offset_json(start)
+            # Spark asks for the next batch only after committing the one ending at ``start`` (its
+            # commit log is written first), so ``start`` is committed: publishing it here also
+            # covers the last batch, for which commit() is never called.
+            self._commit_to_group(start_map)
         latest = self._latest_offsets(start_map)
         self._latest = latest
         new = [tp for tp in latest if tp not in start_map]
@@ -283,6 +293,22 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
         if end is None:
             return to_offset_json(start_map)
         return to_offset_json(end)
+
+    def _start_is_replayable(self) -> bool:
+        """Does resolving startingOffsets again (a replay of batch 0) give the same offsets?"""
+        spec = self.options.starting
+        if isinstance(spec, EarliestOffsets):
+            return True
+        return isinstance(spec, SpecificOffsets) and all(off != LATEST for _, off in spec.offsets)
+
+    def _replayed_start(self, end: PartitionOffsets) -> PartitionOffsets:
+        """Batch 0's start: as resolved for its end in this process, or again after a restart."""
+        if self._initial_start is not None:
+            return self._initial_start
+        spec = self.options.starting
+        if isinstance(spec, SpecificOffsets):
+            return self.offset_reader.resolve(spec, sorted(spec.as_dict()), starting=True)
+        return self.offset_reader.earliest_offsets(sorted(end))
 
     def _resolve_starting_offsets(self) -> PartitionOffsets:
         """startingOffsets (or a timestamp) -> offsets; "latest" under AvailableNow is its target."""
@@ -327,9 +353,14 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
     # ---- planning and reading --------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        if _is_initial(start) or start == end:
+        if start == end or (_is_initial(start) and not self._start_is_replayable()):
             return []
-        start_map, end_map = from_offset_json(start), from_offset_json(end)
+        end_map = from_offset_json(end)
+        if _is_initial(start):
+            start_map = self._replayed_start(end_map)
+            start_map = {tp: off for tp, off in start_map.items() if tp in end_map}
+        else:
+            start_map = from_offset_json(start)
         earliest = self.offset_reader.earliest_offsets(_nonempty_or_new(start_map, end_map))
         ranges = plan_ranges(start_map, end_map, earliest=earliest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
