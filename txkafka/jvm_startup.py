@@ -18,6 +18,7 @@ inherit it, so one call at the start of a test session or the demo covers every 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -102,13 +103,13 @@ def _fingerprint() -> str | None:
     """JDK build + Spark's jars: what the JVM checks before it trusts an archive."""
     java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) \
         if os.environ.get("JAVA_HOME") else shutil.which("java")
-    try:
-        import pyspark
-    except ImportError:
+    # Located, never imported: this runs on a background thread (integration_tests/jvm_archive.py)
+    # while the main thread may be importing pyspark, and two threads importing pyspark's
+    # circular package imports at once leave one of them with a half-initialised pyspark.sql.
+    spec = importlib.util.find_spec("pyspark")
+    if java is None or spec is None or not spec.submodule_search_locations:
         return None
-    if java is None:
-        return None
-    jars = Path(pyspark.__file__).parent / "jars"
+    jars = Path(list(spec.submodule_search_locations)[0]) / "jars"
     h = hashlib.sha256()
     real_java = os.path.realpath(java)
     st = os.stat(real_java)
