@@ -75,7 +75,8 @@ _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
 def _load_extensions() -> None:
     import importlib
 
-    for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.verify", "txkafka.bench"):
+    for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.verify", "txkafka.bench",
+                "txkafka.pyspark_home"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

@@ -1,0 +1,165 @@
+"""A SPARK_HOME whose ``pyspark.zip`` carries bytecode: every Python process Spark starts begins faster.
+
+Why: Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the PYTHONPATH of every Python
+process it starts (PythonUtils.sparkPythonPath), ahead of the installed pyspark package. The zip
+that pip's pyspark (and Spark's own distribution) ships holds sources only, and Python's zipimport
+never caches what it compiles, so each such process compiles the pyspark modules it imports again:
+~0.75 s of CPU on the machine of docs/benchmarks.md (1.2 s instead of 0.45 s to import what the
+streaming source runner imports). Executors' pooled workers pay it once per daemon, but a Python
+streaming source pays it on every query start: Spark starts its driver-side reader process
+(PythonStreamingSourceRunner) fresh for each query.
+
+Nothing installed is modified: this builds a separate directory that links everything of the
+installed SPARK_HOME except ``python/lib/pyspark.zip``, which it copies with an unchecked-hash
+``.pyc`` beside each ``.py``. Use it by exporting ``SPARK_HOME`` before Spark starts. A Python of
+another version ignores the bytecode (zipimport checks the magic number) and compiles as before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import sys
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Callable, Optional
+
+ZIP_RELATIVE = Path("python") / "lib" / "pyspark.zip"
+_MARKER = ".txkafka-pyspark-home"
+
+
+class PysparkHomeError(RuntimeError):
+    """The installed SPARK_HOME cannot be mirrored (no pyspark.zip, or an unwritable target)."""
+
+
+def installed_spark_home() -> Path:
+    """The SPARK_HOME pyspark would use: $SPARK_HOME if set, else the pip-installed package."""
+    env = os.environ.get("SPARK_HOME")
+    if env:
+        return Path(env)
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise PysparkHomeError("pyspark is not installed; pip install 'pyspark>=4.3'")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def default_target(source: Path) -> Path:
+    """One cached home per installed Spark and Python version (the bytecode is version-bound)."""
+    from .embedded_kafka import cache_dir
+
+    digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
+    tag = sys.implementation.cache_tag  # e.g. cpython-311
+    return cache_dir() / f"spark-home-{tag}-{digest}"
+
+
+def _zip_with_bytecode(src: Path, dst: Path) -> int:
+    """Copy ``src`` to ``dst`` adding ``X.pyc`` for each ``X.py``; returns how many were compiled."""
+    compiled = 0
+    tmp = dst.with_name(dst.name + ".tmp")
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zout:
+        names = set(zin.namelist())
+        for info in zin.infolist():
+            data = zin.read(info)
+            zout.writestr(info, data)
+            if not info.filename.endswith(".py") or info.filename + "c" in names:
+                continue
+            try:
+                with warnings.catch_warnings():  # e.g. pyspark's tests: "is" with a literal
+                    warnings.simplefilter("ignore")
+                    code = compile(data, info.filename, "exec", dont_inherit=True)
+            except SyntaxError:
+                continue  # left to the source path, which reports it if it is ever imported
+            pyc = _hash_pyc(code, importlib.util.source_hash(data))
+            zout.writestr(zipfile.ZipInfo(info.filename + "c", info.date_time), pyc)
+            compiled += 1
+    tmp.replace(dst)
+    return compiled
+
+
+def _hash_pyc(code, source_hash: bytes) -> bytes:
+    """PEP 552 unchecked-hash pyc: zipimport loads it without comparing it against the source."""
+    import marshal
+
+    flags = (0b01).to_bytes(4, "little")  # hash-based, check_source off
+    return importlib.util.MAGIC_NUMBER + flags + source_hash + marshal.dumps(code)
+
+
+def build(source: Optional[Path] = None, target: Optional[Path] = None,
+          progress: Optional[Callable[[str], None]] = None) -> Path:
+    """Create (or reuse, when up to date) the mirrored SPARK_HOME; returns its path."""
+    say = progress or (lambda m: None)
+    source = (source or installed_spark_home()).resolve()
+    if (source / _MARKER).is_file():  # SPARK_HOME already points at a home built here
+        source = Path((source / _MARKER).read_text().splitlines()[0])
+    src_zip = source / ZIP_RELATIVE
+    if not src_zip.is_file():
+        raise PysparkHomeError(f"{src_zip} not found: SPARK_HOME={source} is not a Spark home "
+                               "with Python support")
+    target = target or default_target(source)
+    from .embedded_kafka import file_lock
+
+    with file_lock(target.parent / f".{target.name}.lock"):  # two drivers starting at once
+        return _build_locked(source, src_zip, target, say)
+
+
+def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str], None]) -> Path:
+    stamp = f"{source}\n{src_zip.stat().st_size} {src_zip.stat().st_mtime_ns}\n{sys.version}\n"
+    marker = target / _MARKER
+    if marker.is_file() and marker.read_text() == stamp:
+        say(f"up to date: {target}")
+        return target
+    if target.exists() and any(target.iterdir()) and not marker.is_file():
+        raise PysparkHomeError(f"{target} exists and was not made by txkafka; choose another --out")
+    target.mkdir(parents=True, exist_ok=True)
+    _mirror(source, target, skip=ZIP_RELATIVE)
+    say(f"compiling {src_zip} ...")
+    n = _zip_with_bytecode(src_zip, target / ZIP_RELATIVE)
+    marker.write_text(stamp)
+    say(f"{n} modules compiled into {target / ZIP_RELATIVE}")
+    return target
+
+
+def _mirror(source: Path, target: Path, skip: Path) -> None:
+    """Link every entry of ``source`` into ``target``, descending only along ``skip``'s parents."""
+    keep = skip.parts[0]
+    for entry in source.iterdir():
+        link = target / entry.name
+        if entry.name == keep and len(skip.parts) > 1 and entry.is_dir():
+            if link.is_symlink():
+                link.unlink()
+            link.mkdir(exist_ok=True)
+            _mirror(entry, link, Path(*skip.parts[1:]))
+            continue
+        if entry.name == keep:
+            continue
+        if link.is_symlink() or link.exists():
+            if link.is_symlink() and Path(os.readlink(link)) == entry:
+                continue
+            link.unlink()
+        link.symlink_to(entry)
+
+
+def cmd_pyspark_home(args: argparse.Namespace) -> int:
+    try:
+        home = build(Path(args.spark_home) if args.spark_home else None,
+                     Path(args.out) if args.out else None,
+                     progress=lambda m: print(f"[txkafka] {m}", file=sys.stderr, flush=True))
+    except PysparkHomeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"export SPARK_HOME={home}")
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser(
+        "pyspark-home",
+        help="build a SPARK_HOME whose pyspark.zip has bytecode (faster Python worker and "
+             "streaming-source starts); prints the export line")
+    p.add_argument("--spark-home", help="the Spark home to mirror (default: $SPARK_HOME, else "
+                                        "the installed pyspark)")
+    p.add_argument("--out", help="where to build it (default: ~/.cache/txkafka/spark-home-...)")
+    p.set_defaults(func=cmd_pyspark_home)
