@@ -95,3 +95,16 @@ def test_source_that_does_not_compile_stays_source_only(tmp_path):
         names = set(z.namelist())
     assert "fakepkg/mod.py" in names and "fakepkg/mod.pyc" not in names
     assert "fakepkg/__init__.pyc" in names
+
+
+def test_pyspark_test_suites_are_left_out(tmp_path):
+    source = _fake_home(tmp_path)
+    with zipfile.ZipFile(source / ZIP_RELATIVE, "a") as z:
+        z.writestr("fakepkg/tests/__init__.py", "")
+        z.writestr("fakepkg/tests/test_mod.py", "X = 1\n")
+        z.writestr("fakepkg/testing/utils.py", "Y = 2\n")  # a helper module, not a test suite
+    home = build(source, tmp_path / "mirror")
+    with zipfile.ZipFile(home / ZIP_RELATIVE) as z:
+        names = set(z.namelist())
+    assert not any("/tests/" in n for n in names)
+    assert {"fakepkg/testing/utils.py", "fakepkg/testing/utils.pyc"} <= names
