@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,8 @@ def test_bench_writes_json_and_charts(kafka, tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run(
         [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--rows", "20000",
-         "--repeats", "2", "--suites", "ceiling", "core", "--skip-builtin", "--out", str(out)],
+         "--repeats", "2", "--suites", "ceiling", "core", "--skip-builtin", "--pyspark-home",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "throughput round 2/2" in proc.stdout  # progress is shown
@@ -32,3 +34,5 @@ def test_bench_writes_json_and_charts(kafka, tmp_path):
                                      "txkafka core exactly-once write (no Spark) / plain producer"}
     assert (out / "throughput.png").stat().st_size > 1000
     assert "| core: write |" in proc.stdout
+    home = result["machine"]["spark_home"]  # --pyspark-home: built, and recorded with the result
+    assert (Path(home) / ".txkafka-pyspark-home").is_file(), home

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -41,7 +42,7 @@ def test_spark_workers_and_streaming_source_run_from_the_bytecode_zip(kafka, tmp
     built = subprocess.run([sys.executable, "-m", "txkafka", "pyspark-home", "--out", str(home)],
                            capture_output=True, text=True, timeout=300)
     assert built.returncode == 0, built.stderr[-2000:]
-    assert built.stdout.strip() == f"export SPARK_HOME={home}"
+    assert built.stdout.strip() == f"export SPARK_HOME={shlex.quote(str(home))}"
 
     topic = unique("pyc-home")
     kafka.create_topic(topic, partitions=2)

@@ -108,3 +108,25 @@ def test_pyspark_test_suites_are_left_out(tmp_path):
         names = set(z.namelist())
     assert not any("/tests/" in n for n in names)
     assert {"fakepkg/testing/utils.py", "fakepkg/testing/utils.pyc"} <= names
+
+
+def test_unwritable_target_is_a_named_error(tmp_path):
+    source = _fake_home(tmp_path)
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(PysparkHomeError, match="cannot build a Spark home in"):
+        build(source, blocker / "mirror")
+
+
+def test_cli_prints_a_line_a_shell_can_eval(tmp_path):
+    source = _fake_home(tmp_path)
+    out = tmp_path / "with space"
+    proc = subprocess.run([sys.executable, "-m", "txkafka", "pyspark-home", "--spark-home",
+                           str(source), "--out", str(out)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    shell = subprocess.run(["bash", "-c", proc.stdout + '\nprintf %s "$SPARK_HOME"'],
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout == str(out)
+    missing = subprocess.run([sys.executable, "-m", "txkafka", "pyspark-home", "--spark-home",
+                              str(tmp_path / "nowhere")], capture_output=True, text=True)
+    assert missing.returncode == 1 and "pyspark.zip not found" in missing.stderr

@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import importlib.util
 import os
+import shlex
 import sys
 import warnings
 import zipfile
@@ -118,8 +119,11 @@ def build(source: Optional[Path] = None, target: Optional[Path] = None,
     target = target or default_target(source)
     from .embedded_kafka import file_lock
 
-    with file_lock(target.parent / f".{target.name}.lock"):  # two drivers starting at once
-        return _build_locked(source, src_zip, target, say)
+    try:
+        with file_lock(target.parent / f".{target.name}.lock"):  # two drivers starting at once
+            return _build_locked(source, src_zip, target, say)
+    except OSError as e:
+        raise PysparkHomeError(f"cannot build a Spark home in {target}: {e}") from e
 
 
 def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str], None]) -> Path:
@@ -168,7 +172,7 @@ def cmd_pyspark_home(args: argparse.Namespace) -> int:
     except PysparkHomeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"export SPARK_HOME={home}")
+    print(f"export SPARK_HOME={shlex.quote(str(home))}")
     return 0
 
 
