@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import marshal
 import os
 import shlex
 import sys
@@ -99,8 +100,6 @@ def _zip_with_bytecode(src: Path, dst: Path) -> tuple[int, int]:
 
 def _hash_pyc(code, source_hash: bytes) -> bytes:
     """PEP 552 unchecked-hash pyc: zipimport loads it without comparing it against the source."""
-    import marshal
-
     flags = (0b01).to_bytes(4, "little")  # hash-based, check_source off
     return importlib.util.MAGIC_NUMBER + flags + source_hash + marshal.dumps(code)
 
@@ -145,21 +144,21 @@ def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str]
 
 
 def _mirror(source: Path, target: Path, skip: Path) -> None:
-    """Link every entry of ``source`` into ``target``, descending only along ``skip``'s parents."""
-    keep = skip.parts[0]
+    """Link every entry of ``source`` into ``target`` except ``skip``, whose parents become real
+    directories (so the caller can put its own file at ``skip``)."""
+    head, rest = skip.parts[0], Path(*skip.parts[1:]) if len(skip.parts) > 1 else None
     for entry in source.iterdir():
         link = target / entry.name
-        if entry.name == keep and len(skip.parts) > 1 and entry.is_dir():
-            if link.is_symlink():
-                link.unlink()
-            link.mkdir(exist_ok=True)
-            _mirror(entry, link, Path(*skip.parts[1:]))
+        if entry.name == head:
+            if rest is not None and entry.is_dir():
+                if link.is_symlink():
+                    link.unlink()
+                link.mkdir(exist_ok=True)
+                _mirror(entry, link, rest)
             continue
-        if entry.name == keep:
+        if link.is_symlink() and Path(os.readlink(link)) == entry:
             continue
         if link.is_symlink() or link.exists():
-            if link.is_symlink() and Path(os.readlink(link)) == entry:
-                continue
             link.unlink()
         link.symlink_to(entry)
 
