@@ -163,6 +163,11 @@ class SourceOptions:
         # 8 MB fetches reach ~600k/s. A pooled consumer prefetches at most 32 MB.
         conf.setdefault("max.partition.fetch.bytes", str(8 * 1024 * 1024))
         conf.setdefault("queued.max.messages.kbytes", "32768")
+        # Once its queue holds queued.min.messages (100k), librdkafka postpones the partition's
+        # next fetch by fetch.queue.backoff.ms, 1000 ms by default: a consumer drained in 0.2 s
+        # then idles 0.8 s, every 100k records. 10 ms keeps fetching: one partition read at
+        # 140k records/s with the default, 760-880k/s with 10 ms (100 B values, one broker).
+        conf.setdefault("fetch.queue.backoff.ms", "10")
         # A range that ends on a transaction marker finishes on partition EOF, which needs one
         # empty fetch at the log end: keep the broker's long-poll short.
         conf.setdefault("fetch.wait.max.ms", "100")

@@ -170,6 +170,19 @@ def test_consumer_config_owns_reset_commit_and_eof():
         "isolation.level"] == "read_uncommitted"
 
 
+def test_consumer_config_keeps_fetching_while_its_queue_is_drained():
+    # librdkafka's fetch.queue.backoff.ms default (1000 ms) idles a partition for a second per
+    # 100k queued records; txkafka's default must reach librdkafka, and a user's value must win.
+    from confluent_kafka import Consumer
+
+    conf = parse().consumer_config()
+    assert conf["fetch.queue.backoff.ms"] == "10"
+    assert parse(**{"kafka.fetch.queue.backoff.ms": "200"}).consumer_config()[
+        "fetch.queue.backoff.ms"] == "200"
+    # The installed librdkafka knows every setting txkafka chooses (it rejects unknown ones).
+    Consumer({**conf, "bootstrap.servers": "127.0.0.1:9"}).close()
+
+
 def test_time_strings():
     assert parse_time_ms("15m", "x") == 900_000
     assert parse_time_ms("30s", "x") == 30_000
