@@ -74,6 +74,9 @@ def test_the_data_batch_read_ratio_is_reported_next_to_the_wall_time_one():
     name = "read txkafka / built-in, inside the data batches (query start and stop excluded)"
     assert got[name] == {"value": 1.5, "target": ">= 1.0", "met": True}
     assert got["read txkafka / built-in"]["value"] == 1.5  # the headline stays wall time
+    inside = got["txkafka read in Spark, inside the data batches / plain consumer"]
+    assert inside == {"value": 1.2, "target": ">= 0.7", "met": True}
+    assert got["txkafka read in Spark / plain consumer"]["value"] == 0.75
     text = report_markdown({**r, "ratios": got})
     assert "| read: txkafka, inside the data batches | 240,000 | 240,000 |" in text
 

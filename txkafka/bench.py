@@ -681,6 +681,9 @@ def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if ceiling and read:
         add("txkafka read in Spark / plain consumer",
             read["txkafka"]["rows_s"] / ceiling["consume_rows_s"], 0.7)
+        if "batch_rows_s" in read["txkafka"]:
+            add("txkafka read in Spark, inside the data batches / plain consumer",
+                read["txkafka"]["batch_rows_s"] / ceiling["consume_rows_s"], 0.7)
     sink = r.get("sink", {})
     if ceiling and sink:
         add("txkafka exactly-once write in Spark (batch write, cached input) / plain producer",
