@@ -726,9 +726,17 @@ def charts(r: dict[str, Any], out: str) -> None:
     if r.get("read"):
         names = list(r["read"])
         vals = [r["read"][n]["rows_s"] for n in names]
+        inside = [r["read"][n].get("batch_rows_s") for n in names]
         if r.get("core"):
             names, vals = names + ["txkafka core\n(no Spark)"], vals + [r["core"]["read"]["rows_s"]]
-        axes[0].bar(names, vals, color=["#2a7", "#888", "#7a2"][:len(names)])
+            inside.append(None)
+        xs = list(range(len(names)))
+        axes[0].bar([x - 0.2 for x in xs], vals, width=0.4, color="#2a7", label="whole query")
+        got = [(x, v) for x, v in zip(xs, inside) if v]
+        if got:
+            axes[0].bar([x + 0.2 for x, _ in got], [v for _, v in got], width=0.4, color="#8cd",
+                        label="inside the data batches")
+        axes[0].set_xticks(xs, names)
         axes[0].set_title("read (AvailableNow, noop sink)")
         axes[0].set_ylabel("rows/s")
     if r.get("write"):
@@ -751,7 +759,7 @@ def charts(r: dict[str, Any], out: str) -> None:
             ax.set_visible(False)
         elif r.get("ceiling"):
             ax.axhline(r["ceiling"][key], color="red", ls="--", label="plain client ceiling")
-            ax.legend()
+            ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
     plt.close(fig)
@@ -781,7 +789,7 @@ def charts(r: dict[str, Any], out: str) -> None:
             ax.set_xlabel("partitions")
             ax.set_ylabel("MB/s")
             ax.set_title(title)
-            ax.legend()
+            ax.legend(fontsize=8, loc="lower right")
         fig.tight_layout()
         fig.savefig(os.path.join(out, "scaling.png"), dpi=110)
         plt.close(fig)
