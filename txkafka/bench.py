@@ -90,7 +90,7 @@ class BenchKafka:
                       "enable.partition.eof": True, "enable.auto.commit": False,
                       "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
                       # As txkafka's reader: without it librdkafka idles a second per 100k
-                      # queued records and the "ceiling" would be a quarter of the client's.
+                      # queued records and the "ceiling" would be a third of the client's.
                       "fetch.queue.backoff.ms": 10, "logger": _quiet})
         c.assign([TopicPartition(topic, p, 0) for p in parts])
         n = 0
