@@ -32,6 +32,9 @@ DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_FETCH_OFFSET_NUM_RETRIES = 3
 DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 10
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+# librdkafka waits fetch.queue.backoff.ms (default 1000) before fetching more for a partition
+# whose queue is full; see SourceOptions.consumer_config. Shared by every bulk reader txkafka runs.
+FETCH_QUEUE_BACKOFF_MS = 10
 
 # kafka.* keys the reader sets itself, with the reason shown to a user who tries to set them.
 READER_OWNED_KEYS: dict[str, str] = {
@@ -168,7 +171,7 @@ class SourceOptions:
         # next fetch by fetch.queue.backoff.ms, 1000 ms by default: a consumer drained in 0.2 s
         # then idles 0.8 s, every 100k records. 10 ms keeps fetching: a plain loop read one
         # partition at 140k records/s with the default, 760-880k/s with 10 ms (100 B values).
-        conf.setdefault("fetch.queue.backoff.ms", "10")
+        conf.setdefault("fetch.queue.backoff.ms", str(FETCH_QUEUE_BACKOFF_MS))
         # A range that ends on a transaction marker finishes on partition EOF, which needs one
         # empty fetch at the log end: keep the broker's long-poll short.
         conf.setdefault("fetch.wait.max.ms", "100")

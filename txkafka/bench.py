@@ -84,6 +84,8 @@ class BenchKafka:
         """Read ``expected`` records with a plain consumer loop; returns rows/s."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+        from .connector.source_options import FETCH_QUEUE_BACKOFF_MS
+
         md = self.admin.list_topics(topic, timeout=30)
         parts = sorted(md.topics[topic].partitions)
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4()}",
@@ -91,7 +93,7 @@ class BenchKafka:
                       "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
                       # As txkafka's reader: without it librdkafka idles a second per 100k
                       # queued records and the "ceiling" would be a third of the client's.
-                      "fetch.queue.backoff.ms": 10, "logger": _quiet})
+                      "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, "logger": _quiet})
         c.assign([TopicPartition(topic, p, 0) for p in parts])
         n = 0
         pending = set(parts)

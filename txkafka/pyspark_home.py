@@ -86,7 +86,7 @@ def _zip_with_bytecode(src: Path, dst: Path) -> tuple[int, int]:
             if not info.filename.endswith(".py") or info.filename + "c" in names:
                 continue
             try:
-                with warnings.catch_warnings():  # e.g. pyspark's tests: "is" with a literal
+                with warnings.catch_warnings():  # SyntaxWarnings of the sources are not ours to show
                     warnings.simplefilter("ignore")
                     code = compile(data, info.filename, "exec", dont_inherit=True)
             except SyntaxError:

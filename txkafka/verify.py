@@ -112,7 +112,9 @@ def scan_topic(conf: dict, topic: str, timeout_s: float = 120.0,
 
     # fetch.queue.backoff.ms: librdkafka's default (1000 ms) idles a second per 100k queued
     # records, however fast they are counted; a user's own value wins.
-    c = Consumer({"fetch.queue.backoff.ms": 10, **conf,
+    from .connector.source_options import FETCH_QUEUE_BACKOFF_MS
+
+    c = Consumer({"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, **conf,
                   "group.id": f"{VERIFY_GROUP_PREFIX}{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
                   "isolation.level": isolation, "logger": _quiet})
