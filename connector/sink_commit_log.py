@@ -142,6 +142,15 @@ class SinkCommitLog:
 
     # ------------------------------------------------------------ identity
 
+    def existing_identity(self) -> SinkIdentity | None:
+        """The sink's identity if this checkpoint has one; never creates it (operator tools: a
+        mistyped path must not become a new, empty sink)."""
+        rec = self._read(f"{self.root}/sink.json")
+        if rec is None:
+            return None
+        return SinkIdentity(str(rec["sink_id"]), str(rec.get("prefix", "txkafka")),
+                            int(rec.get("created_ms", 0)))
+
     def identity(self, prefix: str) -> SinkIdentity:
         """The sink's id, created on first use. The prefix may change between runs; the id not."""
         path = f"{self.root}/sink.json"

@@ -75,6 +75,8 @@ _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
 def _load_extensions() -> None:
     import importlib
 
+    if _EXTENSIONS:
+        return  # main() may run more than once in a process (tests, embedding)
     for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.verify", "txkafka.bench",
                 "txkafka.pyspark_home"):
         try:

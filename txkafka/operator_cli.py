@@ -1,7 +1,7 @@
 """Operator commands: the sink's open transactions and its commit log.
 
     txkafka transactions list  -b HOST:PORT (--checkpoint DIR | --prefix P) [--all]
-    txkafka transactions abort -b HOST:PORT (--checkpoint DIR | --prefix P) [--id ID ...] [--yes]
+    txkafka transactions abort -b HOST:PORT (--checkpoint DIR | --prefix P --force) [--id ID ...] [--yes]
     txkafka commit-log show    --checkpoint DIR [--last N] [--json]
 
 Security settings are librdkafka's (``-X security.protocol=SASL_SSL -X sasl.mechanism=...``) or a
@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from .connector.sink_commit_log import SinkCommitLog
+from .connector.sink_commit_log import SinkCommitLog, SinkIdentity
 
 
 def _client_conf(args: argparse.Namespace) -> dict[str, str]:
@@ -33,17 +33,34 @@ def _client_conf(args: argparse.Namespace) -> dict[str, str]:
     return conf
 
 
+class OperatorError(SystemExit):
+    """A command line that cannot be acted on: the message goes to stderr, the exit status is 1."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"error: {message}")
+
+
+def _open_log(checkpoint: str) -> tuple[SinkCommitLog, SinkIdentity]:
+    """The sink commit log of an existing txkafka sink under ``checkpoint``, never a new one."""
+    log = SinkCommitLog(checkpoint)
+    ident = log.existing_identity()
+    if ident is None:
+        raise OperatorError(
+            f"--checkpoint {checkpoint}: no txkafka sink there ({log.root}/sink.json does not "
+            "exist). Give the checkpointLocation of a query that writes with format('txkafka').")
+    return log, ident
+
+
 def _sink_prefix(args: argparse.Namespace) -> tuple[str, set[str]]:
     """The id prefix to act on, and the ids a decided-but-unfinished batch still needs."""
     if args.checkpoint:
-        log = SinkCommitLog(args.checkpoint)
-        ident = log.identity(args.prefix or "txkafka")
+        log, ident = _open_log(args.checkpoint)
         prefix = f"{args.prefix or ident.prefix}-{ident.sink_id}-"
         latest = log.latest()
         pending = {c.transactional_id for c in latest.pending.decision} if latest and latest.pending else set()
         return prefix, pending
     if not args.prefix:
-        raise SystemExit("error: give --checkpoint (the query's checkpoint) or --prefix")
+        raise OperatorError("give --checkpoint (the query's checkpointLocation) or --prefix")
     return args.prefix, set()
 
 
@@ -83,6 +100,11 @@ def cmd_abort(args: argparse.Namespace) -> int:
     from .connector.transaction_client import TransactionClient
 
     prefix, pending = _sink_prefix(args)
+    if not args.checkpoint and args.yes and not args.force:
+        raise OperatorError(
+            "refusing to abort by --prefix alone: without --checkpoint txkafka cannot tell which "
+            "transactions belong to a batch that is decided but not yet committed (aborting those "
+            "loses the batch). Give --checkpoint, or add --force if the query is abandoned.")
     with TransactionClient(_client_conf(args)) as tc:
         listed = [t for t in tc.list_transactions(prefix=prefix, states=["Ongoing"])
                   if not args.id or t.transactional_id in args.id]
@@ -108,9 +130,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    log = SinkCommitLog(args.checkpoint)
-    batches = log.batch_ids()[-args.last:]
-    ident = log.identity("txkafka") if batches else None
+    log, ident = _open_log(args.checkpoint)
+    batches = log.batch_ids()[-args.last:] if args.last > 0 else []
     out = []
     for b in batches:
         st = log.batch_state(b)
@@ -131,10 +152,7 @@ def cmd_log(args: argparse.Namespace) -> int:
             } for r in st.rounds],
         })
     if args.json:
-        print(json.dumps({"sink_id": ident.sink_id if ident else None, "batches": out}, indent=2))
-        return 0
-    if ident is None:
-        print(f"no sink commit log under {args.checkpoint}")
+        print(json.dumps({"sink_id": ident.sink_id, "batches": out}, indent=2))
         return 0
     print(f"sink {ident.sink_id} (prefix {ident.prefix!r}) at {log.root}")
     for b in out:
@@ -165,7 +183,8 @@ def register_cli(sub) -> None:
     common(ta)
     ta.add_argument("--id", action="append", help="only this transactional id (repeatable)")
     ta.add_argument("--yes", action="store_true", help="really abort (default: dry run)")
-    ta.add_argument("--force", action="store_true", help="also abort a decided batch's transactions")
+    ta.add_argument("--force", action="store_true", help="abort a decided batch's transactions too (and, "
+                    "with --prefix alone, whatever matches)")
     ta.set_defaults(func=cmd_abort)
 
     c = sub.add_parser("commit-log", help="show the sink's commit log")
