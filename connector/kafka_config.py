@@ -12,7 +12,7 @@ import re
 from typing import Iterable, Mapping
 
 from .errors import KafkaConfigError
-from .secrets_redaction import redact_config
+from .secrets_redaction import redact_config, redact_text
 
 KAFKA_PREFIX = "kafka."
 
@@ -27,16 +27,41 @@ _JAVA_ONLY: dict[str, str] = {
     "ssl.keystore.certificate.chain": "kafka.ssl.certificate.pem",
     "ssl.keystore.key": "kafka.ssl.key.pem",
     "ssl.key.password.location": "kafka.ssl.key.password",
+    "ssl.protocol": "nothing: librdkafka negotiates the highest TLS version both sides support",
+    "ssl.enabled.protocols": "nothing: librdkafka negotiates the highest TLS version both sides "
+                             "support (kafka.ssl.cipher.suites restricts ciphers)",
+    "ssl.keymanager.algorithm": "nothing: librdkafka uses OpenSSL, not Java's key managers",
+    "ssl.trustmanager.algorithm": "nothing: librdkafka uses OpenSSL, not Java's trust managers",
+    "ssl.secure.random.implementation": "nothing: librdkafka uses OpenSSL's random source",
+    "ssl.engine.factory.class": "kafka.ssl.engine.location (an OpenSSL engine)",
+    "security.providers": "nothing: Java security providers cannot run in librdkafka",
+    "sasl.login.class": "kafka.sasl.username / kafka.sasl.password (or kafka.sasl.oauthbearer.*)",
     "sasl.login.callback.handler.class": "kafka.sasl.username / kafka.sasl.password",
     "sasl.client.callback.handler.class": "kafka.sasl.username / kafka.sasl.password",
-    "max.poll.records": "maxOffsetsPerTrigger / maxRecordsPerPartition (the reader bounds batches)",
-    "max.poll.interval.ms": "nothing: txkafka assigns partitions, it never joins a group",
+    "sasl.login.refresh.window.factor": "nothing: librdkafka refreshes OAUTHBEARER tokens itself",
     "buffer.memory": "kafka.queue.buffering.max.kbytes",
+    "max.block.ms": "nothing: librdkafka's produce never blocks; the sink waits out a full queue "
+                    "until kafka.message.timeout.ms",
+    "max.request.size": "kafka.message.max.bytes",
+    "partitioner.class": "nothing: keyed records go where Java's default partitioner puts them "
+                         "(librdkafka's murmur2_random); set a partition column to choose",
+    "send.buffer.bytes": "kafka.socket.send.buffer.bytes",
+    "receive.buffer.bytes": "kafka.socket.receive.buffer.bytes",
+    "fetch.max.wait.ms": "kafka.fetch.wait.max.ms",
+    "exclude.internal.topics": "nothing: txkafka reads only the topics its subscribe, "
+                               "subscribePattern or assign option names",
+    "metadata.max.idle.ms": "kafka.metadata.max.age.ms",
     "interceptor.classes": "nothing: Java interceptors cannot run in librdkafka",
     "metric.reporters": "nothing: Java metric reporters cannot run in librdkafka",
-    "client.dns.lookup": "kafka.client.dns.lookup is Java-only; librdkafka resolves every address",
+    "auto.include.jmx.reporter": "nothing: librdkafka has no JMX; see kafka.statistics.interval.ms",
     "default.api.timeout.ms": "kafka.socket.timeout.ms / fetchOffset.retryIntervalMs",
-    "delivery.timeout.ms": "kafka.message.timeout.ms (librdkafka's name)",
+}
+
+# Java names librdkafka knows under another name with the same meaning: renamed, so the checks
+# that read the librdkafka name (the sink caps message.timeout.ms by its transaction) see them.
+_RENAMED: dict[str, str] = {
+    "sasl.mechanisms": "sasl.mechanism",
+    "delivery.timeout.ms": "message.timeout.ms",
 }
 
 # Keys the user may not set: the connector owns them.
@@ -98,8 +123,18 @@ def kafka_client_config(
         if lname == "sasl.jaas.config":
             conf.update(parse_jaas_config(str(value)))
             continue
-        if lname == "sasl.mechanisms":
-            lname = "sasl.mechanism"
+        if lname in _RENAMED:
+            target = _RENAMED[lname]
+            if target in conf and conf[target] != str(value):
+                raise KafkaConfigError(
+                    f"options 'kafka.{lname}' and 'kafka.{target}' are the same setting for "
+                    f"librdkafka and disagree ({value!r} vs {conf[target]!r}); keep one")
+            conf[target] = str(value)
+            continue
+        if lname in {v for v in _RENAMED.values()} and lname in conf and conf[lname] != str(value):
+            raise KafkaConfigError(
+                f"option 'kafka.{lname}' and its Java name disagree ({value!r} vs "
+                f"{conf[lname]!r}); keep one")
         conf[lname] = str(value)
     for req in required:
         if not conf.get(req):
@@ -108,6 +143,49 @@ def kafka_client_config(
                 f"option(\"kafka.{req}\", \"host1:9092,host2:9092\"))"
             )
     return conf
+
+
+_BACKTICKED = re.compile(r"`([A-Za-z0-9._]+)`")
+_QUOTED_PROPERTY = re.compile(r'property:? "([A-Za-z0-9._]+)"')
+
+
+_DOTLESS_KEYS = {"acks", "retries", "partitioner", "debug", "interceptors"}
+
+
+def _name_options(librdkafka_text: str) -> str:
+    """librdkafka's `x` / property "x" as the option the user set: 'kafka.x' (values it quotes
+    the same way, such as `all`, stay as they are)."""
+    def option(m: re.Match) -> str:
+        name = m.group(1)
+        return f"'kafka.{name}'" if "." in name or name in _DOTLESS_KEYS else f"'{name}'"
+
+    text = _BACKTICKED.sub(option, librdkafka_text)
+    return _QUOTED_PROPERTY.sub(lambda m: f"property 'kafka.{m.group(1)}'", text)
+
+
+def check_client_config(conf: Mapping[str, object], client: str) -> None:
+    """Create, then drop, the librdkafka ``client`` ("producer" or "consumer") the executors will
+    create from ``conf``; raise KafkaConfigError with librdkafka's reason.
+
+    Why: librdkafka checks combinations (acks with idempotence, fetch sizes against each other)
+    only when a client is created, so a bad pair would otherwise pass the driver and fail every
+    task. Creating a client contacts no broker (sparse connections) and takes a few ms.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer
+
+    factory = Producer if client == "producer" else Consumer
+    try:
+        handle = factory(dict(conf))
+    except (KafkaException, ValueError, TypeError) as e:
+        err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+        text = redact_text(err.str() if hasattr(err, "str") else str(e), conf)
+        raise KafkaConfigError(
+            f"librdkafka rejected the {client} settings from the kafka.* options: "
+            f"{_name_options(text)}") from None
+    if client == "consumer":
+        handle.close()
+    else:
+        del handle
 
 
 def describe_config(conf: Mapping[str, object]) -> str:

@@ -96,6 +96,13 @@ class SinkConfig:
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> "SinkConfig":
         kafka = kafka_client_config(options, owned=_SINK_OWNED)
+        for name in ("acks", "request.required.acks"):  # librdkafka's alias
+            acks = kafka.get(name)
+            if acks is not None and acks.strip().lower() not in ("all", "-1"):
+                raise KafkaConfigError(
+                    f"option 'kafka.{name}' must be 'all' (or -1), got {acks!r}: txkafka writes "
+                    "with an idempotent producer under both delivery guarantees, and idempotence "
+                    "needs every in-sync replica's acknowledgement; drop the option")
 
         topic = _get(options, "topic")
         if topic is not None and not topic.strip():

@@ -22,7 +22,8 @@ from .errors import (
     KafkaConfigError,
     KafkaProtocolError,
 )
-from .kafka_writer import SinkSchema
+from .kafka_config import check_client_config
+from .kafka_writer import SinkSchema, _ProducerProbe, producer_config
 from .secrets_redaction import redact_text
 from .sink_options import SinkConfig
 
@@ -36,13 +37,23 @@ _LOCK = threading.Lock()
 
 
 def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30.0) -> None:
-    key = (tuple(sorted(cfg.kafka.items())), cfg.topic, cfg.transaction_timeout_ms, cfg.exactly_once)
+    key = (tuple(sorted(cfg.kafka.items())), cfg.topic, cfg.transaction_timeout_ms, cfg.exactly_once,
+           cfg.transactional_id_prefix)
     with _LOCK:
         if key in _DONE:
             return
+    check_producer_config(cfg)
     _check_cluster(cfg, timeout_s)
     with _LOCK:
         _DONE.add(key)
+
+
+def check_producer_config(cfg: SinkConfig) -> None:
+    """The producer every task will create, created once here: librdkafka's own checks of the
+    kafka.* options (retries, in-flight requests, sizes) fail the query at start, not each task."""
+    probe = _ProducerProbe(cfg.kafka)
+    tid = f"{cfg.transactional_id_prefix}-config-check" if cfg.exactly_once else None
+    check_client_config(producer_config(cfg, probe, tid, logger=_quiet), "producer")
 
 
 def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from .errors import KafkaConfigError
-from .kafka_config import describe_config, kafka_client_config
+from .kafka_config import check_client_config, describe_config, kafka_client_config
 
 log = logging.getLogger("txkafka.reader")
 
@@ -165,7 +165,8 @@ class SourceOptions:
         # 8 MB per partition and fetch: fewer round trips to a remote broker (on loopback 1 MB
         # and 8 MB measure alike once fetch.queue.backoff.ms is short; the 5x gain measured
         # for 8 MB before was mostly fewer backoffs). A pooled consumer prefetches at most 32 MB.
-        conf.setdefault("max.partition.fetch.bytes", str(8 * 1024 * 1024))
+        if "fetch.message.max.bytes" not in conf:  # librdkafka's own name for the same setting
+            conf.setdefault("max.partition.fetch.bytes", str(8 * 1024 * 1024))
         conf.setdefault("queued.max.messages.kbytes", "32768")
         # Once its queue holds queued.min.messages (100k), librdkafka postpones the partition's
         # next fetch by fetch.queue.backoff.ms, 1000 ms by default: a consumer drained in 0.2 s
@@ -341,7 +342,7 @@ def _parse_strategy(opts: Mapping[str, str]) -> ConsumerStrategy:
         except re.error as e:
             raise KafkaConfigError(
                 f"option 'subscribePattern' is not a valid regular expression: {e}") from None
-        return SubscribePattern(raw)
+        return SubscribePattern(raw.strip())  # as Spark: a pattern from a config file may be padded
     return Assign(parse_assign(raw))
 
 
@@ -405,7 +406,10 @@ def _parse_offset_spec(opts: Mapping[str, str], prefix: str, *, streaming: bool,
 def validate_common(options: Mapping[str, Any]) -> dict[str, str]:
     """The checks that hold for batch and streaming alike, run at ``load()`` (before Spark knows
     which it is): strategy, kafka.* keys, offsets JSON, numbers. Returns the lower-cased map."""
-    parse_source_options(options, streaming=None)
+    parsed = parse_source_options(options, streaming=None)
+    # The consumer the executors will create: librdkafka checks some kafka.* combinations (fetch
+    # sizes against each other) only then, so check them here, once, instead of in every task.
+    check_client_config(parsed.consumer_config(), "consumer")
     return _lower(options)
 
 

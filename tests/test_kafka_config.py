@@ -1,7 +1,9 @@
+import re
+
 import pytest
 
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.kafka_config import describe_config, kafka_client_config
+from txkafka.connector.kafka_config import check_client_config, describe_config, kafka_client_config
 
 
 def test_prefix_stripped_and_other_options_ignored():
@@ -46,3 +48,42 @@ def test_describe_config_redacts_secrets():
     text = describe_config({"sasl.password": "hunter2", "ssl.key.password": "k3y",
                             "bootstrap.servers": "h:1"})
     assert "hunter2" not in text and "k3y" not in text and "h:1" in text
+
+
+def test_java_names_librdkafka_knows_are_renamed_or_passed_through():
+    conf = kafka_client_config({"kafka.bootstrap.servers": "h:1", "kafka.delivery.timeout.ms": "30000",
+                                "kafka.client.dns.lookup": "use_all_dns_ips",
+                                "kafka.max.poll.interval.ms": "300000"})
+    assert conf["message.timeout.ms"] == "30000" and "delivery.timeout.ms" not in conf
+    assert conf["client.dns.lookup"] == "use_all_dns_ips"
+    assert conf["max.poll.interval.ms"] == "300000"
+    with pytest.raises(KafkaConfigError, match="kafka.delivery.timeout.ms.*kafka.message.timeout.ms"):
+        kafka_client_config({"kafka.bootstrap.servers": "h:1", "kafka.message.timeout.ms": "1000",
+                             "kafka.delivery.timeout.ms": "30000"})
+
+
+@pytest.mark.parametrize("key, named", [
+    ("max.block.ms", "kafka.message.timeout.ms"),
+    ("fetch.max.wait.ms", "kafka.fetch.wait.max.ms"),
+    ("max.request.size", "kafka.message.max.bytes"),
+    ("send.buffer.bytes", "kafka.socket.send.buffer.bytes"),
+    ("ssl.enabled.protocols", "TLS version"),
+])
+def test_more_java_only_keys_name_what_to_do(key, named):
+    with pytest.raises(KafkaConfigError, match=re.escape(named)) as exc:
+        kafka_client_config({"kafka.bootstrap.servers": "h:1", f"kafka.{key}": "1"})
+    assert f"kafka.{key}" in str(exc.value)
+
+
+def test_client_check_names_the_option_librdkafka_rejects_and_hides_secrets():
+    base = {"bootstrap.servers": "127.0.0.1:1", "sasl.password": "hunter2-secret",
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "u"}
+    with pytest.raises(KafkaConfigError, match="'kafka.acks'") as exc:
+        check_client_config({**base, "enable.idempotence": True, "acks": "1"}, "producer")
+    assert "hunter2-secret" not in str(exc.value)
+    with pytest.raises(KafkaConfigError, match="'kafka.receive.message.max.bytes'"):
+        check_client_config({**base, "group.id": "g", "receive.message.max.bytes": "4000000"},
+                            "consumer")
+    with pytest.raises(KafkaConfigError, match="property 'kafka.no.such.key'"):
+        check_client_config({**base, "no.such.key": "1"}, "producer")
+    check_client_config({**base, "group.id": "g"}, "consumer")  # valid: no error, no broker needed

@@ -210,3 +210,22 @@ def test_client_settings_librdkafka_rejects_fail_clearly_without_secrets():
     task = FetchTask("t", 0, 0, 5, tuple(sorted(o.consumer_config().items())), 1000, True, False)
     with pytest.raises(KafkaConfigError, match="no.such.setting"):
         ConsumerPool().acquire(task)
+
+
+def test_client_settings_librdkafka_rejects_fail_at_load_naming_the_option():
+    # librdkafka checks this pair only when a consumer is created: at load, not in every task.
+    with pytest.raises(KafkaConfigError, match="'kafka.receive.message.max.bytes'"):
+        validate_common({**BASE, "kafka.receive.message.max.bytes": "4000000"})
+    with pytest.raises(KafkaConfigError, match="'kafka.no.such.setting'"):
+        validate_common({**BASE, "kafka.no.such.setting": "1"})
+
+
+def test_librdkafka_name_of_the_fetch_size_is_not_overridden():
+    conf = parse(**{"kafka.fetch.message.max.bytes": "65536"}).consumer_config()
+    assert conf["fetch.message.max.bytes"] == "65536" and "max.partition.fetch.bytes" not in conf
+    assert parse().consumer_config()["max.partition.fetch.bytes"] == str(8 * 1024 * 1024)
+
+
+def test_subscribe_pattern_is_trimmed_like_spark():
+    opts = parse(**{"subscribe": None, "subscribePattern": "  orders-.*  "})
+    assert opts.strategy == SubscribePattern("orders-.*")

@@ -1,0 +1,43 @@
+"""The sink's options fail at query start, naming the option, when every task would fail later."""
+
+import pytest
+
+from txkafka.connector.errors import KafkaConfigError
+from txkafka.connector.sink_options import SinkConfig
+from txkafka.connector.sink_validation import check_producer_config, validate_at_start
+
+# Nothing listens here: a check that contacted the broker would hang or fail differently.
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "out", "checkpointLocation": "/tmp/ck"}
+
+
+@pytest.mark.parametrize("key", ["kafka.acks", "kafka.request.required.acks"])
+@pytest.mark.parametrize("value", ["1", "0"])
+def test_acks_other_than_all_is_refused(key, value):
+    with pytest.raises(KafkaConfigError, match=f"option '{key}' must be 'all'"):
+        SinkConfig.from_options({**BASE, key: value}, streaming=True)
+
+
+@pytest.mark.parametrize("value", ["all", "-1", "ALL"])
+def test_acks_all_is_accepted(value):
+    SinkConfig.from_options({**BASE, "kafka.acks": value}, streaming=True)
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+@pytest.mark.parametrize("extra, named", [
+    ({"kafka.max.in.flight.requests.per.connection": "10"},
+     "'kafka.max.in.flight'"),
+    ({"kafka.retries": "0"}, "'kafka.retries'"),
+    ({"kafka.batch.size": "-5"}, "'kafka.batch.size'"),
+])
+def test_producer_settings_librdkafka_refuses_fail_at_start(guarantee, extra, named):
+    cfg = SinkConfig.from_options({**BASE, "deliveryGuarantee": guarantee, **extra}, streaming=True)
+    with pytest.raises(KafkaConfigError, match=named):
+        check_producer_config(cfg)
+    # validate_at_start runs the same check before it contacts the cluster
+    with pytest.raises(KafkaConfigError, match=named):
+        validate_at_start(cfg, schema=None, timeout_s=0.5)
+
+
+def test_valid_producer_settings_pass_without_a_broker():
+    check_producer_config(SinkConfig.from_options(
+        {**BASE, "kafka.linger.ms": "20", "kafka.compression.type": "lz4"}, streaming=True))
