@@ -73,6 +73,11 @@ T = TypeVar("T")
 # bounded by fetchOffset.numRetries and the request timeout.
 _LIST_OFFSETS_ATTEMPT_S = 5.0
 
+# ListOffsets by timestamp: Kafka's answer (passed through by librdkafka) when no record of the
+# partition has a timestamp that new. Any other negative offset means no usable answer (-1001,
+# OFFSET_INVALID, while the partition has no leader) and is asked again, never read as "no match".
+_NO_RECORD_AT_TIMESTAMP = -1
+
 # A group id the reader made: "<groupIdPrefix>-<uuid4>".
 _GENERATED_GROUP = re.compile(
     r"^(.+-)[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
@@ -271,6 +276,7 @@ class KafkaOffsetReader:
 
         Partitions the broker still calls unknown after every attempt are left out of the result
         (deleted meanwhile); callers decide with fresh metadata whether that means data loss.
+        With ``by_time`` an offset of -1 is kept: it is Kafka's "no record that new" answer.
         While a partition has no leader (a broker died), librdkafka answers OFFSET_INVALID
         (-1001) without an error, or a retriable error (NOT_LEADER_OR_FOLLOWER,
         LEADER_NOT_AVAILABLE, a timeout): never an offset (it would go into Spark's offset log);
@@ -300,7 +306,7 @@ class KafkaOffsetReader:
                 key = (tp.topic, tp.partition)
                 try:
                     offset = fut.result(timeout=attempt_s + 5).offset
-                    if offset < 0 and not by_time:
+                    if offset < 0 and not (by_time and offset == _NO_RECORD_AT_TIMESTAMP):
                         leaderless.add(key)
                         errors.append(f"{tp.topic}-{tp.partition}: no offset in the answer "
                                       f"({offset}): the partition has no leader right now")
@@ -373,7 +379,7 @@ class KafkaOffsetReader:
         if not specs:
             return {}
         found = self._list_offsets("offsets for timestamps", specs, self.isolation, by_time=True)
-        return {tp: (off if off is not None and off >= 0 else None) for tp, off in found.items()}
+        return {tp: (None if off == _NO_RECORD_AT_TIMESTAMP else off) for tp, off in found.items()}
 
     # ---- resolving starting/ending specs -------------------------------------------------------
 
@@ -399,11 +405,18 @@ class KafkaOffsetReader:
         if isinstance(spec, SpecificOffsets):
             wanted = spec.as_dict()
             _check_same_partitions(option, wanted, tps)
-            out = {tp: off for tp, off in wanted.items() if off >= 0}
+            explicit = {tp for tp, off in wanted.items() if off >= 0}
+            out = {tp: wanted[tp] for tp in explicit}
             out.update(self.earliest_offsets([tp for tp, off in wanted.items() if off == EARLIEST]))
-            out.update(latest_of([tp for tp, off in wanted.items() if off == LATEST]))
+            # An explicit end is checked against the same latest offsets: one look-up for both.
+            need_latest = [tp for tp, off in wanted.items()
+                           if off == LATEST or (not starting and off >= 0)]
+            now = latest_of(need_latest)
+            out.update({tp: now[tp] for tp, off in wanted.items() if off == LATEST and tp in now})
             if starting:
-                self._check_specific_starting(out, {tp for tp, off in wanted.items() if off >= 0})
+                self._check_specific_starting(out, explicit)
+            else:
+                self._check_specific_ending(out, explicit, now)
             return out
         if isinstance(spec, (GlobalTimestamp, PartitionTimestamps)):
             if isinstance(spec, GlobalTimestamp):
@@ -438,6 +451,34 @@ class KafkaOffsetReader:
                 raise KafkaConfigError(
                     f"option 'startingOffsets': topic {tp[0]!r} partition {tp[1]} starts at "
                     f"{offsets[tp]}, past its end offset {ends[tp]}")
+
+    def _check_specific_ending(self, offsets: PartitionOffsets, explicit: set[TopicPartitionKey],
+                               latest: PartitionOffsets) -> None:
+        """An explicit ending offset past what the reader can reach is a mistake: say so at start.
+
+        Otherwise every task waits kafkaConsumer.pollTimeoutMs for records that do not exist and
+        then reports data loss ("offsets went backwards"). The reachable end is ``latest``: the
+        LSO under read_committed, the high watermark otherwise. This is a setting error, not data
+        loss, so failOnDataLoss=false does not soften it.
+        """
+        past = [tp for tp in sorted(explicit) if tp in latest and offsets[tp] > latest[tp]]
+        if not past:
+            return
+        t, p = tp = past[0]
+        end, reach = offsets[tp], latest[tp]
+        where, hint = "", ""
+        if self.isolation == IsolationLevel.READ_COMMITTED:
+            where = " (its last stable offset: read_committed reads no further)"
+            high = self.high_watermarks([tp]).get(tp, reach)
+            if reach < high and end <= high:
+                hint = (f"offsets {reach} to {high} wait on a transaction that is still open: "
+                        "retry once it has finished, or ")
+        others = f"; {len(past) - 1} more partition(s) likewise" if len(past) > 1 else ""
+        raise KafkaConfigError(
+            f"option 'endingOffsets': topic {t!r} partition {p} ends at {end}, past the "
+            f"partition's current end offset {reach}{where}{others}. A batch read does not wait "
+            f"for records to be written: {hint}use -1 (latest) for that partition, or an offset "
+            f"<= {reach}")
 
 
 def _check_same_partitions(option: str, given: Mapping[TopicPartitionKey, int],

@@ -4,6 +4,8 @@ reuse, and consumer-group commits."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
@@ -11,7 +13,7 @@ from integration_tests.kafka_helpers import unique
 from integration_tests.reader_support import list_offsets
 from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
 from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
-from txkafka.connector.errors import DataLossError
+from txkafka.connector.errors import DataLossError, KafkaConfigError
 from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
 from txkafka.connector.source_options import parse_source_options
 
@@ -77,6 +79,34 @@ def test_ranges_end_on_markers_and_at_the_lso_without_waiting(kafka, open_transa
     assert [v for _, v in _read(_task(raw, topic, 0, 9), pool)] == [
         b"c0", b"c1", b"c2", b"a0", b"a1", b"o0", b"o1"]
     pool.close_all()
+
+
+def test_no_match_by_timestamp_and_ending_offsets_past_the_end(kafka, open_transaction_topic):
+    """librdkafka's real answers: -1 for "no record that new" (anything else negative is retried
+    as leaderless, so this would fail after the retry budget), and the end check at the LSO."""
+    topic = open_transaction_topic
+    tp = (topic, 0)
+    quick = {"kafka.socket.timeout.ms": "2000", "fetchOffset.numRetries": "1"}
+    reader = KafkaOffsetReader(_options(kafka, topic, **quick))
+    future = int(time.time() * 1000) + 86_400_000
+    assert reader.offsets_for_timestamps({tp: future}) == {tp: None}
+    assert reader.offsets_for_timestamps({tp: 0}) == {tp: 0}
+
+    def ending(offset, **extra):
+        options = parse_source_options({"kafka.bootstrap.servers": kafka.bootstrap,
+                                        "subscribe": topic, **quick, **extra,
+                                        "endingOffsets": f'{{"{topic}": {{"0": {offset}}}}}'},
+                                       streaming=False)
+        return KafkaOffsetReader(options).resolve(options.ending, [tp], starting=False)
+
+    assert ending(7) == {tp: 7}
+    with pytest.raises(KafkaConfigError, match=r"ends at 8, past the partition's current end "
+                                               r"offset 7 .*offsets 7 to 9 wait on a transaction"):
+        ending(8)
+    assert ending(9, **{"kafka.isolation.level": "read_uncommitted"}) == {tp: 9}
+    with pytest.raises(KafkaConfigError, match=r"ends at 10, past the partition's current end "
+                                               r"offset 9\. .*use -1 \(latest\)"):
+        ending(10, **{"kafka.isolation.level": "read_uncommitted"})
 
 
 def test_consecutive_ranges_continue_on_the_prefetched_consumer(kafka):

@@ -233,3 +233,96 @@ def test_a_leaderless_answer_is_asked_again_with_fresh_metadata():
     assert len(made) == 2
     assert r.latest_offsets([("t", 0)]) == {("t", 0): 42}  # the fresh client is kept
     assert len(made) == 2
+
+
+# ---- a leaderless partition during a timestamp look-up ---------------------------------------
+
+def _elected_after_first_client(made, by_ts):
+    """Factory: the first client predates a leader election and answers -1001 (OFFSET_INVALID,
+    no error) for partition 0's timestamp look-up; every later client sees the new leader."""
+    def factory(conf):
+        stale = not made
+        made.append(ScriptedAdmin(TWO, latest={("t", 0): 9, ("t", 1): 9},
+                                  high={("t", 0): 9, ("t", 1): 9},
+                                  by_ts={**by_ts, ("t", 0): -1001} if stale else by_ts))
+        return made[-1]
+    return factory
+
+
+@pytest.mark.parametrize("opts, starting", [
+    ({"endingTimestamp": "1000"}, False),  # was: read up to latest (9)
+    ({"startingTimestamp": "1000"}, True),  # was: "all records are older" (strategy=error)
+    ({"startingTimestamp": "1000", "startingOffsetsByTimestampStrategy": "latest"}, True),
+])
+def test_a_leaderless_answer_to_a_timestamp_look_up_is_not_no_match(opts, starting):
+    """Audit: -1001 during a leader election was taken for "no record that new"; only -1 is."""
+    made: list = []
+    options = parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                                    "fetchOffset.retryIntervalMs": "0", **opts},
+                                   streaming=starting)
+    r = KafkaOffsetReader(options, admin_factory=_elected_after_first_client(
+        made, {("t", 0): 4, ("t", 1): 6}))
+    spec = options.starting if starting else options.ending
+    assert r.resolve(spec, [("t", 0), ("t", 1)], starting=starting) == {("t", 0): 4, ("t", 1): 6}
+    assert len(made) == 2  # asked again with a fresh client
+
+
+def test_a_timestamp_look_up_on_a_partition_leaderless_for_good_fails_typed():
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 9}, by_ts={("t", 0): -1001})
+    r = reader(admin, startingTimestamp="1000",
+               **{"kafka.socket.timeout.ms": "1000", "fetchOffset.numRetries": "2"})
+    with pytest.raises(OffsetsUnavailableError, match=r"offsets for timestamps.*t-0.*\(-1001\)"):
+        r.resolve(r.options.starting, [("t", 0)], starting=True)
+
+
+# ---- explicit endingOffsets past the end ------------------------------------------------------
+
+def batch_reader(admin, **opts):
+    options = parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
+                                    "fetchOffset.retryIntervalMs": "0", **opts}, streaming=False)
+    return KafkaOffsetReader(options, admin_factory=lambda conf: admin)
+
+
+def _end(r):
+    return r.resolve(r.options.ending, [("t", 0), ("t", 1)], starting=False)
+
+
+def test_explicit_ending_offset_past_the_end_fails_at_start():
+    """Audit: endingOffsets past the log end made every task wait kafkaConsumer.pollTimeoutMs and
+    then report data loss ("offsets went backwards")."""
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 500, ("t", 1): 7},
+                          high={("t", 0): 500, ("t", 1): 7})
+    for fail_on_loss in ("true", "false"):  # a setting error, not data loss
+        r = batch_reader(admin, endingOffsets='{"t": {"0": 1000, "1": -1}}',
+                         failOnDataLoss=fail_on_loss)
+        with pytest.raises(KafkaConfigError) as e:
+            _end(r)
+        msg = str(e.value)
+        assert "option 'endingOffsets': topic 't' partition 0 ends at 1000, past the partition's " \
+               "current end offset 500" in msg
+        assert "use -1 (latest) for that partition, or an offset <= 500" in msg
+        assert "transaction" not in msg
+    # At or before the end, and -1, are fine.
+    r = batch_reader(admin, endingOffsets='{"t": {"0": 500, "1": -1}}')
+    assert _end(r) == {("t", 0): 500, ("t", 1): 7}
+    r = batch_reader(admin, endingOffsets='{"t": {"0": 20, "1": 7}}')
+    assert _end(r) == {("t", 0): 20, ("t", 1): 7}
+
+
+def test_explicit_ending_offset_is_checked_against_what_the_isolation_level_reaches():
+    # LSO 480 (a transaction open from there), high watermark 500.
+    admin = ScriptedAdmin(TWO, latest={("t", 0): 480, ("t", 1): 7},
+                          high={("t", 0): 500, ("t", 1): 7})
+    r = batch_reader(admin, endingOffsets='{"t": {"0": 490, "1": 7}}')
+    with pytest.raises(KafkaConfigError, match=r"ends at 490, past the partition's current end "
+                       r"offset 480 \(its last stable offset.*offsets 480 to 500 wait on a "
+                       r"transaction that is still open.*or an offset <= 480"):
+        _end(r)
+    r = batch_reader(admin, endingOffsets='{"t": {"0": 490, "1": 8}}',
+                     **{"kafka.isolation.level": "read_uncommitted"})
+    with pytest.raises(KafkaConfigError, match=r"partition 1 ends at 8, past the partition's "
+                       r"current end offset 7\. A batch"):
+        _end(r)
+    r = batch_reader(admin, endingOffsets='{"t": {"0": 490, "1": 7}}',
+                     **{"kafka.isolation.level": "read_uncommitted"})
+    assert _end(r) == {("t", 0): 490, ("t", 1): 7}
