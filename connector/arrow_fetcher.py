@@ -156,13 +156,18 @@ def build_record_batch(messages: list[Message], topic: str, partition: int,
 
 @dataclass
 class PooledConsumer:
-    """A consumer plus where it stands: the partition it is assigned and the next offset it holds."""
+    """A consumer plus where it stands: the partition it is assigned and the next offset it holds.
 
-    key: tuple[tuple[str, str], ...]
-    consumer: Consumer
+    ``key`` is the whole consumer config (sasl.password included), ``pending`` holds records: both
+    stay out of the repr, which lands in logs and tracebacks.
+    """
+
+    key: tuple[tuple[str, str], ...] = field(repr=False)
+    consumer: Consumer = field(repr=False)
     tp: Optional[TopicPartitionKey] = None
     next_offset: Optional[int] = None
-    pending: list = field(default_factory=list)  # already consumed, offsets >= next_offset
+    # already consumed, offsets >= next_offset
+    pending: list = field(default_factory=list, repr=False)
     last_used: float = field(default_factory=time.monotonic)
 
 

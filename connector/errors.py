@@ -38,6 +38,16 @@ class TransactionLostError(TransactionError):
     """
 
 
+class TransactionOutcomeUnknownError(TransactionError):
+    """The coordinator no longer knows a decided transaction's id, so nobody can tell whether its
+    commit landed (e.g. ``transactional.id.expiration.ms`` passed while the query was down).
+
+    No outcome is recorded and the query stops: marking it lost could duplicate its records, marking
+    it committed could lose them. The operator checks the output and records the answer with
+    ``txkafka commit-log resolve``; the next run continues from there.
+    """
+
+
 class CommitLogError(TxKafkaError):
     """The sink's commit log is unreadable or inconsistent."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Mapping
+from urllib.parse import unquote
 
 REDACTED = "[redacted]"
 
@@ -13,6 +14,14 @@ _SECRET_KEY = re.compile(
     r"sasl\.oauthbearer\.config|credential|private)",
     re.IGNORECASE,
 )
+
+# A part of a multi-part value (sasl.oauthbearer.config, JAAS) shorter than this is too common a
+# string ("x", "true") to be worth hiding, and hiding it would garble the rest of the message.
+_MIN_PART = 4
+_PARTS = re.compile(r"[\s,;]+")
+# librdkafka echoes the unparsed rest of a value: "Unrecognized sasl.oauthbearer.config beginning
+# at: <rest>". The rest can be any part of the secret, so everything after the marker goes.
+_ECHO = re.compile(rf"({_SECRET_KEY.pattern}[^\n]*?\bbeginning at:).*", re.IGNORECASE | re.DOTALL)
 
 
 def is_secret_key(key: str) -> bool:
@@ -24,11 +33,65 @@ def redact_config(conf: Mapping[str, object]) -> dict[str, object]:
     return {k: (REDACTED if is_secret_key(str(k)) and v is not None else v) for k, v in conf.items()}
 
 
+def _secret_parts(value: str) -> set[str]:
+    """The strings of a secret value that may appear in a message on their own: the whole value,
+    each separated token and each ``key=value``'s value (quotes stripped)."""
+    parts = {value} if len(value) >= 3 else set()
+    for token in _PARTS.split(value):
+        for part in (token, token.partition("=")[2]):
+            part = part.strip("\"'")
+            if len(part) >= _MIN_PART:
+                parts.add(part)
+    return parts
+
+
 def redact_text(text: str, conf: Mapping[str, object]) -> str:
-    """Remove any secret value of ``conf`` that appears verbatim in ``text`` (e.g. a library error)."""
+    """Remove from ``text`` (e.g. a library error) every secret value of ``conf``, any part of a
+    multi-part one, and whatever follows a "<secret option> beginning at:" echo."""
+    parts: set[str] = set()
     for k, v in conf.items():
         if v is not None and is_secret_key(str(k)):
-            s = str(v)
-            if len(s) >= 3 and s in text:
-                text = text.replace(s, REDACTED)
+            parts |= _secret_parts(str(v))
+    for part in sorted(parts, key=len, reverse=True):  # longest first: a part may hold another
+        if part in text:
+            text = text.replace(part, REDACTED)
+    return _ECHO.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+
+
+def redact_uri(uri: str) -> str:
+    """``uri`` fit for a message: without user:password@ (inline S3 keys) and without the query
+    string or fragment (tokens, signatures). A plain path comes back unchanged.
+
+    Everything up to the last ``@`` counts as credentials: a raw (not percent-encoded) secret may
+    hold ``/``, ``?`` or ``#``, so over-redacting an odd path beats showing half a key.
+    """
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.\-]*://)(.*)", uri, re.DOTALL)
+    if m is None:
+        return uri
+    scheme, rest = m.groups()
+    if "@" in rest:
+        rest = f"{REDACTED}@{rest.rsplit('@', 1)[1]}"
+    cut = min((i for i in (rest.find("?"), rest.find("#")) if i >= 0), default=-1)
+    if cut >= 0:
+        rest = f"{rest[:cut]}?{REDACTED}"
+    return scheme + rest
+
+
+def redact_uri_text(text: str, uri: str) -> str:
+    """``text`` (e.g. a filesystem library's error about ``uri``) without ``uri``'s credentials,
+    whether the library echoed the URI whole, decoded, or only its user info or query."""
+    safe = redact_uri(uri)
+    if safe == uri:
+        return text
+    for form in {uri, unquote(uri)}:
+        text = text.replace(form, safe)
+    m = re.match(r"[A-Za-z][A-Za-z0-9+.\-]*://(.*)", uri, re.DOTALL)
+    rest = m.group(1) if m else ""
+    userinfo = rest.rsplit("@", 1)[0] if "@" in rest else ""
+    query = re.split(r"[?#]", rest.rsplit("@", 1)[-1], maxsplit=1)[1:]
+    pieces = [userinfo, *userinfo.split(":", 1), *query]
+    pieces += [p for q in query for kv in re.split(r"[&#]", q) for p in (kv, kv.partition("=")[2])]
+    for piece in sorted({x for p in pieces for x in (p, unquote(p))}, key=len, reverse=True):
+        if len(piece) >= _MIN_PART and piece in text:
+            text = text.replace(piece, REDACTED)
     return text

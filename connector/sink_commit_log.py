@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 
 from .errors import CommitLogError
 from .kafka_committable import KafkaCommittable
+from .secrets_redaction import redact_uri, redact_uri_text
 
 SINK_DIR = "txkafka-sink"
 _RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome)\.json$")
@@ -87,7 +88,10 @@ def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
         try:
             return pafs.FileSystem.from_uri(location)
         except Exception as e:  # noqa: BLE001 - pyarrow raises several types
-            raise CommitLogError(f"cannot open checkpoint location {location!r}: {e}") from None
+            # The URI may carry credentials (s3://KEY:SECRET@bucket/...) and pyarrow echoes it.
+            raise CommitLogError(
+                f"cannot open checkpoint location {redact_uri(location)!r}: "
+                f"{redact_uri_text(str(e), location)}") from None
     return pafs.LocalFileSystem(), os.path.abspath(location)
 
 

@@ -4,7 +4,9 @@ Both topics are read with read_committed consumers from the start to their last 
 Each record must carry a unique id (its key, a header, or its value); the verifier reports how many
 ids were expected, found, duplicated, missing and unexpected, plus order violations: within one
 output partition, records that came from the same input partition must keep their input order.
-The exit code is non-zero on any duplicate or missing record, so it can gate a deployment.
+The exit code is non-zero on any duplicate, missing or unexpected record (an output record without
+an id is unexpected), so it can gate a deployment. A run that found no input id at all (an empty
+input topic, a misspelt ``--id``) fails too: it verified nothing; ``--allow-empty`` accepts it.
 
 Stateful aggregations have no per-record id; two checks cover streaming counts:
 
@@ -35,6 +37,9 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator
 
+from .connector.errors import TxKafkaError
+from .connector.secrets_redaction import redact_uri, redact_uri_text
+
 _quiet = logging.getLogger("txkafka.verify.librdkafka")
 _quiet.addHandler(logging.NullHandler())
 _quiet.propagate = False
@@ -46,6 +51,12 @@ IdExtractor = Callable[[object], bytes | None]
 class VerifyReport:
     input_topic: str
     output_topic: str
+    id_in: str = "key"
+    id_out: str = "key"
+    allow_empty: bool = False  # an input with no id is a pass (only when the caller says so)
+    input_records: int = 0     # committed input records read, with or without an id
+    input_without_id: int = 0
+    output_without_id: int = 0  # counted as unexpected: no input record can have produced them
     expected: int = 0
     found: int = 0
     distinct_found: int = 0
@@ -59,19 +70,39 @@ class VerifyReport:
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     @property
+    def nothing_checked(self) -> str | None:
+        """Why no input id was found, when none was: a check of nothing must not pass silently
+        (a misspelt --id, or the wrong or an empty input topic)."""
+        if self.expected > 0:
+            return None
+        if self.input_records == 0:
+            return f"the input topic {self.input_topic} holds no committed record"
+        return (f"none of the {self.input_records} input records carries an id under the input "
+                f"id spec {self.id_in!r} (is --id / --id-in misspelt?)")
+
+    @property
     def ok(self) -> bool:
         return self.duplicates == 0 and self.missing == 0 and self.unexpected == 0 and \
-            self.order_violations == 0
+            self.order_violations == 0 and (self.expected > 0 or self.allow_empty)
 
     def text(self) -> str:
         verdict = "EXACTLY ONCE" if self.ok else "FAILED"
-        lines = [
-            f"txkafka verify: {self.input_topic} -> {self.output_topic}: {verdict}",
-            f"  expected ids       {self.expected}",
+        lines = [f"txkafka verify: {self.input_topic} -> {self.output_topic}: {verdict}"]
+        empty = self.nothing_checked
+        if empty:
+            lines.append(f"  nothing verified: {empty}" + (
+                " (allowed by --allow-empty)" if self.allow_empty else
+                "; --allow-empty accepts such a run when it is expected"))
+        lines += [
+            f"  expected ids       {self.expected}"
+            + (f" ({self.input_without_id} input records without an id, skipped)"
+               if self.input_without_id else ""),
             f"  found records      {self.found} ({self.distinct_found} distinct ids)",
             f"  duplicates         {self.duplicates}",
             f"  missing            {self.missing}",
-            f"  unexpected         {self.unexpected}",
+            f"  unexpected         {self.unexpected}"
+            + (f" ({self.output_without_id} output records without an id under the output "
+               f"id spec {self.id_out!r})" if self.output_without_id else ""),
             f"  order violations   {self.order_violations}",
         ]
         for kind, ex in self.examples.items():
@@ -147,15 +178,24 @@ def scan_topic(conf: dict, topic: str, timeout_s: float = 120.0,
 
 def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key",
            id_out: str = "key", check_order: bool = True,
-           input_records: Iterable | None = None) -> VerifyReport:
+           input_records: Iterable | None = None, allow_empty: bool = False) -> VerifyReport:
+    """Check every input id is in the output exactly once (and in order).
+
+    An input without any id fails unless ``allow_empty``: otherwise a misspelt ``id_in`` or the
+    wrong input topic would check nothing and still pass. An output record without an id counts
+    as unexpected: no input record can have produced it.
+    """
     started = time.monotonic()
-    rep = VerifyReport(input_topic, output_topic)
+    rep = VerifyReport(input_topic, output_topic, id_in=id_in, id_out=id_out,
+                       allow_empty=allow_empty)
     get_in, get_out = id_extractor(id_in), id_extractor(id_out)
     origin: dict[bytes, tuple[int, int]] = {}
     in_parts: set[int] = set()
     for m in (input_records if input_records is not None else scan_topic(conf, input_topic)):
+        rep.input_records += 1
         rid = get_in(m)
         if rid is None:
+            rep.input_without_id += 1
             continue
         origin.setdefault(rid, (m.partition(), m.offset()))
         in_parts.add(m.partition())
@@ -166,9 +206,14 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
     last_seen: dict[tuple[int, int], int] = {}  # (output partition, input partition) -> offset
     out_parts: set[int] = set()
     order_examples: list[str] = []
+    no_id_examples: list[str] = []
     for m in scan_topic(conf, output_topic):
         rid = get_out(m)
         if rid is None:
+            rep.output_without_id += 1
+            out_parts.add(m.partition())
+            if len(no_id_examples) < 5:
+                no_id_examples.append(f"no id at {output_topic}[{m.partition()}]@{m.offset()}")
             continue
         counts[rid] += 1
         out_parts.add(m.partition())
@@ -181,18 +226,19 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
                 if len(order_examples) < 5:
                     order_examples.append(_show(rid))
             last_seen[key] = src[1] if prev is None else max(prev, src[1])
-    rep.found = sum(counts.values())
+    rep.found = sum(counts.values()) + rep.output_without_id
     rep.distinct_found = len(counts)
     dups = [rid for rid, n in counts.items() if n > 1]
     rep.duplicates = sum(counts[rid] - 1 for rid in dups)
     missing = [rid for rid in origin if rid not in counts]
     unexpected = [rid for rid in counts if rid not in origin]
-    rep.missing, rep.unexpected = len(missing), len(unexpected)
+    rep.missing, rep.unexpected = len(missing), len(unexpected) + rep.output_without_id
     rep.output_partitions = len(out_parts)
     rep.examples = {
         "duplicates": [_show(r) for r in dups[:5]],
         "missing": [_show(r) for r in missing[:5]],
         "unexpected": [_show(r) for r in unexpected[:5]],
+        "unexpected without id": no_id_examples,
         "order": order_examples,
     }
     rep.seconds = round(time.monotonic() - started, 3)
@@ -259,11 +305,21 @@ class CountReport:
         return "\n".join(lines)
 
 
+class CheckpointError(TxKafkaError):
+    """The query's checkpoint location (Spark's offset log) cannot be opened."""
+
+
 def _checkpoint_fs(location: str):
     import pyarrow.fs as pafs
 
     if "://" in location or location.startswith("file:"):
-        return pafs.FileSystem.from_uri(location)
+        try:
+            return pafs.FileSystem.from_uri(location)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several types
+            # The URI may carry credentials (s3://KEY:SECRET@bucket/...) and pyarrow echoes it.
+            raise CheckpointError(
+                f"cannot open --checkpoint {redact_uri(location)!r}: "
+                f"{redact_uri_text(str(e), location)}") from None
     return pafs.LocalFileSystem(), os.path.abspath(location)
 
 
@@ -579,19 +635,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     for item in args.conf or []:
         k, _, v = item.partition("=")
         conf[k] = v
-    if args.check == "counts":
-        rep = verify_counts(conf, args.input, args.output, checkpoint=args.checkpoint)
-    elif args.check == "windowed-counts":
-        if not args.checkpoint and args.watermark_ms is None:
-            raise SystemExit("error: --check windowed-counts needs --checkpoint or --watermark-ms")
-        rep = verify_windowed_counts(conf, args.input, args.output, args.window_ms,
-                                     checkpoint=args.checkpoint,
-                                     watermark_delay_ms=args.watermark_ms)
-    else:
-        rep = verify(conf, args.input, args.output, id_in=args.id_in or args.id,
-                     id_out=args.id_out or args.id, check_order=not args.no_order)
+    try:
+        rep = _run_check(conf, args)
+    except CheckpointError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.json:
         payload = {**asdict(rep), "ok": rep.ok}
+        if isinstance(rep, VerifyReport):
+            payload["nothing_checked"] = rep.nothing_checked
         if args.json == "-":
             print(json.dumps(payload, indent=2))
         else:
@@ -600,6 +652,21 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json != "-":
         print(rep.text())
     return 0 if rep.ok else 1
+
+
+def _run_check(conf: dict, args: argparse.Namespace
+               ) -> VerifyReport | CountReport | WindowCountReport:
+    if args.check == "counts":
+        return verify_counts(conf, args.input, args.output, checkpoint=args.checkpoint)
+    if args.check == "windowed-counts":
+        if not args.checkpoint and args.watermark_ms is None:
+            raise SystemExit("error: --check windowed-counts needs --checkpoint or --watermark-ms")
+        return verify_windowed_counts(conf, args.input, args.output, args.window_ms,
+                                      checkpoint=args.checkpoint,
+                                      watermark_delay_ms=args.watermark_ms)
+    return verify(conf, args.input, args.output, id_in=args.id_in or args.id,
+                  id_out=args.id_out or args.id, check_order=not args.no_order,
+                  allow_empty=args.allow_empty)
 
 
 def register_cli(sub) -> None:
@@ -611,6 +678,9 @@ def register_cli(sub) -> None:
     p.add_argument("--id-in", help="id location in the input, if it differs")
     p.add_argument("--id-out", help="id location in the output, if it differs")
     p.add_argument("--no-order", action="store_true", help="skip the per-partition order check")
+    p.add_argument("--allow-empty", action="store_true",
+                   help="ids check: pass when no input record carries an id (an empty input is "
+                        "expected); without it such a run fails, as it verified nothing")
     p.add_argument("--check", choices=["ids", "windowed-counts", "counts"], default="ids",
                    help="ids: each input id once in the output (default); windowed-counts: a "
                         "count per (key, event-time window) in append mode (key KEY@WINDOWSTARTMS, "

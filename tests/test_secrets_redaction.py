@@ -1,0 +1,67 @@
+"""Unit tests: secrets stay out of error texts, reprs and messages about checkpoint locations."""
+
+from __future__ import annotations
+
+import pytest
+
+from txkafka.connector.arrow_fetcher import PooledConsumer
+from txkafka.connector.errors import CommitLogError
+from txkafka.connector.secrets_redaction import REDACTED, redact_text, redact_uri
+from txkafka.connector.sink_commit_log import SinkCommitLog
+
+
+def test_a_partly_echoed_oauthbearer_config_is_redacted():
+    """librdkafka 2.16 echoes only the unparsed rest of sasl.oauthbearer.config."""
+    conf = {"sasl.oauthbearer.config": "principal=x bogus extension_tok=TOPSECRETVALUE99"}
+    text = "Unrecognized sasl.oauthbearer.config beginning at: bogus extension_tok=TOPSECRETVALUE99"
+    out = redact_text(text, conf)
+    assert "TOPSECRETVALUE99" not in out and "extension_tok" not in out, out
+    assert out.startswith("Unrecognized sasl.oauthbearer.config beginning at: "), out
+    assert REDACTED in out
+
+
+def test_one_token_of_a_multi_part_secret_is_redacted_wherever_it_appears():
+    conf = {"sasl.oauthbearer.config": "principal=admin,scope=read  extension_a=S3cretTokenValue"}
+    out = redact_text("invalid extension value S3cretTokenValue (check the token)", conf)
+    assert "S3cretTokenValue" not in out and "check the token" in out, out
+
+
+def test_the_echo_rule_needs_no_config():
+    text = 'KafkaError{str="Unrecognized sasl.oauthbearer.config beginning at: a=b"}'
+    out = redact_text(text, {})
+    assert "a=b" not in out, out
+
+
+def test_short_tokens_and_non_secret_values_are_kept():
+    conf = {"sasl.oauthbearer.config": "a=1 bb", "sasl.username": "writer"}
+    out = redact_text("user writer, a=1 bb", conf)
+    assert out == "user writer, [redacted]", out
+    assert redact_text("user writer, a=1 at bb", conf) == "user writer, a=1 at bb"
+
+
+def test_pooled_consumer_repr_hides_the_consumer_config():
+    conf = {"bootstrap.servers": "b:9092", "sasl.username": "reader",
+            "sasl.password": "pooled-secret-pw"}
+    pc = PooledConsumer(tuple(sorted(conf.items())), object())
+    assert "pooled-secret-pw" not in repr(pc) and "pooled-secret-pw" not in str(pc)
+    assert "PooledConsumer(" in repr(pc)
+
+
+@pytest.mark.parametrize("uri, shown", [
+    ("s3://AKIAEXAMPLE:wJal/rXUtn+FEMI@bucket/ck", "s3://[redacted]@bucket/ck"),
+    ("gs://bucket/ck?access_token=ya29.SECRET#frag", "gs://bucket/ck?[redacted]"),
+    ("hdfs://namenode:8020/ck", "hdfs://namenode:8020/ck"),
+    ("/local/ck", "/local/ck"),
+])
+def test_redact_uri(uri, shown):
+    assert redact_uri(uri) == shown
+
+
+def test_commit_log_error_does_not_echo_checkpoint_credentials():
+    uri = "bogus://AKIAEXAMPLEKEY:S3CR3T/vAlUe@bucket/ck?token=T0KENVALUE"
+    with pytest.raises(CommitLogError) as err:
+        SinkCommitLog(uri)
+    text = f"{err.value} {err.value!r}"
+    for secret in ("AKIAEXAMPLEKEY", "S3CR3T", "vAlUe", "T0KENVALUE"):
+        assert secret not in text, text
+    assert "bogus://[redacted]@bucket/ck" in text, text
