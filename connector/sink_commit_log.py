@@ -83,14 +83,25 @@ class BatchState:
         return frozenset(c.partition_id for c in self.last.lost)
 
 
-def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
+# Hadoop's names for its S3 connectors; pyarrow's S3 filesystem answers to s3 only.
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
+def checkpoint_filesystem(location: str, *, error: type[Exception] = CommitLogError,
+                          name: str = "checkpoint location") -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and path of a checkpoint URI or local path.
+
+    A URI's credentials never reach the error (pyarrow echoes the URI). ``error``/``name`` let a
+    command line say which of its arguments was wrong.
+    """
     if "://" in location or location.startswith("file:"):
+        scheme, sep, rest = location.partition("://")
+        uri = f"{_SCHEME_ALIASES.get(scheme.lower(), scheme)}{sep}{rest}" if sep else location
         try:
-            return pafs.FileSystem.from_uri(location)
+            return pafs.FileSystem.from_uri(uri)
         except Exception as e:  # noqa: BLE001 - pyarrow raises several types
-            # The URI may carry credentials (s3://KEY:SECRET@bucket/...) and pyarrow echoes it.
-            raise CommitLogError(
-                f"cannot open checkpoint location {redact_uri(location)!r}: "
+            raise error(
+                f"cannot open {name} {redact_uri(location)!r}: "
                 f"{redact_uri_text(str(e), location)}") from None
     return pafs.LocalFileSystem(), os.path.abspath(location)
 
@@ -98,14 +109,38 @@ def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
 class SinkCommitLog:
     def __init__(self, checkpoint_location: str) -> None:
         self.location = checkpoint_location
-        self.fs, root = _filesystem(checkpoint_location)
+        self.fs, root = checkpoint_filesystem(checkpoint_location)
         self.checkpoint_root = root.rstrip("/")
         self.root = f"{self.checkpoint_root}/{SINK_DIR}"
         self.log_dir = f"{self.root}/log"
         self._atomic_put = self.fs.type_name in ("s3", "gcs")
 
     def __repr__(self) -> str:
-        return f"SinkCommitLog({self.root})"
+        return f"SinkCommitLog({redact_uri(self.root)})"
+
+    def require_spark_checkpoint(self) -> None:
+        """Fail unless Spark's own checkpoint is where this log is.
+
+        Spark writes ``<checkpoint>/metadata`` when a query starts, before it creates the sink. If
+        it is not visible here, txkafka resolved checkpointLocation to another place than Spark
+        did: a path without a scheme is Spark's on Hadoop's default filesystem (HDFS, DBFS) but the
+        driver's local disk for pyarrow. A commit log there would not follow the query to another
+        driver host, and a restart there would commit a batch twice.
+        """
+        path = f"{self.checkpoint_root}/metadata"
+        try:
+            found = self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        except OSError as e:
+            raise CommitLogError(f"cannot read {redact_uri(path)}: {e}") from None
+        if not found:
+            shown = redact_uri(self.location)
+            raise CommitLogError(
+                f"option 'checkpointLocation' ({shown!r}): Spark's checkpoint metadata is not at "
+                f"{redact_uri(path)} ({self.fs.type_name} filesystem), where txkafka keeps the "
+                "sink's commit log beside it. Spark resolves a path without a scheme against "
+                "Hadoop's default filesystem (fs.defaultFS), txkafka against the driver's local "
+                "disk: give checkpointLocation as a full URI (hdfs://namenode:8020/..., "
+                "s3://bucket/..., file:///...).")
 
     # ------------------------------------------------------------------ io
 

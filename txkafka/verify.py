@@ -29,7 +29,6 @@ import argparse
 import bisect
 import json
 import logging
-import os
 import sys
 import time
 import uuid
@@ -38,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from .connector.errors import TxKafkaError
-from .connector.secrets_redaction import redact_uri, redact_uri_text
+from .connector.sink_commit_log import checkpoint_filesystem
 
 _quiet = logging.getLogger("txkafka.verify.librdkafka")
 _quiet.addHandler(logging.NullHandler())
@@ -310,17 +309,7 @@ class CheckpointError(TxKafkaError):
 
 
 def _checkpoint_fs(location: str):
-    import pyarrow.fs as pafs
-
-    if "://" in location or location.startswith("file:"):
-        try:
-            return pafs.FileSystem.from_uri(location)
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several types
-            # The URI may carry credentials (s3://KEY:SECRET@bucket/...) and pyarrow echoes it.
-            raise CheckpointError(
-                f"cannot open --checkpoint {redact_uri(location)!r}: "
-                f"{redact_uri_text(str(e), location)}") from None
-    return pafs.LocalFileSystem(), os.path.abspath(location)
+    return checkpoint_filesystem(location, error=CheckpointError, name="--checkpoint")
 
 
 def read_offset_log(checkpoint: str, topic: str) -> tuple[list[tuple[int, dict[int, int]]], set[int]]:
