@@ -83,6 +83,14 @@ class BatchState:
         return frozenset(c.partition_id for c in self.last.lost)
 
 
+def _fsync(path: str, flags: int) -> None:
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 # Hadoop's names for its S3 connectors; pyarrow's S3 filesystem answers to s3 only.
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
 
@@ -155,14 +163,14 @@ class SinkCommitLog:
         tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
         with self.fs.open_output_stream(tmp) as out:
             out.write(data)
-        if isinstance(self.fs, pafs.LocalFileSystem):
-            # Make the record survive a machine crash, not only a process crash.
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        local = isinstance(self.fs, pafs.LocalFileSystem)
+        if local:
+            # Make the record survive a machine crash, not only a process crash: its bytes...
+            _fsync(tmp, os.O_RDONLY)
         self.fs.move(tmp, path)
+        if local:
+            # ...and the rename, which lives in the directory (lost on power failure otherwise).
+            _fsync(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
 
     def _read(self, path: str) -> dict[str, Any] | None:
         try:

@@ -41,3 +41,21 @@ def test_hadoop_s3_schemes_open_pyarrows_s3(monkeypatch):
     checkpoint_filesystem("S3N://bucket/ck")
     checkpoint_filesystem("hdfs://nn:8020/ck")
     assert seen == ["s3://bucket/ck", "s3://bucket/ck", "hdfs://nn:8020/ck"]
+
+
+def test_a_record_and_its_rename_are_synced_to_disk(tmp_path, monkeypatch):
+    import os
+
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(sink_commit_log.os, "fsync", fsync)
+    log = SinkCommitLog(str(tmp_path))
+    log.identity("p")
+    root = str(tmp_path / "txkafka-sink")
+    assert synced[0].startswith(f"{root}/.sink.json.") and synced[0].endswith(".tmp")
+    assert synced[1] == root  # the directory holding the renamed record
