@@ -122,9 +122,9 @@ def test_broker_command_starts_three_nodes_that_keep_serving_with_one_down():
             kafka3.produce(topic, [(f"k{i}", f"during-{i}") for i in range(30)], transactional=True)
             kafka3.produce(topic, [(f"k{i}", f"aborted-{i}") for i in range(5)],
                            transactional=True, commit=False)
-            values = {r.value.decode() for r in kafka3.read_all(topic)}
-            assert values == ({f"before-{i}" for i in range(30)}
-                              | {f"during-{i}" for i in range(30)})
+            values = sorted(r.value.decode() for r in kafka3.read_all(topic))
+            assert values == sorted([f"before-{i}" for i in range(30)]
+                                    + [f"during-{i}" for i in range(30)])
             wait_until(offsets_agree, 20, "the reader's latest offsets with the leader dead")
         finally:
             cluster.start_node(victim)

@@ -176,26 +176,28 @@ def test_min_offsets_per_trigger_waits_for_data_or_the_delay(spark, kafka, check
     q, name = start_memory_query(stream(spark, kafka, subscribe=topic, minOffsetsPerTrigger=10,
                                         maxTriggerDelay="10s"), checkpoint_dir, trigger_s=0.5)
 
-    def count() -> int:
-        return spark.sql(f"select count(*) from {name}").collect()[0][0]
+    def offsets() -> list[int]:
+        # Every row's offset, as a sorted list (not a count: a duplicate and a gap would cancel).
+        return [r[0] for r in spark.sql(f"select offset from {name} order by offset").collect()]
 
     try:
         wait_first_batch(q)
         _fill(kafka, topic, 1, 10)
         q.processAllAvailable()
-        assert count() == 10  # enough offsets: the batch runs (and the delay starts again)
+        # Enough offsets: the batch runs (and the delay starts again).
+        assert offsets() == list(range(10))
         _fill(kafka, topic, 1, 4, tag="few")
         q.processAllAvailable()  # returns at once: the source holds the 4 records back
-        assert count() == 10
+        assert offsets() == list(range(10))
         _fill(kafka, topic, 1, 6, tag="more")
         q.processAllAvailable()
-        assert count() == 20
+        assert offsets() == list(range(20))
         assert [p["numInputRows"] for p in data_progress(q) if p["numInputRows"]] == [10, 10]
         _fill(kafka, topic, 1, 3, tag="late")
         deadline = time.monotonic() + QUERY_TIMEOUT_S
-        while count() < 23 and time.monotonic() < deadline:  # until maxTriggerDelay runs out
+        while len(offsets()) < 23 and time.monotonic() < deadline:  # until maxTriggerDelay runs out
             time.sleep(0.5)
-        assert count() == 23
+        assert offsets() == list(range(23))
     finally:
         q.stop()
 

@@ -11,6 +11,9 @@ import subprocess
 import sys
 import threading
 
+import pytest
+from pyspark.errors import StreamingQueryException
+
 from integration_tests.pipeline_helpers import (
     assert_exactly_once,
     make_input,
@@ -80,13 +83,21 @@ def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark
     assert attempts.get(0) == 1 and attempts.get(1) == 1, attempts
 
 
-def _run_until_injected_failure(spark, kafka, topics, ck, marker, max_offsets, fault) -> None:
-    """Run the query until the injected fault (armed once, by ``marker``) fails it."""
+def _run_until_injected_failure(spark, kafka, topics, ck, marker, point, max_offsets,
+                                fault) -> None:
+    """Run the query until the injected fault (armed once, by ``marker``) fails it.
+
+    The query must FAIL with the fault's own message (fault_injection.InjectedFault:
+    "injected fault at <point> ..."): awaitTermination returns False when the query is still
+    running at the timeout and True when it stopped without an error -- both fail the test.
+    """
     q = _query(spark, kafka, topics, ck, max_offsets=max_offsets, fault=fault)
     try:
-        q.awaitTermination(180)
-    except Exception as e:  # noqa: BLE001 - StreamingQueryException
-        assert "injected fault" in str(e)
+        with pytest.raises(StreamingQueryException, match=rf"injected fault at {point}\b"):
+            terminated = q.awaitTermination(180)
+            pytest.fail(f"query did not fail with the injected fault at {point}: "
+                        + ("it stopped without an error" if terminated
+                           else "still running after 180 s"))
     finally:
         if q.isActive:
             q.stop()
@@ -99,7 +110,7 @@ def test_failing_batch_commit_fails_the_query_and_the_restart_is_exactly_once(sp
     ck = str(tmp_path / "ck")
     for point in ("before_decision", "after_decision"):
         marker = tmp_path / f"{point}.marker"
-        _run_until_injected_failure(spark, kafka, topics, ck, marker, 500,
+        _run_until_injected_failure(spark, kafka, topics, ck, marker, point, 500,
                                     f"point={point},action=raise,once={marker}")
         # Nothing half-committed is left blocking readers.
         assert kafka.open_transactions(sink_prefix(ck)) == []

@@ -320,8 +320,7 @@ class Campaign:
         if crash.kind == "random":
             self.wait_progress(driver, committed_before, self.round_timeout, what)
             time.sleep(self.rng.uniform(0.0, 2.5))
-            killed_by_us_ms = int(time.time() * 1000)
-            driver.kill_session()
+            killed_by_us_ms = self._kill_unless_ended(driver)
         elif crash.kind == "broker":
             killed_by_us_ms = self._broker_round(driver, committed_before, what)
         elif crash.kind == "executor":
@@ -330,8 +329,7 @@ class Campaign:
             if not crash.point:
                 self.wait_progress(driver, from_batch - 1, self.round_timeout, what)
                 time.sleep(self.rng.uniform(0.0, 2.0))
-                killed_by_us_ms = int(time.time() * 1000)
-                driver.kill_session()
+                killed_by_us_ms = self._kill_unless_ended(driver)
         code = self.wait_exit(driver, self.round_timeout, what)
 
         if killed_by_us_ms:
@@ -388,9 +386,26 @@ class Campaign:
         self.log(f"[{self.name}] {what}: broker node {node} back")
         self.wait_progress(driver, at, self.round_timeout, f"{what}, node {node} back")
         time.sleep(self.rng.uniform(0.0, 2.0))
+        return self._kill_unless_ended(driver)
+
+    @staticmethod
+    def _ended_by_itself(driver: PipelineDriver) -> bool:
+        """The driver printed its final line (PIPELINE-FAILED/-DONE/-TIMEOUT): it is ending (or
+        has ended) on its own, whatever a kill does to its shutdown afterwards."""
+        return any(ln.startswith("PIPELINE-") and not ln.startswith("PIPELINE-STARTED")
+                   for ln in driver.output().splitlines())
+
+    def _kill_unless_ended(self, driver: PipelineDriver) -> int:
+        """SIGKILL the driver's session now; the kill time in ms, or 0 when the driver had
+        already exited or ended by itself (a query failure during the wait before the kill).
+        0 sends the round through the failure branch, so such a failure is never recorded as
+        "killed (random time)"."""
+        if not driver.alive() or self._ended_by_itself(driver):
+            return 0
         killed = int(time.time() * 1000)
         driver.kill_session()
-        return killed
+        # It may have printed its end between the check and the kill.
+        return 0 if self._ended_by_itself(driver) else killed
 
     def _kill_executor(self, driver: PipelineDriver, what: str) -> None:
         import os
