@@ -12,7 +12,9 @@ Recovery runs in every ``streamWriter()`` call, i.e. on the driver before a batc
 decided round without an outcome is rolled forward (never aborted). A re-run of a batch the log
 says is complete writes nothing and anything it did write is aborted. A decided transaction that
 the broker aborted before its commit landed is recorded as lost; the batch's re-run writes exactly
-those task partitions again, so nothing is lost silently.
+those task partitions again, so nothing is lost silently. A decided transaction whose id the
+coordinator no longer knows has an unknowable outcome: no outcome is recorded and the query stops
+(TransactionOutcomeUnknownError) until an operator records the answer (``commit-log resolve``).
 """
 
 from __future__ import annotations
@@ -21,25 +23,45 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, NoReturn, Sequence
 
-from .errors import TransactionError, TransactionLostError
+from .errors import TransactionError, TransactionLostError, TransactionOutcomeUnknownError
 from .fault_injection import FaultInjector
+from .secrets_redaction import redact_uri
 from .kafka_committable import KafkaCommittable, TaskResult
 from .sink_commit_log import BatchState, SinkCommitLog
 from .sink_options import SinkConfig
 from .transaction_client import (
     FENCED_CODES,
     INVALID_TXN_STATE,
-    TRANSACTIONAL_ID_NOT_FOUND,
+    UNKNOWN_ID_CODES,
     TransactionClient,
 )
 from .transactional_id_factory import TransactionalIdFactory
 
 log = logging.getLogger(__name__)
 
-_LOST_CODES = FENCED_CODES | {INVALID_TXN_STATE, TRANSACTIONAL_ID_NOT_FOUND}
+# EndTxn(commit) answers that prove a decided transaction did not commit (the coordinator aborted it).
+_LOST_CODES = FENCED_CODES | {INVALID_TXN_STATE}
 _PRUNE_EVERY = 50
+
+Key = tuple[str, int, int]  # (transactional id, producer id, epoch): one transaction, not one id
+
+
+# ----------------------------------------------------------------- unresolved rounds
+# A round whose outcome is unknown keeps what its commit attempts did learn (ids that answered NONE
+# or were fenced) and the operator's verdicts in ``log/<batch>-<round>.unresolved.json``. The commit
+# log's reader ignores that name, so the round stays pending (decided, no outcome) until resolved.
+
+def known_verdicts(note: dict | None) -> dict[str, str]:
+    """transactional id -> "committed" | "lost", from earlier EndTxn answers and the operator."""
+    if not note:
+        return {}
+    out = {tid: "committed" for tid in note.get("committed", [])}
+    out.update({tid: "lost" for tid in note.get("lost", [])})
+    out.update({tid: v for tid, v in (note.get("resolved") or {}).items()
+                if v in ("committed", "lost")})
+    return out
 
 
 @dataclass(frozen=True)
@@ -109,7 +131,11 @@ class KafkaCommitter:
     # ------------------------------------------------------------------ recovery
 
     def recover(self) -> BatchState | None:
-        """Roll forward a decided round that has no outcome yet (invariants 2 and 4)."""
+        """Roll forward a decided round that has no outcome yet (invariants 2 and 4).
+
+        Raises TransactionOutcomeUnknownError (the query must stop) when a decided transaction's
+        outcome cannot be known, and TransactionError when the commit did not finish (retry).
+        """
         if self.log is None:
             return None
         state = self.log.latest()
@@ -130,6 +156,7 @@ class KafkaCommitter:
     def commit(self, batch_id: int, results: Sequence[TaskResult | None]) -> CommitReport:
         started = time.monotonic()
         report = CommitReport(batch_id)
+        self._check_batch_ids(batch_id, results)
         committables = [r.committable for r in results if r is not None and r.committable]
         state = self.log.batch_state(batch_id) if self.log else None
         if state is not None and state.pending is not None:
@@ -140,7 +167,7 @@ class KafkaCommitter:
             # Invariant 3: the sink already committed this batch; whatever the re-run wrote goes.
             report.aborted = self._abort(committables)
             report.skipped = True
-            report.orphans_aborted = self.sweep_orphans()
+            report.orphans_aborted = self._sweep_after_commit(batch_id)
             report.seconds = time.monotonic() - started
             self.last_report = report
             return report
@@ -177,7 +204,7 @@ class KafkaCommitter:
 
         report.transactions = len(committables)
         report.records = sum(c.record_count for c in committables)
-        report.orphans_aborted = self.sweep_orphans(keep={c.transactional_id for c in committables})
+        report.orphans_aborted = self._sweep_after_commit(batch_id, keep={c.key for c in committables})
         if self.log is not None and batch_id % _PRUNE_EVERY == 0:
             self.log.prune()
         report.seconds = time.monotonic() - started
@@ -187,19 +214,71 @@ class KafkaCommitter:
         return report
 
     def abort(self, batch_id: int, results: Sequence[TaskResult | None]) -> int:
-        """Spark gave up on the batch. A decided round still commits; everything else is aborted."""
-        decided: set[str] = set()
+        """Spark gave up on the batch. A decided round still commits; everything else is aborted.
+
+        Transactions are compared by (id, producer id, epoch): ids are reused by every batch and
+        round, so a redo round's transaction on an id that an older round decided is not decided.
+        Once recovery has rolled a pending round forward nothing decided is still open, so the
+        sweep spares only a round that is still pending (its outcome unknown or unfinished).
+        """
+        decided: set[Key] = set()
+        pending: set[Key] = set()
+        unresolved: TransactionError | None = None
         if self.log is not None:
             state = self.log.batch_state(batch_id)
             if state is not None and state.pending is not None:
-                self.recover()
+                try:
+                    self.recover()
+                except TransactionError as e:  # the decision stands; abort the rest, then re-raise
+                    unresolved = e
+                state = self.log.batch_state(batch_id)
             if state is not None:
-                decided = {c.transactional_id for r in state.rounds for c in r.decision}
+                decided = {c.key for r in state.rounds for c in r.decision}
+                if state.pending is not None:
+                    pending = {c.key for c in state.pending.decision}
         mine = [r.committable for r in results if r is not None and r.committable]
-        n = self._abort([c for c in mine if c.transactional_id not in decided])
-        return n + self.sweep_orphans(keep=decided)
+        n = self._abort([c for c in mine if c.key not in decided])
+        if unresolved is None:
+            return n + self.sweep_orphans(keep=pending)
+        try:
+            self.sweep_orphans(keep=pending)
+        except Exception as e:  # noqa: BLE001 - the unresolved round is the error to report
+            log.warning("batch %d: orphan sweep failed (the next batch sweeps): %s", batch_id, e)
+        raise unresolved
 
     # ---------------------------------------------------------------- internals
+
+    def _check_batch_ids(self, batch_id: int, results: Sequence[TaskResult | None]) -> None:
+        """Refuse results that tasks wrote under another batch id: their should_write() decision
+        was taken for the wrong batch, so rows may be missing. Nothing is decided; they are aborted."""
+        wrong = [r for r in results if r is not None and r.batch_id != batch_id]
+        if not wrong:
+            return
+        decided: set[Key] = set()
+        state = self.log.batch_state(batch_id) if self.log else None
+        if state is not None:
+            decided = {c.key for r in state.rounds for c in r.decision}
+        self._abort(r.committable for r in wrong
+                    if r.committable is not None and r.committable.key not in decided)
+        shown = ", ".join(f"task partition {r.partition_id} attempt {r.attempt}: batch {r.batch_id}"
+                          for r in wrong[:5])
+        raise TransactionError(
+            f"batch {batch_id}: {len(wrong)} task result(s) carry another batch id ({shown}). "
+            f"Spark did not give those tasks this batch's id (local property "
+            f"streaming.sql.batchId), so they may have skipped rows. Their transactions are "
+            f"aborted and nothing is decided: the batch fails and re-runs on restart. If this "
+            f"repeats, report it with the Spark version."
+        )
+
+    def _sweep_after_commit(self, batch_id: int, keep: Iterable[Key] = ()) -> int:
+        """The batch's outcome is durable: a failed sweep must not fail it. The next batch sweeps."""
+        try:
+            return self.sweep_orphans(keep=keep)
+        except Exception as e:  # noqa: BLE001 - best effort by design
+            log.warning("batch %d is committed, but the orphan sweep failed (the next batch sweeps "
+                        "again; open orphans hold read_committed readers until then or until "
+                        "their transaction timeout): %s", batch_id, e)
+            return 0
 
     @staticmethod
     def _needs_sweep(results: Sequence[TaskResult | None]) -> bool:
@@ -253,21 +332,84 @@ class KafkaCommitter:
                                           parallelism=self.cfg.commit_parallelism))
         committed = [c for c in decision if codes.get(c.transactional_id) == 0]
         lost = [c for c in decision if codes.get(c.transactional_id) in _LOST_CODES]
-        unknown = [c for c in decision if c not in committed and c not in lost]
-        if unknown:
+        no_id = [c for c in decision if codes.get(c.transactional_id) in UNKNOWN_ID_CODES]
+        unfinished = [c for c in decision if c not in committed and c not in lost and c not in no_id]
+        if unfinished:
             from .broker_connection import error_name
 
             raise TransactionError(
-                f"batch {batch_id}: the commit of {len(unknown)} decided transactions did not "
-                f"finish ({', '.join(f'{c.transactional_id}: {error_name(codes.get(c.transactional_id, -1))}' for c in unknown[:5])}); "
+                f"batch {batch_id}: the commit of {len(unfinished)} decided transactions did not "
+                f"finish ({', '.join(f'{c.transactional_id}: {error_name(codes.get(c.transactional_id, -1))}' for c in unfinished[:5])}); "
                 "the decision stands and the next attempt (or restart) completes it"
             )
+        if no_id:
+            # The coordinator forgot these ids: an earlier attempt's commit may or may not have
+            # landed. Use what an earlier attempt learnt or the operator decided; else stop.
+            note = self.log.read_unresolved(batch_id, round_no) if self.log is not None else None
+            verdicts = known_verdicts(note)
+            committed += [c for c in no_id if verdicts.get(c.transactional_id) == "committed"]
+            lost += [c for c in no_id if verdicts.get(c.transactional_id) == "lost"]
+            no_id = [c for c in no_id if c.transactional_id not in verdicts]
+        if no_id:
+            self._stop_unknown(batch_id, round_no, committed, lost, no_id, codes)
         if self.log is not None:
             self.log.write_outcome(batch_id, round_no, committed, lost, extra={
                 **(timings or {}), "end_txn_ms": round((time.monotonic() - started) * 1000, 1),
                 "recovered": recovering})
         if lost:
             raise TransactionLostError(self._lost_message(batch_id, lost, rerun_failed=False))
+
+    def _stop_unknown(self, batch_id: int, round_no: int, committed: list[KafkaCommittable],
+                      lost: list[KafkaCommittable], unknown: list[KafkaCommittable],
+                      codes: dict[str, int]) -> NoReturn:
+        """Invariant 8 for an unknowable outcome: record what is known, write no outcome, stop."""
+        from .broker_connection import error_name
+
+        if self.log is not None:
+            previous = self.log.read_unresolved(batch_id, round_no) or {}
+            self.log.write_unresolved(batch_id, round_no, {
+                "batch_id": batch_id,
+                "round": round_no,
+                "updated_ms": int(time.time() * 1000),
+                "committed": sorted(c.transactional_id for c in committed),
+                "lost": sorted(c.transactional_id for c in lost),
+                "unknown": {c.transactional_id: error_name(codes[c.transactional_id])
+                            for c in unknown},
+                "resolved": previous.get("resolved") or {},
+            })
+        parts = "; ".join(
+            f"task partition {c.partition_id}: transaction {c.transactional_id} (producer id "
+            f"{c.producer_id}, epoch {c.producer_epoch}; {c.record_count} records to "
+            f"{c.describe_partitions() or 'unknown partitions'}; EndTxn answered "
+            f"{error_name(codes[c.transactional_id])})"
+            for c in unknown
+        )
+        offsets = self.log.spark_source_offsets(batch_id) if self.log else None
+        where = f" The batch read source offsets {offsets}." if offsets else ""
+        known = (f" Of the round's other transactions, {len(committed)} committed and {len(lost)} "
+                 f"were aborted by the broker." if committed or lost
+                 else "")
+        if self.log is None:
+            todo = ("Check whether these records are in the output; a batch write has no log to "
+                    "record the answer in, so re-run the write only if they are missing.")
+        else:
+            ck = redact_uri(self.log.location)  # an s3:// URI may carry credentials
+            todo = (f"The query stops until you decide. Check whether these records are in the "
+                    f"output (for example with `txkafka verify`, or by reading those partitions "
+                    f"with isolation.level=read_committed), then record the answer: "
+                    f"`txkafka commit-log resolve --checkpoint {ck} --batch {batch_id} --committed` "
+                    f"if they are there (nothing is written again), or `... --lost` if they are "
+                    f"missing (the restart writes exactly these task partitions again); add --id "
+                    f"to answer per transaction, --yes to apply. Then restart the query.")
+        raise TransactionOutcomeUnknownError(
+            f"batch {batch_id} round {round_no}: the outcome of {len(unknown)} decided "
+            f"transaction(s) is unknown: the transaction coordinator no longer knows their "
+            f"transactional ids (they expire after the broker's transactional.id.expiration.ms, "
+            f"7 days by default, e.g. while the query was down after a crash between the commit "
+            f"and its record), so it cannot say whether their commit landed: {parts}.{known}"
+            f"{where} txkafka records no outcome: marking them lost could duplicate these "
+            f"records, marking them committed could lose them. {todo}"
+        )
 
     def _lost_message(self, batch_id: int, lost: list[KafkaCommittable], rerun_failed: bool) -> str:
         parts = "; ".join(
@@ -293,17 +435,23 @@ class KafkaCommitter:
         codes = self.client.end_many(items, commit=False, parallelism=self.cfg.commit_parallelism)
         return sum(1 for code in codes.values() if code == 0)
 
-    def sweep_orphans(self, keep: Iterable[str] = ()) -> int:
-        """Invariant 6: abort every open transaction of this sink that no decision covers."""
+    def sweep_orphans(self, keep: Iterable[Key] = ()) -> int:
+        """Invariant 6: abort every open transaction of this sink that no decision covers.
+
+        ``keep`` names transactions as (id, producer id, epoch): ids are reused, so an open
+        transaction on a kept id but at another producer id or epoch is an orphan all the same.
+        """
         keep = set(keep)
         listed = self.client.list_transactions(prefix=self.ids.sink_prefix, states=["Ongoing"])
-        orphans = [t.transactional_id for t in listed
-                   if t.transactional_id not in keep and self.ids.owns(t.transactional_id)]
-        if not orphans:
+        ours = [t.transactional_id for t in listed if self.ids.owns(t.transactional_id)]
+        if not ours:
             return 0
-        descs = self.client.describe(orphans)
+        descs = self.client.describe(ours)
         targets = [(d.transactional_id, d.producer_id, d.producer_epoch) for d in descs.values()
-                   if d.state == "Ongoing"]
+                   if d.state == "Ongoing"
+                   and (d.transactional_id, d.producer_id, d.producer_epoch) not in keep]
+        if not targets:
+            return 0
         codes = self.client.end_many(targets, commit=False, parallelism=self.cfg.commit_parallelism)
         aborted = sum(1 for c in codes.values() if c == 0)
         if aborted:

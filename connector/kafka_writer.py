@@ -553,7 +553,10 @@ def _pooled_producer(cfg: SinkConfig) -> tuple[Any, _ProducerProbe]:
     with _POOL_LOCK:
         hit = _POOL.get(key)
         if hit is not None and hit[1].fatal is None:
+            # A delivery failure belongs to the task that saw it; the next task starts clean
+            # (e.g. once a missing topic ACL is granted).
             hit[1].errors.clear()
+            hit[1].first_delivery_error = None
             return hit
         probe = _ProducerProbe(cfg.kafka)
         producer = _new_producer(producer_config(cfg, probe, None, _LIBRDKAFKA_LOG))

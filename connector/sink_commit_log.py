@@ -2,12 +2,16 @@
 
 Why under the checkpoint: the log shares the query's life; deleting the checkpoint resets both.
 Why pyarrow.fs: HDFS, S3 and GCS work as well as local disk. Each record is written atomically
-(rename where the filesystem has it; a whole-object PUT on object stores) and never rewritten.
+(rename where the filesystem has it; a whole-object PUT on object stores); decisions and outcomes
+are never rewritten.
 
 Layout (``<checkpoint>/txkafka-sink/``):
     sink.json                               the sink's identity (sink id, prefix)
     log/<batch>-<round>.decision.json       "commit these transactions" (written before any EndTxn)
     log/<batch>-<round>.outcome.json        which were committed, which the broker had aborted
+    log/<batch>-<round>.unresolved.json     only when Kafka could not tell a decided transaction's
+                                            outcome: what is known, and the operator's answers
+                                            (rewritten as answers come; the round stays pending)
 
 A batch normally has one round. When the broker aborted a decided transaction before its commit
 landed (timeout), the outcome lists it as lost; the re-run of that batch writes exactly those task
@@ -32,7 +36,7 @@ from .kafka_committable import KafkaCommittable
 from .secrets_redaction import redact_uri, redact_uri_text
 
 SINK_DIR = "txkafka-sink"
-_RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome)\.json$")
+_RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome|unresolved)\.json$")
 FORMAT_VERSION = 1
 
 
@@ -236,6 +240,18 @@ class SinkCommitLog:
             "lost": [c.to_json() for c in lost],
             **(extra or {}),
         })
+
+    def _unresolved_name(self, batch_id: int, round_no: int) -> str:
+        return self._name(batch_id, round_no, "unresolved")
+
+    def read_unresolved(self, batch_id: int, round_no: int) -> dict[str, Any] | None:
+        """What commit attempts learnt, and the operator decided, about a round whose outcome
+        Kafka could not tell (kafka_committer); None if the round never got there."""
+        return self._read(self._unresolved_name(batch_id, round_no))
+
+    def write_unresolved(self, batch_id: int, round_no: int, note: dict[str, Any]) -> None:
+        """Kept beside the round's records; the round stays pending until an outcome is written."""
+        self._write(self._unresolved_name(batch_id, round_no), note)
 
     def _entries(self) -> dict[int, dict[int, set[str]]]:
         try:

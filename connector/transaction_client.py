@@ -52,8 +52,14 @@ _RETRIABLE = {
     CONCURRENT_TRANSACTIONS,
 }
 _COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
-# EndTxn answers meaning "this transaction is not (or no longer) the one you named".
-FENCED_CODES = {INVALID_PRODUCER_EPOCH, PRODUCER_FENCED, INVALID_PRODUCER_ID_MAPPING}
+# EndTxn answers meaning "the epoch moved on": the coordinator aborted the transaction (timeout) or
+# a newer producer of the id fenced it. Either way it did not commit.
+FENCED_CODES = {INVALID_PRODUCER_EPOCH, PRODUCER_FENCED}
+# EndTxn answers meaning "the coordinator has no state for this id" (it expired after
+# transactional.id.expiration.ms, or was deleted): whether an earlier commit landed is unknowable.
+UNKNOWN_ID_CODES = {INVALID_PRODUCER_ID_MAPPING, TRANSACTIONAL_ID_NOT_FOUND}
+# ListTransactions answers worth asking again: the broker is still loading or moving coordinators.
+_LIST_RETRIABLE = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE}
 
 
 @dataclass(frozen=True)
@@ -341,10 +347,12 @@ class TransactionClient:
     ) -> list[TransactionListing]:
         """ListTransactions on every broker (each coordinates a share of the ids).
 
-        Retried with fresh metadata until the client's timeout when a broker does not answer: a
-        broker that just died stays in the metadata until the controller notices.
+        Retried with fresh metadata until the client's timeout when a broker does not answer (a
+        broker that just died stays in the metadata until the controller notices) or answers that
+        its coordinators are still loading or moving (a broker that just started or failed over).
         """
         deadline = time.monotonic() + self.timeout
+        backoff = 0.1
         while True:
             try:
                 return self._list_transactions_once(prefix, list(states))
@@ -354,6 +362,16 @@ class TransactionClient:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.5)
+            except TransactionError as e:
+                if e.code not in _LIST_RETRIABLE:
+                    raise
+                if time.monotonic() > deadline:
+                    raise TransactionError(
+                        f"{e} (still after retrying for {self.timeout:.0f}s: the broker's "
+                        "transaction coordinator did not finish loading; check the broker's log "
+                        "and the __transaction_state topic)", e.code) from None
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
 
     def _list_transactions_once(self, prefix: str | None,
                                 states: list[str]) -> list[TransactionListing]:

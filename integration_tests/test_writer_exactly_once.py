@@ -166,7 +166,7 @@ def test_commit_lost_after_sink_commit_rerun_writes_nothing_twice(spark, kafka, 
     topics = make_input(kafka, records=2000)
     ck = str(tmp_path / "ck")
     marker = tmp_path / "after_sink_commit.marker"
-    _run_until_injected_failure(spark, kafka, topics, ck, marker, 700,
+    _run_until_injected_failure(spark, kafka, topics, ck, marker, "after_sink_commit", 700,
                                 f"point=after_sink_commit,batch=1,action=raise,once={marker}")
     assert SinkCommitLog(ck).batch_state(1).complete  # the sink committed batch 1; Spark did not
     assert not (tmp_path / "ck" / "commits" / "1").exists()

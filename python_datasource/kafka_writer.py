@@ -32,7 +32,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from txkafka.connector.errors import KafkaConfigError
+from txkafka.connector.errors import KafkaConfigError, TransactionError
 from txkafka.connector.kafka_committable import TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import KafkaWriter, SinkSchema, validate_input_schema
@@ -92,6 +92,16 @@ def _task_context() -> tuple[int, int, int | None]:
     return ctx.partitionId(), ctx.attemptNumber(), int(raw) if raw is not None else None
 
 
+_CHECKPOINTS_SEEN: set[str] = set()
+
+
+def _require_spark_checkpoint(log: SinkCommitLog) -> None:
+    """Once per checkpoint and driver process (this runs before every batch)."""
+    if log.location not in _CHECKPOINTS_SEEN:
+        log.require_spark_checkpoint()
+        _CHECKPOINTS_SEEN.add(log.location)
+
+
 class _KafkaWrite:
     """Shared by the streaming and batch writers: config, identity, plan, task-side write."""
 
@@ -114,6 +124,7 @@ class _KafkaWrite:
             return
         if streaming:
             commit_log = SinkCommitLog(self.cfg.checkpoint_location or "")
+            _require_spark_checkpoint(commit_log)
             identity = commit_log.identity(self.cfg.transactional_id_prefix)
             self.ids = TransactionalIdFactory(self.cfg.transactional_id_prefix, identity.sink_id)
             self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
@@ -141,6 +152,16 @@ class _KafkaWrite:
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxKafkaCommitMessage:
         partition_id, attempt, batch_id = _task_context()
+        if batch_id is None and self.streaming and self.cfg.exactly_once:
+            # Guessing batch 0 would let should_write() skip rows of a later batch.
+            raise TransactionError(
+                f"task partition {partition_id} attempt {attempt}: Spark did not set the task's "
+                "local property streaming.sql.batchId, so txkafka cannot tell which micro-batch "
+                "this task writes and refuses to guess (a wrong batch could skip or repeat rows). "
+                "Nothing was written. Spark's micro-batch execution normally sets it: report this "
+                "with the Spark version and deployment (Connect, cluster manager); "
+                "deliveryGuarantee=at_least_once does not need it."
+            )
         batch = batch_id if batch_id is not None else 0
         if self.cfg.exactly_once and not self.plan.should_write(batch, partition_id):
             skipped = 0

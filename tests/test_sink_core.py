@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from txkafka.connector.errors import KafkaConfigError, TransactionError, TransactionLostError
+from txkafka.connector.errors import (
+    KafkaConfigError,
+    TransactionError,
+    TransactionLostError,
+    TransactionOutcomeUnknownError,
+)
 from txkafka.connector.fault_injection import FaultInjector, InjectedFault, parse_spec
 from txkafka.connector.kafka_committable import KafkaCommittable, TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
@@ -12,8 +17,12 @@ from txkafka.connector.kafka_writer import validate_input_schema
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import DeliveryGuarantee, SinkConfig
 from txkafka.connector.transaction_client import (
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
     PRODUCER_FENCED,
+    REQUEST_TIMED_OUT,
+    TRANSACTIONAL_ID_NOT_FOUND,
     TransactionDescription,
     TransactionListing,
 )
@@ -153,10 +162,14 @@ class FakeCoordinator:
         self.txns: dict[str, dict] = {}
         self.calls: list[tuple] = []
         self.fail_commit: set[str] = set()
+        self.forgotten: dict[str, int] = {}  # id -> the code EndTxn answers (id expired)
+        self.stuck: set[str] = set()  # EndTxn times out, the transaction stays open
+        self.list_error: int | None = None  # ListTransactions fails with this code
 
     def open(self, c: KafkaCommittable):
         self.txns[c.transactional_id] = {"pid": c.producer_id, "epoch": c.producer_epoch,
-                                         "state": "Ongoing", "start": 0}
+                                         "state": "Ongoing", "start": 0,
+                                         "parts": c.topic_partitions}
 
     def describe(self, ids):
         import time as _t
@@ -167,7 +180,7 @@ class FakeCoordinator:
             if t:
                 out[tid] = TransactionDescription(tid, 0, t["state"], 60000,
                                                   int(_t.time() * 1000) - t["start"], t["pid"],
-                                                  t["epoch"], {"out": [0]})
+                                                  t["epoch"], t.get("parts") or {"out": [0]})
         return out
 
     def end_many(self, items, commit, parallelism=8):
@@ -175,7 +188,11 @@ class FakeCoordinator:
         for tid, pid, epoch in items:
             self.calls.append(("commit" if commit else "abort", tid))
             t = self.txns.get(tid)
-            if tid in self.fail_commit and commit:
+            if tid in self.forgotten:
+                out[tid] = self.forgotten[tid]
+            elif tid in self.stuck:
+                out[tid] = REQUEST_TIMED_OUT
+            elif tid in self.fail_commit and commit:
                 t["state"] = "CompleteAbort"
                 out[tid] = PRODUCER_FENCED
             elif t is None or (t["pid"], t["epoch"]) != (pid, epoch):
@@ -190,6 +207,8 @@ class FakeCoordinator:
         return out
 
     def list_transactions(self, prefix=None, states=()):
+        if self.list_error is not None:
+            raise TransactionError("ListTransactions: COORDINATOR_NOT_AVAILABLE", self.list_error)
         return [TransactionListing(tid, t["pid"], t["state"]) for tid, t in self.txns.items()
                 if (prefix is None or tid.startswith(prefix)) and (not states or t["state"] in states)]
 
@@ -292,3 +311,150 @@ def test_fault_once_marker(tmp_path):
         inj.check("after_decision", batch=1)
     inj.check("after_decision", batch=2)  # fired once already
     assert marker.exists()
+
+
+# ----------------------------------------------------------------- ambiguous outcomes (invariant 8)
+
+def _spark_offsets(tmp_path, batch, line):
+    (tmp_path / "offsets").mkdir(exist_ok=True)
+    (tmp_path / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + line + "\n")
+
+
+def _decide_then_crash(tmp_path, fake, batch, parts):
+    """A run that wrote the decision of ``batch`` and died before any EndTxn."""
+    crashing, ids, log = _committer(tmp_path, fake, spec="point=after_decision,action=raise")
+    results = _results(ids, fake, batch, parts)
+    try:
+        with pytest.raises(InjectedFault):
+            crashing.commit(batch, results)
+    finally:
+        FaultInjector._cache.clear()
+    return ids, log, [r.committable for r in results]
+
+
+@pytest.mark.parametrize("code", [INVALID_PRODUCER_ID_MAPPING, TRANSACTIONAL_ID_NOT_FOUND])
+def test_roll_forward_of_a_forgotten_id_stops_with_outcome_unknown(tmp_path, code):
+    fake = FakeCoordinator()
+    ids, log, (t0, t1, t2) = _decide_then_crash(tmp_path, fake, 5, [0, 1, 2])
+    _spark_offsets(tmp_path, 5, '{"in":{"0":42}}')
+    # While the driver was down: t0's commit had landed, t2 timed out, t1's id expired.
+    fake.txns[t0.transactional_id]["state"] = "CompleteCommit"
+    fake.txns[t2.transactional_id]["state"] = "CompleteAbort"
+    fake.forgotten[t1.transactional_id] = code
+    committer, _, _ = _committer(tmp_path, fake)
+    with pytest.raises(TransactionOutcomeUnknownError) as exc:
+        committer.recover()
+    msg = str(exc.value)
+    for part in ("batch 5", t1.transactional_id, "task partition 1", "out[1]", '{"in":{"0":42}}',
+                 "transactional.id.expiration.ms", f"--checkpoint {tmp_path} --batch 5 --committed",
+                 "--lost"):
+        assert part in msg
+    assert t0.transactional_id not in msg and t2.transactional_id not in msg
+    state = log.latest()
+    assert state.pending is not None  # no outcome: neither rewritten nor declared done
+    # Every later attempt (a restart, the planning of the re-run) stops the same way.
+    with pytest.raises(TransactionOutcomeUnknownError):
+        _committer(tmp_path, fake)[0].recover()
+
+
+def test_epoch_codes_stay_lost(tmp_path):
+    fake = FakeCoordinator()
+    ids, log, (t0, t1) = _decide_then_crash(tmp_path, fake, 2, [0, 1])
+    fake.txns[t1.transactional_id]["epoch"] = 3  # the coordinator's timeout abort bumped it
+    state = _committer(tmp_path, fake)[0].recover()
+    assert state.redo_partitions == {1} and state.pending is None
+
+
+def test_abort_reraises_outcome_unknown_after_aborting_the_rest(tmp_path):
+    fake = FakeCoordinator()
+    ids, log, (t0, t1) = _decide_then_crash(tmp_path, fake, 3, [0, 1])
+    fake.forgotten[t0.transactional_id] = INVALID_PRODUCER_ID_MAPPING
+    committer, _, _ = _committer(tmp_path, fake)
+    orphan = _results(ids, fake, 3, [1], attempt=1)[0]
+    with pytest.raises(TransactionOutcomeUnknownError):
+        committer.abort(3, [orphan])
+    assert fake.txns[orphan.committable.transactional_id]["state"] == "CompleteAbort"
+    assert fake.txns[t1.transactional_id]["state"] == "CompleteCommit"  # rolled forward
+    assert log.latest().pending is not None
+
+
+# ------------------------------------------------------------- transactions, not ids (invariant 6)
+
+def test_abort_of_a_failed_redo_round_aborts_the_reused_id(tmp_path):
+    fake = FakeCoordinator()
+    committer, ids, log = _committer(tmp_path, fake)
+    results = _results(ids, fake, 4, [0, 1])
+    lost_tid = results[1].committable.transactional_id
+    fake.fail_commit.add(lost_tid)
+    with pytest.raises(TransactionLostError):
+        committer.commit(4, results)
+    fake.fail_commit.clear()
+    # The re-run writes task partition 1 again on the same id, at a new epoch (round 1) ...
+    redo = KafkaCommittable(lost_tid, 101, 5, 1, 0, 4, 5, {"out": [1]})
+    fake.open(redo)
+    failing, _, _ = _committer(tmp_path, fake, spec="point=before_decision,action=raise")
+    try:
+        with pytest.raises(InjectedFault):  # ... and its commit fails before the decision.
+            failing.commit(4, [TaskResult(0, 0, 4, None, 0, True), TaskResult(1, 0, 4, redo, 5)])
+    finally:
+        FaultInjector._cache.clear()
+    committer.abort(4, [TaskResult(0, 0, 4, None, 0, True), TaskResult(1, 0, 4, redo, 5)])
+    # Round 0 decided lost_tid at epoch 4, not this transaction: nothing may keep it open.
+    assert fake.txns[lost_tid]["state"] == "CompleteAbort"
+    assert fake.list_transactions(states=["Ongoing"]) == []
+
+
+def test_sweep_spares_only_the_exact_transaction_it_is_told_to_keep(tmp_path):
+    fake = FakeCoordinator()
+    committer, ids, _ = _committer(tmp_path, fake)
+    (kept,) = [r.committable for r in _results(ids, fake, 1, [0])]
+    assert committer.sweep_orphans(keep={kept.key}) == 0
+    stale = (kept.transactional_id, kept.producer_id, kept.producer_epoch + 1)
+    assert committer.sweep_orphans(keep={stale}) == 1
+    assert fake.txns[kept.transactional_id]["state"] == "CompleteAbort"
+
+
+def test_abort_keeps_a_round_whose_commit_did_not_finish(tmp_path):
+    """Regression guard: a decided round that is still pending is never aborted by abort()."""
+    fake = FakeCoordinator()
+    committer, ids, log = _committer(tmp_path, fake)
+    results = _results(ids, fake, 6, [0, 1])
+    stuck = results[0].committable.transactional_id
+    fake.stuck.add(stuck)
+    with pytest.raises(TransactionError, match="did not finish"):
+        committer.commit(6, results)
+    with pytest.raises(TransactionError, match="did not finish"):
+        committer.abort(6, results)
+    assert fake.txns[stuck]["state"] == "Ongoing" and log.latest().pending is not None
+    fake.stuck.clear()
+    assert committer.recover().complete
+    assert fake.txns[stuck]["state"] == "CompleteCommit"
+
+
+# --------------------------------------------------------------- sweeps after a durable outcome
+
+def test_a_failed_sweep_does_not_fail_a_committed_batch(tmp_path, caplog):
+    fake = FakeCoordinator()
+    committer, ids, log = _committer(tmp_path, fake)
+    results = _results(ids, fake, 1, [0, 1])
+    fake.list_error = COORDINATOR_NOT_AVAILABLE
+    report = committer.commit(1, results)
+    assert report.transactions == 2 and report.orphans_aborted == 0
+    assert log.latest().complete
+    assert "orphan sweep failed" in caplog.text
+    # The re-run of a batch the log says is complete is not failed by its sweep either.
+    assert committer.commit(1, [TaskResult(0, 0, 1, None, 0, True)]).skipped
+
+
+# ------------------------------------------------------------------------- batch ids (item 5)
+
+def test_results_of_another_batch_are_refused_and_aborted(tmp_path):
+    fake = FakeCoordinator()
+    committer, ids, log = _committer(tmp_path, fake)
+    good = _results(ids, fake, 7, [0])
+    stray = _results(ids, fake, 0, [1])  # a task that did not know its batch and wrote as batch 0
+    with pytest.raises(TransactionError, match=r"batch 7: 1 task result.*task partition 1 "
+                                               r"attempt 0: batch 0.*streaming\.sql\.batchId"):
+        committer.commit(7, good + stray)
+    assert log.latest() is None  # nothing decided
+    assert fake.txns[stray[0].committable.transactional_id]["state"] == "CompleteAbort"

@@ -3,6 +3,7 @@
     txkafka transactions list  -b HOST:PORT (--checkpoint DIR | --prefix P) [--all]
     txkafka transactions abort -b HOST:PORT (--checkpoint DIR | --prefix P --force) [--id ID ...] [--yes]
     txkafka commit-log show    --checkpoint DIR [--last N] [--json]
+    txkafka commit-log resolve --checkpoint DIR --batch N (--committed | --lost) [--id ID ...] [--yes]
 
 Security settings are librdkafka's (``-X security.protocol=SASL_SSL -X sasl.mechanism=...``) or a
 properties file (``--command-config``); secret values are never printed.
@@ -129,6 +130,16 @@ def cmd_abort(args: argparse.Namespace) -> int:
     return 0 if ok == len(codes) else 1
 
 
+def _status(log: SinkCommitLog, st) -> str:
+    if st.complete:
+        return "complete"
+    if st.pending is None:
+        return f"lost partitions {sorted(st.redo_partitions)}"
+    if log.read_unresolved(st.batch_id, st.pending.number) is not None:
+        return "OUTCOME UNKNOWN: commit-log resolve"
+    return "decided, not finished"
+
+
 def cmd_log(args: argparse.Namespace) -> int:
     log, ident = _open_log(args.checkpoint)
     batches = log.batch_ids()[-args.last:] if args.last > 0 else []
@@ -139,8 +150,7 @@ def cmd_log(args: argparse.Namespace) -> int:
             continue
         out.append({
             "batch": b,
-            "status": "complete" if st.complete else ("decided, not finished" if st.pending else
-                                                       f"lost partitions {sorted(st.redo_partitions)}"),
+            "status": _status(log, st),
             "rounds": [{
                 "round": r.number,
                 "transactions": len(r.decision),
@@ -161,6 +171,74 @@ def cmd_log(args: argparse.Namespace) -> int:
                            + (" (rolled forward)" if r["recovered"] else "")
                            + (f", lost {r['lost']}" if r["lost"] else "") for r in b["rounds"])
         print(f"  batch {b['batch']:>8}  {b['status']:<24} {rounds}")
+    return 0
+
+
+def cmd_resolve(args: argparse.Namespace) -> int:
+    """Record the operator's answer for decided transactions whose outcome Kafka cannot tell.
+
+    Why: when the coordinator has forgotten a decided transaction's id, the query stops with
+    TransactionOutcomeUnknownError (marking it lost could duplicate, committed could lose). Only
+    the output can tell; the operator checks it and records the answer here. ``--committed``:
+    nothing is written again; ``--lost``: the restart writes those task partitions again.
+    """
+    from .connector.kafka_committer import known_verdicts
+
+    log, _ident = _open_log(args.checkpoint)
+    state = log.batch_state(args.batch)
+    if state is None or state.pending is None:
+        shown = "has no records" if state is None else (
+            "is complete" if state.complete else "has an outcome already")
+        raise OperatorError(
+            f"batch {args.batch} {shown} in {log.log_dir}: nothing to resolve (only a decided "
+            "round without an outcome can be resolved; see `txkafka commit-log show`)")
+    rnd = state.pending
+    note = log.read_unresolved(args.batch, rnd.number)
+    if note is None:
+        raise OperatorError(
+            f"batch {args.batch} round {rnd.number} is decided but its outcome was never found "
+            "unknown: restart the query and it completes the commit itself. Resolve only a batch "
+            "that stopped the query with TransactionOutcomeUnknownError.")
+    verdicts = known_verdicts(note)
+    decided = [c.transactional_id for c in rnd.decision]
+    undetermined = [tid for tid in decided if tid not in verdicts]
+    chosen = list(dict.fromkeys(args.id)) if args.id else undetermined
+    wrong = [tid for tid in chosen if tid not in undetermined]
+    if wrong:
+        raise OperatorError(
+            f"--id {', '.join(wrong)}: not an undetermined transaction of batch {args.batch} round "
+            f"{rnd.number}; undetermined: {', '.join(undetermined) or 'none'}")
+    verdict = "committed" if args.committed else "lost"
+    resolved = {**(note.get("resolved") or {}), **{tid: verdict for tid in chosen}}
+    left = [tid for tid in undetermined if tid not in chosen]
+    note = {**note, "resolved": resolved}
+    final = known_verdicts(note)
+    for c in rnd.decision:
+        if c.transactional_id in chosen:
+            print(f"  {c.transactional_id}: task partition {c.partition_id}, {c.record_count} "
+                  f"records to {c.describe_partitions() or 'unknown partitions'} -> {verdict}")
+    redo = sorted(c.partition_id for c in rnd.decision if final.get(c.transactional_id) == "lost")
+    if left:
+        plan = (f"{len(left)} stay undetermined ({', '.join(left)}): the outcome is recorded "
+                "once none is")
+    elif redo:
+        plan = (f"that completes the outcome: restarting the query writes task partitions {redo} "
+                f"of batch {args.batch} again")
+    else:
+        plan = (f"that completes the outcome: batch {args.batch} is done and restarting the query "
+                "writes nothing of it again")
+    if not args.yes:
+        print(f"would mark {len(chosen)} transaction(s) of batch {args.batch} round {rnd.number} "
+              f"{verdict}; {plan}. Add --yes to do it (with the query stopped).")
+        return 0
+    log.write_unresolved(args.batch, rnd.number, {**note, "resolved_ms": int(time.time() * 1000)})
+    if not left:
+        log.write_outcome(
+            args.batch, rnd.number,
+            [c for c in rnd.decision if final[c.transactional_id] == "committed"],
+            [c for c in rnd.decision if final[c.transactional_id] == "lost"],
+            extra={"recovered": True, "resolved_by_operator": resolved})
+    print(f"marked {len(chosen)} transaction(s) {verdict}; {plan}.")
     return 0
 
 
@@ -187,11 +265,24 @@ def register_cli(sub) -> None:
                     "with --prefix alone, whatever matches)")
     ta.set_defaults(func=cmd_abort)
 
-    c = sub.add_parser("commit-log", help="show the sink's commit log")
+    c = sub.add_parser("commit-log", help="show the sink's commit log, or resolve an unknown outcome")
     csub = c.add_subparsers(dest="action", required=True)
     cs = csub.add_parser("show")
     cs.add_argument("--checkpoint", required=True)
     cs.add_argument("--last", type=int, default=20)
     cs.add_argument("--json", action="store_true")
     cs.set_defaults(func=cmd_log)
+    cr = csub.add_parser("resolve", help="record whether a batch's unknown-outcome transactions "
+                         "committed (after checking the output), so the query can continue")
+    cr.add_argument("--checkpoint", required=True)
+    cr.add_argument("--batch", type=int, required=True)
+    verdict = cr.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--committed", action="store_true",
+                         help="their records are in the output: nothing is written again")
+    verdict.add_argument("--lost", action="store_true",
+                         help="their records are missing: the restart writes those task partitions again")
+    cr.add_argument("--id", action="append", help="only this transactional id (repeatable; default: "
+                    "every undetermined one)")
+    cr.add_argument("--yes", action="store_true", help="really write (default: dry run)")
+    cr.set_defaults(func=cmd_resolve)
 

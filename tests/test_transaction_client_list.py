@@ -1,0 +1,74 @@
+"""ListTransactions answered "coordinator loading / not available" is retried, not raised.
+
+A broker that just started or took over coordinators answers COORDINATOR_LOAD_IN_PROGRESS or
+COORDINATOR_NOT_AVAILABLE for a while; the sweep that follows a commit must ride that out.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from txkafka.connector.errors import TransactionError
+from txkafka.connector.kafka_wire import Reader, Writer
+from txkafka.connector.transaction_client import (
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    TransactionClient,
+    TransactionListing,
+)
+
+CLUSTER_AUTHORIZATION_FAILED = 31
+
+
+def _answer(err: int, listings=()) -> Reader:
+    def listing(w: Writer, t: tuple[str, int, str]) -> None:
+        w.string(t[0]).int64(t[1]).string(t[2]).tags()
+
+    body = (Writer(True).int32(0).int16(err).array([], lambda w, s: w.string(s))
+            .array(list(listings), listing).tags().build())
+    return Reader(body, True)
+
+
+class _Conn:
+    """Answers in order; the last answer repeats."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.requests = 0
+
+    def version_for(self, api, lo, hi):
+        return 0
+
+    def request(self, api, version, body, flexible):
+        self.requests += 1
+        return _answer(*(self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]))
+
+
+def _client(monkeypatch, answers, timeout=5.0):
+    tc = TransactionClient({"bootstrap.servers": "broker:9092"}, timeout=timeout)
+    conn = _Conn(answers)
+    monkeypatch.setattr(tc, "brokers", lambda: [(1, "broker", 9092)])
+    monkeypatch.setattr(tc, "_conn", lambda host, port: conn)
+    monkeypatch.setattr("txkafka.connector.transaction_client.time.sleep", lambda s: None)
+    return tc, conn
+
+
+@pytest.mark.parametrize("code", [COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE])
+def test_loading_coordinators_are_waited_for(monkeypatch, code):
+    tc, conn = _client(monkeypatch, [(code,), (code,), (0, [("p-1-0", 7, "Ongoing")])])
+    assert tc.list_transactions(prefix="p-") == [TransactionListing("p-1-0", 7, "Ongoing")]
+    assert conn.requests == 3
+
+
+def test_a_coordinator_that_never_loads_fails_after_the_timeout(monkeypatch):
+    tc, _ = _client(monkeypatch, [(COORDINATOR_LOAD_IN_PROGRESS,)], timeout=0.05)
+    with pytest.raises(TransactionError, match="COORDINATOR_LOAD_IN_PROGRESS.*did not finish loading") as exc:
+        tc.list_transactions()
+    assert exc.value.code == COORDINATOR_LOAD_IN_PROGRESS
+
+
+def test_other_errors_are_not_retried(monkeypatch):
+    tc, conn = _client(monkeypatch, [(CLUSTER_AUTHORIZATION_FAILED,), (0,)])
+    with pytest.raises(Exception, match="ListTransactions needs DESCRIBE"):
+        tc.list_transactions()
+    assert conn.requests == 1

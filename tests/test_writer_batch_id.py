@@ -1,0 +1,63 @@
+"""A streaming task that does not know its micro-batch must not guess batch 0.
+
+With the sink's log at batch 5, a guessed batch 0 makes should_write() answer "already written"
+and the task would drop its rows while reporting success.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from txkafka.connector.errors import TransactionError
+from txkafka.connector.kafka_committer import WritePlan
+from txkafka.connector.kafka_writer import validate_input_schema
+from txkafka.connector.sink_options import SinkConfig
+from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.python_datasource import kafka_writer as adapter
+
+BASE = {"kafka.bootstrap.servers": "h:9092", "topic": "out", "checkpointLocation": "/tmp/x"}
+
+
+def _write_object(options: dict, streaming: bool):
+    """The object Spark pickles to the tasks, built without the driver-side start checks."""
+    cls = adapter.KafkaStreamingWrite if streaming else adapter.KafkaBatchWrite
+    w = cls.__new__(cls)
+    w.cfg = SinkConfig.from_options({**BASE, **options}, streaming=streaming)
+    w.streaming = streaming
+    w.sink_schema = validate_input_schema({"value": "binary"}, w.cfg.topic)
+    w.plan = WritePlan(5, True, frozenset())  # the log's newest batch, complete
+    w.ids = TransactionalIdFactory("txkafka", "ab12cd34")
+    w._committer = None
+    return w
+
+
+def _rows():
+    yield pa.RecordBatch.from_pydict({"value": pa.array([b"a"])})
+
+
+def test_streaming_task_without_a_batch_id_fails_instead_of_dropping_rows(monkeypatch):
+    monkeypatch.setattr(adapter, "_task_context", lambda: (3, 1, None))
+    with pytest.raises(TransactionError, match=r"task partition 3 attempt 1: .*streaming\.sql\.batchId"):
+        _write_object({}, streaming=True).write(_rows())
+
+
+def test_a_batch_write_is_batch_0(monkeypatch):
+    monkeypatch.setattr(adapter, "_task_context", lambda: (3, 0, None))
+    w = _write_object({}, streaming=False)
+    w.plan = WritePlan()
+    written = []
+    monkeypatch.setattr(adapter, "KafkaWriter", lambda cfg, schema, **kw: written.append(kw)
+                        or _NoopWriter())
+    msg = w.write(_rows())
+    assert msg.result.batch_id == 0 and written[0]["batch_id"] == 0
+
+
+class _NoopWriter:
+    count = 0
+
+    def write(self, iterator):
+        return None
+
+    def release(self):
+        pass
