@@ -128,13 +128,17 @@ class AdmissionControl:
 def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int], *,
                 earliest: Mapping[TopicPartitionKey, int],
                 fail_on_data_loss: bool) -> list[OffsetRange]:
-    """Ranges [start, end) per partition, with every kind of data loss detected.
+    """The batch's ranges [start, end) per partition, with every kind of data loss reported.
 
-    ``earliest`` holds the current log start offsets of the partitions in ``end`` (those it lacks
-    are treated as deleted). A partition in ``start`` but not ``end`` was deleted; one in ``end``
-    but not ``start`` is new and starts at its earliest offset (which should be 0); an end below the
-    start means the offsets went backwards; a start below the log start means retention (or
-    delete-records) removed records before they were read. Empty ranges are dropped.
+    The ranges depend only on the offsets (a new partition, in ``end`` but not ``start``, starts
+    at 0): the exactly-once sink re-writes a lost task partition of a batch by its index when the
+    batch runs again, so the same offsets must give the same tasks however the broker changed in
+    between. What the broker no longer holds is cut away afterwards, piece by piece, by
+    ``readable``. ``earliest`` holds the current log start offsets of the partitions in ``end``
+    (those it lacks are deleted) and is used here for the reports only: a partition in ``start``
+    but not ``end`` was deleted; a new partition whose log does not start at 0 lost its head; an end
+    below the start means the offsets went backwards; a start below the log start means retention
+    (or delete-records) removed records before they were read. Empty ranges are dropped.
     """
     ranges: list[OffsetRange] = []
     for tp in sorted(set(start) - set(end)):
@@ -145,37 +149,43 @@ def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartit
         topic, partition = tp
         until = end[tp]
         log_start = earliest.get(tp)
-        if tp in start:
-            begin = start[tp]
-        else:
-            if log_start is None:
-                continue  # appeared and vanished between planning steps: nothing to read
-            begin = log_start
-            if log_start != 0:
-                report_data_loss(
-                    f"new partition {partition} of topic {topic!r} starts at offset {log_start}, "
-                    f"not 0: records 0..{log_start - 1} were deleted before the query saw the "
-                    "partition", fail_on_data_loss)
+        begin = start.get(tp, 0)
         if until < begin:
             report_data_loss(
                 f"topic {topic!r} partition {partition}: offsets went backwards from {begin} to "
                 f"{until} (topic deleted and re-created, or an unclean leader election); records "
                 f"after {until} may have been missed", fail_on_data_loss)
             continue
-        if log_start is None and until > begin:
+        if until == begin:
+            continue
+        if log_start is None:
             report_data_loss(
                 f"topic {topic!r} partition {partition} disappeared before offsets "
                 f"[{begin}, {until}) were read (topic or partition deleted)", fail_on_data_loss)
-            continue
-        if log_start is not None and begin < log_start and until > begin:
+        elif tp not in start and log_start != 0:
+            report_data_loss(
+                f"new partition {partition} of topic {topic!r} starts at offset {log_start}, "
+                f"not 0: records 0..{log_start - 1} were deleted before the query saw the "
+                "partition", fail_on_data_loss)
+        elif begin < log_start:
             report_data_loss(
                 f"topic {topic!r} partition {partition}: offsets [{begin}, {min(log_start, until)}) "
                 f"were deleted (retention or delete-records) before they were read; the earliest "
                 f"available offset is {log_start}", fail_on_data_loss)
-            begin = min(log_start, until)
-        if until > begin:
-            ranges.append(OffsetRange(topic, partition, begin, until))
+        ranges.append(OffsetRange(topic, partition, begin, until))
     return ranges
+
+
+def readable(pieces: list[OffsetRange],
+             earliest: Mapping[TopicPartitionKey, int]) -> list[OffsetRange]:
+    """Each planned piece cut to what the log still holds, in place: a piece wholly deleted, or of
+    a partition gone, stays as an empty task, so no other piece moves to another task index."""
+    out: list[OffsetRange] = []
+    for p in pieces:
+        low = earliest.get((p.topic, p.partition))
+        begin = p.end if low is None else min(max(p.start, low), p.end)
+        out.append(OffsetRange(p.topic, p.partition, begin, p.end))
+    return out
 
 
 def split_ranges(ranges: list[OffsetRange], *, min_partitions: Optional[int] = None,

@@ -418,8 +418,7 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
                             transaction_version=0, seed=14, max_offsets=240,
                             transaction_timeout_ms=timeout_ms, records_per_txn=40)
     try:
-        # 30 transactions of 40 records: batches 0-4 of 240 offsets, and a short batch 5.
-        campaign.start(feed=False, initial_transactions=30)
+        campaign.start(feed=False, initial_transactions=24)
         campaign.feeder.stop()
         ck = campaign.ck
 

@@ -56,8 +56,8 @@ def test_committed_records_only_with_batch_boundaries_on_markers_and_restarts(
         assert list_offsets(kafka, topic, committed=False) == {0: 28}
         assert list_offsets(kafka, topic, committed=True) == {0: 25}
 
-        # Batches of 6 offsets, from batch 0 on ("earliest" needs no batch to pin it): [0,6)
-        # [6,12) [12,18) [18,24) [24,25) all end on a marker; [6,12) holds only aborted records. A short poll timeout makes any wait for a record that never
+        # Batches of 6 offsets: [0,6) [6,12) [12,18) [18,24) [24,25) all end on a marker; [6,12)
+        # holds only aborted records. A short poll timeout makes any wait for a record that never
         # comes fail the query instead of passing slowly.
         opts = dict(subscribe=topic, startingOffsets="earliest", maxOffsetsPerTrigger=6,
                     **{"kafkaConsumer.pollTimeoutMs": 20000})
@@ -65,16 +65,16 @@ def test_committed_records_only_with_batch_boundaries_on_markers_and_restarts(
         with pytest.raises(Exception, match="injected failure in batch 3"):
             run_available_now(stream(spark, kafka, **opts), checkpoint_dir, first)
         # Batch 3 was planned and logged but not committed: the restart must replay it.
-        assert offsets_log(checkpoint_dir, 3) == {topic: {"0": 24}}
+        assert offsets_log(checkpoint_dir, 3) == {topic: {"0": 18}}
         assert has_commit(checkpoint_dir, 2) and not has_commit(checkpoint_dir, 3)
 
         second = BatchCollector()
         q = run_available_now(stream(spark, kafka, **opts), checkpoint_dir, second)
         # The replay of batch 3 read exactly what the failed attempt read.
         assert second.attempts[0][0] == 3 and second.attempts[0][1] == first.batches[3]
-        assert [end_offsets(p)[topic]["0"] for p in data_progress(q)] == [24, 25]
+        assert [end_offsets(p)[topic]["0"] for p in data_progress(q)] == [18, 24, 25]
         # "latest" is the LSO: the open transaction's records (25-27) are neither read nor awaited.
-        assert offsets_log(checkpoint_dir, 4) == {topic: {"0": 25}}
+        assert offsets_log(checkpoint_dir, 5) == {topic: {"0": 25}}
     except BaseException:
         try:
             open_tx.abort_transaction(30)
@@ -83,8 +83,9 @@ def test_committed_records_only_with_batch_boundaries_on_markers_and_restarts(
         raise
     open_tx.commit_transaction(30)  # F: 25-27 M28
 
-    expected_by_range = {0: (0, 6), 1: (6, 12), 2: (12, 18), 3: (18, 24), 4: (24, 25)}
+    expected_by_range = {1: (0, 6), 2: (6, 12), 3: (12, 18), 4: (18, 24), 5: (24, 25)}
     seen = {**first.batches, **second.batches}
+    assert seen[0] == []  # batch 0 fixes the starting offsets
     for batch_id, (lo, hi) in expected_by_range.items():
         assert seen[batch_id] == [record_key(r) for r in committed if lo <= r.offset < hi], batch_id
 
@@ -92,7 +93,7 @@ def test_committed_records_only_with_batch_boundaries_on_markers_and_restarts(
     kafka.produce(topic, [("G-k0", "G-0", 0), ("G-k1", "G-1", 0)])
     third = BatchCollector()
     run_available_now(stream(spark, kafka, **opts), checkpoint_dir, third)
-    assert min(third.batches) == 5
+    assert min(third.batches) == 6
     new_rows = third.all_rows()
     assert [r[4] for r in new_rows] == [b"F-0", b"F-1", b"F-2", b"G-0", b"G-1"]
     assert [r[2] for r in new_rows] == [25, 26, 27, 29, 30]

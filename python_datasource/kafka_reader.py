@@ -58,11 +58,10 @@ from txkafka.connector.range_planner import (
     AdmissionControl,
     OffsetRange,
     plan_ranges,
+    readable,
     split_ranges,
 )
 from txkafka.connector.source_options import (
-    LATEST,
-    EarliestOffsets,
     SourceOptions,
     SpecificOffsets,
     TopicPartitionKey,
@@ -126,9 +125,13 @@ class KafkaInputPartition(InputPartition):
         return self.value
 
 
-def _input_partitions(options: SourceOptions, ranges: list[OffsetRange]) -> list[KafkaInputPartition]:
-    ranges = split_ranges(ranges, min_partitions=options.min_partitions,
-                          max_records_per_partition=options.max_records_per_partition)
+def _input_partitions(options: SourceOptions, ranges: list[OffsetRange],
+                      earliest: Mapping[TopicPartitionKey, int]) -> list[KafkaInputPartition]:
+    """Tasks from the batch's offsets and options alone (split first), then each cut to what the
+    log holds: a replay of the batch gives every task the same index (range_planner.plan_ranges)."""
+    ranges = readable(split_ranges(ranges, min_partitions=options.min_partitions,
+                                   max_records_per_partition=options.max_records_per_partition),
+                      earliest)
     conf = tuple(sorted(options.consumer_config().items()))
     return [KafkaInputPartition(FetchTask(
         topic=r.topic, partition=r.partition, start=r.start, end=r.end, consumer_config=conf,
@@ -217,7 +220,7 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
         finally:
             reader.close()
             self._offset_reader = None
-        parts = _input_partitions(opts, ranges)
+        parts = _input_partitions(opts, ranges, earliest)
         log.info("txkafka batch read: %d task(s) over %d partition(s)", len(parts), len(tps))
         return parts
 
@@ -295,20 +298,21 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
         return to_offset_json(end)
 
     def _start_is_replayable(self) -> bool:
-        """Does resolving startingOffsets again (a replay of batch 0) give the same offsets?"""
-        spec = self.options.starting
-        if isinstance(spec, EarliestOffsets):
-            return True
-        return isinstance(spec, SpecificOffsets) and all(off != LATEST for _, off in spec.offsets)
+        """Does resolving startingOffsets again (a replay of batch 0) give the same offsets?
 
-    def _replayed_start(self, end: PartitionOffsets) -> PartitionOffsets:
-        """Batch 0's start: as resolved for its end in this process, or again after a restart."""
+        Only explicit offsets do. "earliest" moves with retention and delete-records (a replay
+        would silently start later), "latest" and timestamps with new records: for those an empty
+        batch 0 pins the resolved start in Spark's offset log, as Spark's own source pins it in
+        its initial-offset file."""
+        spec = self.options.starting
+        return isinstance(spec, SpecificOffsets) and all(off >= 0 for _, off in spec.offsets)
+
+    def _replayed_start(self) -> PartitionOffsets:
+        """Batch 0's start: as resolved for its end in this process, or the explicit offsets."""
         if self._initial_start is not None:
             return self._initial_start
         spec = self.options.starting
-        if isinstance(spec, SpecificOffsets):
-            return self.offset_reader.resolve(spec, sorted(spec.as_dict()), starting=True)
-        return self.offset_reader.earliest_offsets(sorted(end))
+        return self.offset_reader.resolve(spec, sorted(spec.as_dict()), starting=True)
 
     def _resolve_starting_offsets(self) -> PartitionOffsets:
         """startingOffsets (or a timestamp) -> offsets; "latest" under AvailableNow is its target."""
@@ -357,14 +361,14 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
             return []
         end_map = from_offset_json(end)
         if _is_initial(start):
-            start_map = self._replayed_start(end_map)
+            start_map = self._replayed_start()
             start_map = {tp: off for tp, off in start_map.items() if tp in end_map}
         else:
             start_map = from_offset_json(start)
         earliest = self.offset_reader.earliest_offsets(_nonempty_or_new(start_map, end_map))
         ranges = plan_ranges(start_map, end_map, earliest=earliest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
-        return _input_partitions(self.options, ranges)
+        return _input_partitions(self.options, ranges, earliest)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(partition)

@@ -11,6 +11,7 @@ from txkafka.connector.range_planner import (
     OffsetRange,
     plan_ranges,
     rate_limit,
+    readable,
     split_ranges,
 )
 
@@ -92,8 +93,9 @@ def test_new_partition_starts_at_earliest_zero():
 def test_new_partition_with_deleted_head_is_data_loss():
     with pytest.raises(DataLossError, match="new partition 0 of topic 'b' starts at offset 3"):
         plan_ranges({}, {B0: 9}, earliest={B0: 3}, fail_on_data_loss=True)
-    assert plan_ranges({}, {B0: 9}, earliest={B0: 3}, fail_on_data_loss=False) == [
-        OffsetRange("b", 0, 3, 9)]
+    planned = plan_ranges({}, {B0: 9}, earliest={B0: 3}, fail_on_data_loss=False)
+    assert planned == [OffsetRange("b", 0, 0, 9)]  # planned from 0, like any replay of it
+    assert readable(planned, {B0: 3}) == [OffsetRange("b", 0, 3, 9)]
 
 
 def test_deleted_partition_is_data_loss(caplog):
@@ -116,10 +118,31 @@ def test_retention_is_data_loss_naming_the_offsets():
     with pytest.raises(DataLossError, match=r"offsets \[10, 40\) were deleted.*earliest available "
                                             r"offset is 40"):
         plan_ranges({A0: 10}, {A0: 60}, earliest={A0: 40}, fail_on_data_loss=True)
-    assert plan_ranges({A0: 10}, {A0: 60}, earliest={A0: 40}, fail_on_data_loss=False) == [
-        OffsetRange("a", 0, 40, 60)]
-    # Everything of the range gone: nothing left to read.
-    assert plan_ranges({A0: 10}, {A0: 30}, earliest={A0: 40}, fail_on_data_loss=False) == []
+    planned = plan_ranges({A0: 10}, {A0: 60}, earliest={A0: 40}, fail_on_data_loss=False)
+    assert readable(planned, {A0: 40}) == [OffsetRange("a", 0, 40, 60)]
+    # Everything of the range gone: an empty task, in its place.
+    planned = plan_ranges({A0: 10}, {A0: 30}, earliest={A0: 40}, fail_on_data_loss=False)
+    assert readable(planned, {A0: 40}) == [OffsetRange("a", 0, 30, 30)]
+
+
+def test_retention_or_deletion_before_a_replay_moves_no_task_to_another_index():
+    """The exactly-once sink re-writes a lost task partition by its index when a batch runs again:
+    the same offsets must give the same tasks however the broker changed in between."""
+    start, end = {A0: 0, A1: 0}, {A0: 1000, A1: 1000}
+
+    def tasks(earliest):
+        planned = plan_ranges(start, end, earliest=earliest, fail_on_data_loss=False)
+        return readable(split_ranges(planned, min_partitions=4), earliest)
+
+    first = tasks({A0: 0, A1: 0})
+    assert [(r.partition, r.start, r.end) for r in first] == [
+        (0, 0, 500), (0, 500, 1000), (1, 0, 500), (1, 500, 1000)]
+    after_retention = tasks({A0: 600, A1: 0})
+    assert [(r.partition, r.end) for r in after_retention] == [(r.partition, r.end) for r in first]
+    assert [(r.start, r.end) for r in after_retention[:2]] == [(500, 500), (600, 1000)]
+    assert after_retention[2:] == first[2:]
+    partition_deleted = tasks({A1: 0})
+    assert [r.size for r in partition_deleted[:2]] == [0, 0] and partition_deleted[2:] == first[2:]
 
 
 def test_partition_gone_between_steps_is_data_loss():
