@@ -109,6 +109,12 @@ class SecurityErrorProbe:
         with self._lock:
             return self._first
 
+    def clear(self) -> None:
+        """Forget a remembered failure: a call that succeeded since shows the login works now (a
+        long-lived client must not fail on a transient TLS error of a broker's rolling restart)."""
+        with self._lock:
+            self._first = None
+
     def raise_if_failed(self, action: str) -> None:
         """Raise the typed error for a remembered TLS/SASL failure, if any."""
         first = self.security_error
@@ -239,7 +245,9 @@ def wait_checking_security(call: Callable[[float], T], *, timeout_s: float, clie
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return call(max(0.01, min(slice_s, deadline - time.monotonic())))
+            result = call(max(0.01, min(slice_s, deadline - time.monotonic())))
+            probe.clear()  # answered: whatever failed before is over
+            return result
         except (KafkaException, FutureTimeout) as e:
             if isinstance(e, KafkaException) and _parts(e)[0] not in _WAITING:
                 raise
