@@ -36,3 +36,38 @@ def test_bench_writes_json_and_charts(kafka, tmp_path):
     assert "| core: write |" in proc.stdout
     home = result["machine"]["spark_home"]  # --pyspark-home: built, and recorded with the result
     assert (Path(home) / ".txkafka-pyspark-home").is_file(), home
+    assert "version unknown" in result["machine"]["kafka"]  # --bootstrap: not the embedded one's
+    assert "warming up the plain producer" in proc.stdout
+    assert "warming up txkafka's writer without Spark" in proc.stdout
+    assert not _bench_topics(kafka.bootstrap)  # --bootstrap: its topics are deleted at the end
+
+
+def _bench_topics(bootstrap: str) -> list[str]:
+    from confluent_kafka.admin import AdminClient
+
+    names = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+    return [n for n in names if n.startswith(("bench-", "lat-"))]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
+    """The Spark suites at a few thousand rows: each run's rows read, output records (exactly,
+    by a read_committed count) and latency window are checked, or the command fails."""
+    out = tmp_path / "bench"
+    rate, seconds = 500, 4
+    proc = subprocess.run(
+        [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--rows", "4000",
+         "--repeats", "1", "--suites", "read", "write", "sink", "latency", "--skip-builtin",
+         "--latency-seconds", str(seconds), "--latency-rate", str(rate), "--out", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((out / "benchmark.json").read_text())
+    assert result["read"]["txkafka"]["rows_s"] > 0
+    assert set(n for n, v in result["write"].items() if isinstance(v, dict)) == {
+        "txkafka_exactly_once", "txkafka_at_least_once", "noop"}
+    assert result["sink"]["txkafka_exactly_once"]["rows_s"] > 0
+    for trig in ("1s", "5s"):
+        assert result["latency"][trig]["samples"] >= 0.95 * rate * seconds
+    assert "window records received" in proc.stdout  # the latency runs show progress
+    assert not _bench_topics(kafka.bootstrap)

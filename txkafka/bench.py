@@ -14,6 +14,10 @@ Suites:
 - core: txkafka's connector without Spark against that ceiling: the range reader into Arrow, and
   the exactly-once writer from Arrow batches through one transaction and the driver's commit;
 - scaling: txkafka read and exactly-once write over 1, 4 and 16 partitions and 100 B, 1 KB, 10 KB values.
+
+No run publishes a figure for work it cannot prove done: a Spark query must have read exactly its
+rows, an output must hold exactly its rows by a read_committed count, and a latency window must
+have received every record sent in it; anything else stops the benchmark with the counts.
 """
 
 from __future__ import annotations
@@ -43,12 +47,38 @@ def say(msg: str) -> None:
 
 # ----------------------------------------------------------------------------- Kafka helpers
 
+def check_count(what: str, got: int, expected: int) -> None:
+    """A run's output must hold exactly its input: fewer is data loss, more is duplicates, and
+    either would make its rows/s a figure for some other amount of work."""
+    if got != expected:
+        kind = "records missing" if got < expected else "duplicates"
+        raise RuntimeError(f"{what}: counted {got:,} records, expected {expected:,} ({kind}); "
+                           "the run's rows/s would be wrong, so the benchmark stops")
+
+
+# Progress reports a query keeps (spark.sql.streaming.numRecentProgressUpdates, 100 by default).
+PROGRESS_KEPT = 10_000
+
+
+def check_input_rows(what: str, progress: list[dict], expected: int) -> None:
+    """A query's progress must account for every input row exactly once: a query that stopped
+    early (or read a record twice) would otherwise be timed as if it had done the whole job."""
+    if len(progress) >= PROGRESS_KEPT:
+        raise RuntimeError(f"{what}: {len(progress)} progress reports, more than Spark keeps "
+                           f"({PROGRESS_KEPT}); the rows read cannot be checked")
+    got = sum(p.get("numInputRows", 0) for p in progress)
+    if got != expected:
+        raise RuntimeError(f"{what}: Spark read {got:,} rows (numInputRows over "
+                           f"{len(progress)} progress reports), expected {expected:,}")
+
+
 class BenchKafka:
     def __init__(self, bootstrap: str) -> None:
         from confluent_kafka.admin import AdminClient
 
         self.bootstrap = bootstrap
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
+        self.created: list[str] = []  # deleted at the end on a cluster the bench did not start
 
     def topic(self, prefix: str, partitions: int) -> str:
         from confluent_kafka.admin import NewTopic
@@ -56,29 +86,54 @@ class BenchKafka:
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
         for f in self.admin.create_topics([NewTopic(name, partitions, 1)]).values():
             f.result(60)
+        self.created.append(name)
         return name
 
+    def delete_created(self) -> None:
+        """Best effort: a failed delete leaves a topic behind, never fails the run."""
+        if not self.created:
+            return
+        say(f"deleting the {len(self.created)} topics the benchmark created")
+        try:
+            futures = self.admin.delete_topics(self.created, operation_timeout=60)
+        except Exception as e:  # noqa: BLE001
+            say(f"  could not delete them: {e}")
+            return
+        for name, f in futures.items():
+            try:
+                f.result(90)
+            except Exception as e:  # noqa: BLE001
+                say(f"  could not delete {name}: {e}")
+        self.created = []
+
     def fill(self, topic: str, rows: int, value_bytes: int) -> float:
-        """Produce ``rows`` keyed records as fast as librdkafka takes them; returns rows/s."""
+        """Produce ``rows`` keyed records as fast as librdkafka takes them; returns rows/s.
+
+        Keys and the value are built before the timer, as txkafka's writer gets its Arrow
+        batches prebuilt, so the plain client's loop does nothing but produce."""
         from confluent_kafka import Producer
 
         p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                       "queue.buffering.max.messages": 1_000_000, "compression.type": "none",
                       "enable.idempotence": True, "partitioner": "murmur2_random", "logger": _quiet})
         payload = (os.urandom(value_bytes // 2 + 1).hex().encode())[:value_bytes]
+        keys = [b"k%09d" % i for i in range(rows)]
         produce = p.produce
         started = time.monotonic()
-        for i in range(rows):
-            key = b"k%09d" % i
+        for key in keys:
             try:
                 produce(topic, payload, key)
             except BufferError:
                 p.poll(0.05)
                 produce(topic, payload, key)
         left = p.flush(300)
+        elapsed = time.monotonic() - started
         if left:
             raise RuntimeError(f"{left} records not delivered while filling {topic}")
-        return rows / (time.monotonic() - started)
+        # flush() does not count records that failed delivery; the offsets do (a fresh,
+        # non-transactional topic holds exactly what was acknowledged).
+        check_count(f"filling {topic}", self.offsets_held(topic), rows)
+        return rows / elapsed
 
     def consume_all(self, topic: str, expected: int) -> float:
         """Read ``expected`` records with a plain consumer loop; returns rows/s."""
@@ -110,46 +165,78 @@ class BenchKafka:
                     pending.discard(m.partition())
         elapsed = time.monotonic() - started
         c.close()
-        if n < expected:
-            raise RuntimeError(f"consumed {n} of {expected} records from {topic}")
+        check_count(f"ceiling consume of {topic}", n, expected)
         return n / elapsed
 
-    def end_offsets(self, topic: str, parts: list[int]) -> dict[int, int]:
+    def _watermarks(self, topic: str, isolation: str) -> dict[int, tuple[int, int]]:
+        """(low, high) per partition; high is the last stable offset under read_committed."""
         from confluent_kafka import Consumer, TopicPartition
 
         c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4()}",
-                      "logger": _quiet})
+                      "isolation.level": isolation, "logger": _quiet})
         try:
-            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+            parts = sorted(c.list_topics(topic, timeout=30).topics[topic].partitions)
+            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
                     for p in parts}
         finally:
             c.close()
 
-    def count_committed(self, topic: str) -> int:
+    def end_offsets(self, topic: str, parts: list[int]) -> dict[int, int]:
+        marks = self._watermarks(topic, "read_uncommitted")
+        return {p: marks[p][1] for p in parts}
+
+    def offsets_held(self, topic: str) -> int:
+        """Offsets below the high watermarks: the record count of a non-transactional topic."""
+        return sum(hi - lo for lo, hi in self._watermarks(topic, "read_uncommitted").values())
+
+    def wait_visible(self, what: str, topic: str, rows: int, timeout: float = 120.0) -> None:
+        """Return once everything written to ``topic`` is visible to read_committed readers.
+
+        Call it after the writer finished: then "visible" means no partition has an open
+        transaction (its last stable offset has reached its high watermark) and the offsets
+        hold at least ``rows`` records. EndTxn returns once the coordinator has logged the
+        commit and the markers follow, so the last stable offsets move a moment later; this is
+        the part of a run's timing that makes "written" mean "readable". Cheap (offset
+        requests only): the exact count, which would add seconds, is ``check_output``'s.
+        """
         from confluent_kafka import Consumer, TopicPartition
 
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4()}",
-                      "isolation.level": "read_committed", "logger": _quiet})
+        def consumer(isolation: str):
+            return Consumer({"bootstrap.servers": self.bootstrap, "logger": _quiet,
+                             "group.id": f"bench-{uuid.uuid4()}", "isolation.level": isolation})
+
+        committed, raw = consumer("read_committed"), consumer("read_uncommitted")
         try:
-            md = c.list_topics(topic, timeout=30)
-            total = 0
-            for p in md.topics[topic].partitions:
-                lo, hi = c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-                total += hi - lo
-            return total
+            parts = [TopicPartition(topic, p) for p in
+                     sorted(raw.list_topics(topic, timeout=30).topics[topic].partitions)]
+            deadline = time.monotonic() + timeout
+            while True:
+                held = open_parts = 0
+                for tp in parts:
+                    _, hw = raw.get_watermark_offsets(tp, timeout=30, cached=False)
+                    lo, lso = committed.get_watermark_offsets(tp, timeout=30, cached=False)
+                    held += lso - lo
+                    open_parts += lso < hw
+                if not open_parts and held >= rows:
+                    return
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{what}: {topic} did not become visible to read_committed in "
+                        f"{timeout:.0f}s ({open_parts} partitions with an open transaction, "
+                        f"{held:,} offsets below the last stable offsets, {rows:,} records expected)")
+                time.sleep(0.02)
         finally:
-            c.close()
+            committed.close()
+            raw.close()
 
-    def wait_committed(self, topic: str, rows: int, timeout: float = 30.0) -> int:
-        """The committed count once it reaches ``rows`` (or the last one seen at the timeout).
+    def check_output(self, what: str, topic: str, rows: int) -> None:
+        """Count ``topic``'s records as a read_committed consumer sees them (markers and aborted
+        records excluded) and require exactly ``rows``. Untimed: about 2 s per million records."""
+        from .verify import scan_topic
 
-        EndTxn returns once the coordinator has logged the commit; it writes the partitions'
-        markers afterwards, so the last stable offsets move a moment later.
-        """
-        deadline = time.monotonic() + timeout
-        while (got := self.count_committed(topic)) < rows and time.monotonic() < deadline:
-            time.sleep(0.1)
-        return got
+        got = sum(1 for _ in scan_topic({"bootstrap.servers": self.bootstrap}, topic,
+                                        timeout_s=300))
+        check_count(f"{what}, its output {topic} read with read_committed", got, rows)
 
 
 # ----------------------------------------------------------------------------- core runs (no Spark)
@@ -173,7 +260,8 @@ def _arrow_batches(rows: int, value_bytes: int, batch_rows: int = 10_000) -> lis
 
 def core_write_run(k: BenchKafka, batches: list, rows: int, workdir: str) -> float:
     """txkafka's exactly-once writer without Spark: one task's transaction (init, produce from
-    Arrow, flush, pre-commit) plus the driver's commit (validation, decision record, EndTxn)."""
+    Arrow, flush, pre-commit) plus the driver's commit (validation, decision record, EndTxn),
+    timed until the records are visible to read_committed (the plain producer's are at ack)."""
     from .connector.kafka_committable import TaskResult
     from .connector.kafka_committer import KafkaCommitter
     from .connector.kafka_writer import KafkaWriter, validate_input_schema
@@ -196,10 +284,9 @@ def core_write_run(k: BenchKafka, batches: list, rows: int, workdir: str) -> flo
     committable = w.write(batches)
     w.release()
     committer.commit(0, [TaskResult(0, 0, 0, committable, w.count)])
+    k.wait_visible("core write", topic, rows)
     elapsed = time.monotonic() - started
-    got = k.wait_committed(topic, rows)
-    if got < rows:
-        raise RuntimeError(f"core write committed {got} of {rows} records")
+    k.check_output("core write", topic, rows)
     return rows / elapsed
 
 
@@ -225,8 +312,7 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
     finally:
         pool.close_all()
     elapsed = time.monotonic() - started
-    if n < rows:
-        raise RuntimeError(f"core read returned {n} of {rows} records")
+    check_count("core read", n, rows)
     return n / elapsed
 
 
@@ -241,6 +327,8 @@ def spark_session(builtin: bool, master: str):
          .config("spark.ui.enabled", "false")
          .config("spark.ui.showConsoleProgress", "false")
          .config("spark.sql.shuffle.partitions", "2")
+         # Every progress report is kept, so a run's numInputRows add up to what it read.
+         .config("spark.sql.streaming.numRecentProgressUpdates", str(PROGRESS_KEPT))
          .config("spark.driver.memory", "3g")
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.driver.bindAddress", "127.0.0.1")
@@ -258,11 +346,6 @@ def spark_session(builtin: bool, master: str):
     return spark
 
 
-def _timed_query(start: Callable[[], Any], rows_expected: int, count: Callable[[], int] | None,
-                 timeout: float) -> float:
-    return _run_query(start, rows_expected, count, timeout)[0]
-
-
 def _data_batch_rate(q: Any) -> float:
     """Rows/s inside the micro-batches that read rows (Spark's triggerExecution), i.e. the data
     path without the query's start and stop: where a connector's per-query costs differ (a
@@ -272,24 +355,25 @@ def _data_batch_rate(q: Any) -> float:
     return sum(p["numInputRows"] for p in progress) / (ms / 1000.0) if ms else float("nan")
 
 
-def _run_query(start: Callable[[], Any], rows_expected: int, count: Callable[[], int] | None,
-               timeout: float) -> tuple[float, Any]:
+def _run_query(what: str, start: Callable[[], Any], rows: int, timeout: float,
+               visible: Callable[[], None] | None = None) -> tuple[float, Any]:
+    """Run a query to its end and return (rows/s, the query). The timer runs from the query's
+    start until ``visible`` returns (the output readable by read_committed) when given; the
+    query must have read exactly ``rows`` rows, else no figure."""
     started = time.monotonic()
     q = start()
     try:
         if not q.awaitTermination(timeout):
-            raise RuntimeError(f"benchmark query did not finish in {timeout:.0f}s")
+            raise RuntimeError(f"{what}: the query did not finish in {timeout:.0f}s")
     finally:
         if q.isActive:
             q.stop()
     if q.exception() is not None:
-        raise RuntimeError(f"benchmark query failed: {q.exception()}")
-    elapsed = time.monotonic() - started
-    if count is not None:
-        got = count()
-        if got < rows_expected:
-            raise RuntimeError(f"benchmark query wrote {got} of {rows_expected} records")
-    return rows_expected / elapsed, q
+        raise RuntimeError(f"{what}: the query failed: {q.exception()}")
+    check_input_rows(what, q.recentProgress, rows)
+    if visible is not None:
+        visible()
+    return rows / (time.monotonic() - started), q
 
 
 def read_run(spark, fmt: str, bootstrap: str, topic: str, rows: int, workdir: str) -> float:
@@ -304,7 +388,7 @@ def read_run_detailed(spark, fmt: str, bootstrap: str, topic: str, rows: int,
                .option("subscribe", topic).option("startingOffsets", "earliest").load())
         return (src.writeStream.format("noop").trigger(availableNow=True)
                 .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)).start())
-    rate, q = _run_query(start, rows, None, 900)
+    rate, q = _run_query(f"read {fmt}", start, rows, 900)
     return rate, _data_batch_rate(q)
 
 
@@ -334,7 +418,12 @@ def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdi
         q = w.start()
         return _StopWhenDone(q, rows)
 
-    return _timed_query(start, rows, (lambda: k.wait_committed(out, rows)) if out else None, 900)
+    what = f"write {sink}"
+    rate, _ = _run_query(what, start, rows, 900,
+                         (lambda: k.wait_visible(what, out, rows)) if out else None)
+    if out:
+        k.check_output(what, out, rows)
+    return rate
 
 
 def sink_frame(spark, rows: int, value_bytes: int = 100):
@@ -359,10 +448,9 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int) -> float:
     if guarantee:
         w = w.option("deliveryGuarantee", guarantee)
     w.mode("append").save()
-    got = k.wait_committed(out, rows)
+    k.wait_visible(f"sink {sink}", out, rows)
     elapsed = time.monotonic() - started
-    if got < rows:
-        raise RuntimeError(f"benchmark sink write {sink} wrote {got} of {rows} records")
+    k.check_output(f"sink {sink}", out, rows)
     return rows / elapsed
 
 
@@ -389,6 +477,10 @@ class _StopWhenDone:
     def isActive(self) -> bool:
         return self.q.isActive
 
+    @property
+    def recentProgress(self) -> list[dict]:
+        return self.q.recentProgress
+
     def stop(self) -> None:
         self.q.stop()
 
@@ -405,11 +497,31 @@ def _stop_between_batches(q, wait_s: float = 15.0) -> None:
     q.stop()
 
 
+def check_latency_samples(what: str, samples: int, sent: int, duplicates: int, rate: int,
+                          seconds: float) -> None:
+    """Percentiles only over a complete window: every record sent in it received once, and the
+    feeder having kept (95 % of) its rate. A stalled or dead query delivers the early, fast
+    records and loses the slow ones, which would read as an optimistic tail."""
+    if duplicates:
+        raise RuntimeError(f"{what}: {duplicates:,} records of the window were received twice")
+    if samples < sent:
+        raise RuntimeError(f"{what}: {sent - samples:,} of the {sent:,} records sent in the "
+                           f"{seconds:.0f} s window never reached the read_committed consumer "
+                           "(a stalled or failed query?)")
+    if samples < 0.95 * rate * seconds:
+        raise RuntimeError(f"{what}: {samples:,} records in the {seconds:.0f} s window, fewer than "
+                           f"95 % of {rate:,}/s x {seconds:.0f} s (the feeder fell behind)")
+
+
 def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
                 workdir: str) -> dict[str, float]:
-    """Produce ``rate`` rows/s stamped with their send time; measure when read_committed sees them."""
+    """Produce ``rate`` rows/s stamped with their send time; measure when read_committed sees them.
+
+    The samples are the records *sent* in a window of ``seconds`` after a warm-up, and the run
+    waits until every one of them has arrived, so a late record is measured, never dropped."""
     from confluent_kafka import Consumer, Producer, TopicPartition
 
+    what = f"latency at a {trigger_s} s trigger"
     src, out = k.topic("lat-in", 2), k.topic("lat-out", 2)
     q = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
          .option("subscribe", src).option("startingOffsets", "earliest").load()
@@ -418,6 +530,9 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
          .option("checkpointLocation", tempfile.mkdtemp(dir=workdir))
          .trigger(processingTime=f"{trigger_s} seconds").start())
     stop = threading.Event()
+    win_start = time.time() + 20.0 + 2 * trigger_s  # warm-up: JIT, first batches, Python workers
+    win_end = win_start + seconds
+    fed = {"in_window": 0, "last_stamp": 0.0}  # written by the feeder thread only
 
     def feed():
         p = Producer({"bootstrap.servers": k.bootstrap, "linger.ms": 1, "logger": _quiet})
@@ -429,8 +544,11 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
             if due > now:
                 time.sleep(min(due - now, 0.01))
                 continue
-            p.produce(src, str(time.time()).encode(), b"%d" % i)
+            stamp = time.time()
+            p.produce(src, repr(stamp).encode(), b"%d" % i)
             p.poll(0)
+            fed["in_window"] += win_start <= stamp < win_end
+            fed["last_stamp"] = stamp
             i += 1
         p.flush(30)
 
@@ -439,24 +557,45 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
                   "isolation.level": "read_committed", "logger": _quiet})
     c.assign([TopicPartition(out, p, 0) for p in range(2)])
     samples: list[float] = []
-    warmup = 20.0 + 2 * trigger_s
+    seen: set[bytes] = set()
+    duplicates = 0
+    drain_until = win_end + 2 * trigger_s + 30.0
+    next_note = win_start
     feeder.start()
-    started = time.monotonic()
     try:
-        while time.monotonic() - started < warmup + seconds:
+        while True:
+            now = time.time()
+            if now >= next_note:
+                state = "warm-up" if now < win_start else "window" if now < win_end else "draining"
+                say(f"  {what}: {state}, {len(samples):,} of {fed['in_window']:,} window "
+                    "records received")
+                next_note = max(now, win_start) + 10.0
+                if q.exception() is not None or not q.isActive:
+                    break  # no need to wait out the drain: reported below
+            window_sent = fed["last_stamp"] >= win_end
+            if (window_sent and len(samples) >= fed["in_window"]) or now > drain_until:
+                break
             for m in c.consume(1000, 0.2):
                 if m.error():
                     continue
-                lag = time.time() - float(m.value())
-                if time.monotonic() - started > warmup:
-                    samples.append(lag)
+                stamp = float(m.value())
+                if win_start <= stamp < win_end:
+                    if m.key() in seen:
+                        duplicates += 1
+                        continue
+                    seen.add(m.key())
+                    samples.append(time.time() - stamp)
+        # A query that died or stopped mid-window must not publish percentiles.
+        if q.exception() is not None:
+            raise RuntimeError(f"{what}: the query failed: {q.exception()}")
+        if not q.isActive:
+            raise RuntimeError(f"{what}: the query stopped before the window was received")
     finally:
         stop.set()
         feeder.join(30)
         c.close()
         _stop_between_batches(q)
-    if len(samples) < 10:
-        raise RuntimeError(f"latency run at {trigger_s}s saw only {len(samples)} records")
+    check_latency_samples(what, len(samples), fed["in_window"], duplicates, rate, seconds)
     samples.sort()
 
     def pct(p: float) -> float:
@@ -510,6 +649,8 @@ def run_bench(ns: argparse.Namespace) -> int:
     cluster = None
     if ns.bootstrap:
         bootstrap = ns.bootstrap
+        say(f"using the Kafka cluster at {bootstrap}; the topics the benchmark creates are "
+            "deleted at the end")
     else:
         say("starting the local Apache Kafka broker")
         cluster = EmbeddedKafka("bench", 1, progress=lambda m: say("  " + m))
@@ -524,12 +665,14 @@ def run_bench(ns: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": " ".join(["txkafka", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
-        "machine": machine(),
+        "machine": machine(external_kafka=bool(ns.bootstrap)),
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4},
     }
     needs_spark = bool({"read", "write", "sink", "latency", "scaling"} & set(ns.suites))
-    spark = spark_session(builtin=not ns.skip_builtin, master=ns.master) if needs_spark else None
+    spark = None
     try:
+        if needs_spark:
+            spark = spark_session(builtin=not ns.skip_builtin, master=ns.master)
         say(f"filling the input topic: {rows} records of 100 B over 4 partitions")
         src = k.topic("bench-in", 4)
         k.fill(src, rows, 100)
@@ -556,9 +699,24 @@ def run_bench(ns: argparse.Namespace) -> int:
         runs: dict[tuple[str, str], list[float]] = {s: [] for s in systems}
         batch_runs: dict[str, list[float]] = {}  # read suite: rows/s inside the data batches
         # Warm every system up once (JIT, Python workers, the built-in's consumer and producer
-        # classes), so no system's first timed run pays for it.
+        # classes; for the runs without Spark the broker's page cache, log segments and the
+        # transaction coordinator), so no system's first timed run pays for it. Full size: the
+        # runs without Spark take seconds.
         for suite, name in systems:
-            if suite == "read":
+            if (suite, name) == ("ceiling", "produce"):
+                say("warming up the plain producer")
+                warm_topic = k.topic("bench-ceiling-warmup", 4)
+                k.fill(warm_topic, rows, 100)
+            elif (suite, name) == ("ceiling", "consume"):
+                say("warming up the plain consumer")
+                k.consume_all(warm_topic, rows)
+            elif (suite, name) == ("core", "write"):
+                say("warming up txkafka's writer without Spark")
+                core_write_run(k, core_batches, rows, workdir)
+            elif (suite, name) == ("core", "read"):
+                say("warming up txkafka's reader without Spark")
+                core_read_run(k, src, rows)
+            elif suite == "read":
                 say(f"warming up the {name} reader")
                 read_run(spark, name, bootstrap, src, rows, workdir)
             elif suite == "write":
@@ -638,6 +796,8 @@ def run_bench(ns: argparse.Namespace) -> int:
     finally:
         if spark is not None:
             spark.stop()
+        if cluster is None:  # someone else's cluster: leave it as found
+            k.delete_created()
         if cluster is not None and not ns.keep_broker:
             cluster.destroy()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -696,8 +856,12 @@ def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def machine() -> dict[str, Any]:
+def machine(external_kafka: bool = False) -> dict[str, Any]:
+    """What ran the benchmark. Kafka's protocol does not tell a broker's release, so on a
+    cluster given with --bootstrap the version is recorded as unknown, not guessed."""
     import pyspark
+
+    from .embedded_kafka import KAFKA_VERSION
 
     try:
         import confluent_kafka
@@ -714,7 +878,8 @@ def machine() -> dict[str, Any]:
         pass
     return {"cpus": os.cpu_count(), "memory": mem, "python": platform.python_version(),
             "platform": platform.platform(), "pyspark": pyspark.__version__, "confluent_kafka": ck,
-            "kafka": os.environ.get("TXKAFKA_KAFKA_VERSION", "4.3.1"),
+            "kafka": ("external cluster (--bootstrap), version unknown" if external_kafka
+                      else KAFKA_VERSION),
             "spark_home": os.environ.get("SPARK_HOME") or "(the installed pyspark)"}
 
 

@@ -14,9 +14,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -72,20 +74,88 @@ def _run_pipeline(args: list[str], log_path: str) -> int:
     with open(log_path, "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "txkafka.pipeline", *args], stdout=subprocess.PIPE,
                                 stderr=log, env=env, start_new_session=True)
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode(errors="replace").rstrip()
-            log.write(raw)
-            if line.startswith(("BATCH", "PIPELINE", "TXKAFKA-FAULT")):
-                say(f"  pipeline: {line}")
-        return proc.wait()
+        try:
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace").rstrip()
+                log.write(raw)
+                if line.startswith(("BATCH", "PIPELINE", "TXKAFKA-FAULT")):
+                    say(f"  pipeline: {line}")
+            return proc.wait()
+        finally:
+            # On an error or Ctrl-C here the pipeline (its own session, so no Ctrl-C reaches
+            # it) would run on with its JVM and keep writing to the broker.
+            _kill_session(proc.pid)
+            proc.wait()
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL what is left of the session ``sid`` started: its process group, and the PySpark
+    workers, which sit in groups of their own. Nothing is left after a normal exit."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:  # no /proc: the group was all we could reach
+        return
+    for pid in pids:
+        try:
+            if os.getsid(pid) == sid:
+                os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def crash_verdict(rc: int, fault_fired: bool, open_txns: int) -> str | None:
+    """Why step 3 did not leave the state the demo is about (None if it did): the driver killed
+    by the injected SIGKILL, not exited on its own, with some of the decided batch's
+    transactions committed and at least one still open."""
+    if not fault_fired:
+        return f"the crash was not injected (the pipeline exited with {rc})"
+    if rc != -signal.SIGKILL:
+        return f"the pipeline exited with {rc}, not by the injected SIGKILL ({-signal.SIGKILL})"
+    if open_txns < 1:
+        return ("no transaction of the sink is open after the crash, so the batch is not half "
+                "committed and the restart proves nothing")
+    return None
+
+
+def _sink_open_transactions(bootstrap: str, checkpoint: str) -> list[str]:
+    """Ongoing transactions of the sink that wrote under ``checkpoint`` (its ids start with
+    ``{prefix}-{sinkId}-``, recorded in the checkpoint), not of any other sink on the cluster."""
+    from txkafka.connector.sink_commit_log import SINK_DIR
+    from txkafka.connector.transaction_client import TransactionClient
+
+    try:
+        with open(os.path.join(checkpoint, SINK_DIR, "sink.json")) as fh:
+            rec = json.load(fh)
+    except (OSError, ValueError):
+        return []
+    prefix = f"{rec['prefix']}-{rec['sink_id']}-"
+    with TransactionClient({"bootstrap.servers": bootstrap}) as tc:
+        return [t.transactional_id for t in tc.list_transactions(prefix=prefix)
+                if t.state == "Ongoing"]
+
+
+def _failed(problem: str, log_path: str, tail: int = 25) -> int:
+    """Say loudly what went wrong, with the pipeline log's end (the work dir is removed)."""
+    try:
+        with open(log_path, errors="replace") as fh:
+            lines = fh.read().splitlines()[-tail:]
+    except OSError:
+        lines = []
+    for line in lines:
+        print(f"    | {line}", flush=True)
+    say(f"RESULT: FAILED - {problem} (pipeline log: {log_path}, kept with --keep)")
+    return 1
 
 
 def run_demo(ns: argparse.Namespace) -> int:
     from txkafka.embedded_kafka import EmbeddedKafka
     from txkafka.verify import verify
     from confluent_kafka.admin import AdminClient, NewTopic
-    from txkafka.connector.transaction_client import TransactionClient
 
     workdir = tempfile.mkdtemp(prefix="txkafka-demo-")
     cluster = None
@@ -119,26 +189,22 @@ def run_demo(ns: argparse.Namespace) -> int:
         say(f"step 3/5: running the pipeline; its driver will be SIGKILLed between two EndTxn "
             f"calls of batch {ns.crash_batch}")
         rc = _run_pipeline(common + ["--fault", fault], log_path)
-        if not os.path.exists(marker):
-            say(f"error: the crash was not injected (pipeline exit code {rc}); log: {log_path}")
-            return 1
+        open_now = _sink_open_transactions(bootstrap, ckpt)
+        problem = crash_verdict(rc, os.path.exists(marker), len(open_now))
+        if problem:
+            return _failed(problem, log_path)
         say(f"  driver killed (exit code {rc}); batch {ns.crash_batch} is decided but only "
-            "partly committed")
-        with TransactionClient({"bootstrap.servers": bootstrap}) as tc:
-            open_now = [t for t in tc.list_transactions(prefix="txkafka-") if t.state == "Ongoing"]
-        say(f"  open transactions left by the crash: {len(open_now)}")
+            f"partly committed: {len(open_now)} of its transactions still open")
 
         say("step 4/5: restarting the pipeline from the same checkpoint")
         rc = _run_pipeline(common, log_path)
         if rc != 0:
-            say(f"error: the restarted pipeline exited with {rc}; log: {log_path}")
-            return 1
+            return _failed(f"the restarted pipeline exited with {rc}", log_path)
 
         say("step 5/5: verifying the output with read_committed consumers")
         report = verify({"bootstrap.servers": bootstrap}, src, dst, id_in="key", id_out="key")
         print(report.text(), flush=True)
-        with TransactionClient({"bootstrap.servers": bootstrap}) as tc:
-            still = [t for t in tc.list_transactions(prefix="txkafka-") if t.state == "Ongoing"]
+        still = _sink_open_transactions(bootstrap, ckpt)
         say(f"open transactions of the sink after the run: {len(still)}")
         ok = report.ok and report.expected == committed and not still
         say("RESULT: exactly once across a driver crash" if ok else "RESULT: FAILED")
