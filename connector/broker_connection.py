@@ -18,8 +18,10 @@ import ssl
 import struct
 import tempfile
 import threading
+import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from .errors import KafkaProtocolError, KafkaAuthenticationError, KafkaConfigError
 from .kafka_wire import Reader, Writer, request_header
@@ -30,6 +32,36 @@ SASL_AUTHENTICATE = 36
 
 _SCRAM = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+# Cap of one socket operation (connect, TLS handshake, one read): a host that drops packets costs
+# this much per attempt, so retries on other brokers fit in the caller's budget.
+ATTEMPT_TIMEOUT_S = 10.0
+
+_DEADLINE: ContextVar[float | None] = ContextVar("txkafka_deadline", default=None)
+
+
+def current_deadline() -> float | None:
+    """The ``time.monotonic()`` deadline of the enclosing :func:`deadline_scope`, if any."""
+    return _DEADLINE.get()
+
+
+@contextlib.contextmanager
+def deadline_scope(seconds: float) -> Iterator[float]:
+    """Bound everything inside (connects, requests, retries) by one deadline shared with callers.
+
+    Why: client calls nest (describe -> find_coordinators, end_many -> end_txn) and each starting a
+    fresh budget would multiply the caller's timeout; the earlier deadline wins. A context variable
+    carries it through methods tests and callers replace; thread pools copy it with the context.
+    """
+    outer = _DEADLINE.get()
+    deadline = time.monotonic() + seconds
+    if outer is not None:
+        deadline = min(deadline, outer)
+    token = _DEADLINE.set(deadline)
+    try:
+        yield deadline
+    finally:
+        _DEADLINE.reset(token)
 
 
 @dataclass(frozen=True)
@@ -177,8 +209,18 @@ def error_name(code: int) -> str:
         return f"ERROR_{code}"
 
 
+class _NotConnected(Exception):
+    """The shared socket was reset (another request failed) before this request was sent."""
+
+
 class BrokerConnection:
-    """One authenticated socket to one broker; requests are serialised by a lock."""
+    """One authenticated socket to one broker, shared by threads; requests are serialised by a lock.
+
+    ``timeout`` caps each socket operation (connect, TLS handshake, one read; default
+    ATTEMPT_TIMEOUT_S): a host that drops packets costs at most that per attempt. The whole call
+    is bounded by a deadline: the ``deadline`` argument, else the enclosing
+    :func:`deadline_scope`, else ``timeout`` from now.
+    """
 
     def __init__(
         self,
@@ -186,18 +228,21 @@ class BrokerConnection:
         port: int,
         security: SecurityConfig,
         *,
-        timeout: float = 30.0,
+        timeout: float | None = None,
         client_id: str = "txkafka",
     ) -> None:
         self.host = host
         self.port = port
         self.security = security
-        self.timeout = timeout
+        self.timeout = ATTEMPT_TIMEOUT_S if timeout is None else timeout
         self.client_id = client_id
-        self._sock: socket.socket | None = None
+        self._sock: socket.socket | None = None  # published only once logged in
+        self._closed = False
         self._correlation = 0
-        self._lock = threading.Lock()
-        self._connect_lock = threading.Lock()
+        self._lock = threading.Lock()  # one exchange at a time on the socket
+        self._connect_lock = threading.Lock()  # one login at a time; others wait for its result
+        self._connect_attempts = 0
+        self._connect_error: KafkaProtocolError | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
 
     def __repr__(self) -> str:
@@ -205,60 +250,117 @@ class BrokerConnection:
 
     # ------------------------------------------------------------------ set-up
 
-    def connect(self) -> "BrokerConnection":
+    @property
+    def connected(self) -> bool:
+        """Logged in and not closed (a request may still find the broker gone)."""
+        return self._sock is not None and not self._closed
+
+    def _deadline(self, deadline: float | None) -> float:
+        if deadline is not None:
+            return deadline
+        scoped = current_deadline()
+        return scoped if scoped is not None else time.monotonic() + self.timeout
+
+    def _attempt_timeout(self, deadline: float) -> float:
+        """Socket timeout of one operation: the per-attempt cap, or what is left of the call."""
+        return max(0.001, min(self.timeout, deadline - time.monotonic()))
+
+    def _check_budget(self, deadline: float, what: str) -> None:
+        if time.monotonic() >= deadline:
+            raise KafkaProtocolError(
+                f"no time left to {what} {self.host}:{self.port}: the call's timeout ran out"
+            )
+
+    def connect(self, deadline: float | None = None) -> "BrokerConnection":
+        """Connect and log in, once; concurrent callers wait for that login and share its result."""
+        if self._closed:
+            raise self._closed_error()
         if self._sock is not None:
             return self
-        with self._connect_lock:
-            if self._sock is None:
-                self._connect()
+        deadline = self._deadline(deadline)
+        self._check_budget(deadline, "connect to")
+        seen = self._connect_attempts
+        if not self._connect_lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise KafkaProtocolError(
+                f"timed out waiting for another thread's connection to {self.host}:{self.port}"
+            )
+        try:
+            if self._sock is not None:
+                return self
+            failed = self._connect_error
+            if self._connect_attempts != seen and failed is not None:
+                # The attempt we waited for failed just now: the same answer, not another wait.
+                raise type(failed)(str(failed))
+            try:
+                self._connect(deadline)
+                self._connect_error = None
+            except KafkaProtocolError as e:
+                self._connect_error = e
+                raise
+            finally:
+                self._connect_attempts += 1  # counted once finished: waiters know theirs ended
+        finally:
+            self._connect_lock.release()
         return self
 
-    def _connect(self) -> None:
+    def _closed_error(self) -> KafkaProtocolError:
+        return KafkaProtocolError(
+            f"the connection to {self.host}:{self.port} was closed (dropped after an error); "
+            "retry on a new connection"
+        )
+
+    def _connect(self, deadline: float) -> None:
         # Config errors (CA file, client key) surface before any socket is opened.
         ctx = self.security.ssl_context() if self.security.uses_ssl else None
+        where = f"{self.host}:{self.port}"
         try:
-            raw = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            raw = socket.create_connection((self.host, self.port),
+                                           timeout=self._attempt_timeout(deadline))
         except OSError as e:
-            raise KafkaProtocolError(f"cannot connect to broker {self.host}:{self.port}: {e}") from None
+            raise KafkaProtocolError(f"cannot connect to broker {where}: {e}") from None
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock: socket.socket = raw
         if ctx is not None:
             try:
                 sock = ctx.wrap_socket(raw, server_hostname=self.host)
-            except ssl.SSLError as e:
+            except (OSError, EOFError) as e:
                 raw.close()
-                why = e.reason or str(e)
-                detail = getattr(e, "verify_message", None)
-                if detail:
-                    why = f"{why} ({detail})"
-                raise KafkaAuthenticationError(
-                    f"TLS handshake with {self.host}:{self.port} failed: {why}. Check "
-                    "kafka.ssl.ca.location (the CA that signed the broker certificate) and the "
-                    "broker's host name (kafka.ssl.endpoint.identification.algorithm)."
-                ) from None
-            except OSError as e:
-                raw.close()
-                raise KafkaAuthenticationError(
-                    f"TLS handshake with {self.host}:{self.port} failed: {e}"
-                ) from None
-        self._sock = sock
+                raise _tls_handshake_error(e, where) from None
         try:
-            self._negotiate_versions()
+            versions = self._negotiate_versions(sock, deadline)
             if self.security.uses_sasl:
-                self._authenticate()
+                self._authenticate(sock, versions, deadline)
         except BaseException:
-            self.close()
+            with contextlib.suppress(OSError):
+                sock.close()
             raise
+        with self._lock:
+            if self._closed:
+                with contextlib.suppress(OSError):
+                    sock.close()
+                raise self._closed_error()
+            # Published only now: other threads must not send before ApiVersions and the login.
+            self.api_versions = versions
+            self._sock = sock
 
     def close(self) -> None:
-        if self._sock is not None:
+        """Close for good, after the request in flight; later requests raise KafkaProtocolError."""
+        self._closed = True
+        with self._lock:
+            sock, self._sock = self._sock, None
+        if sock is not None:
             with contextlib.suppress(OSError):
-                self._sock.close()
-            self._sock = None
+                sock.close()
 
     def version_for(self, api_key: int, lo: int, hi: int) -> int:
         """Highest version both sides support within [lo, hi], or a clear error."""
-        broker = self.api_versions.get(api_key)
+        return self._pick_version(self.api_versions, api_key, lo, hi)
+
+    def _pick_version(self, versions: dict[int, tuple[int, int]], api_key: int, lo: int,
+                      hi: int) -> int:
+        if not versions:
+            raise KafkaProtocolError(f"not connected to broker {self.host}:{self.port} yet")
+        broker = versions.get(api_key)
         if broker is None or broker[1] < lo or broker[0] > hi:
             raise KafkaProtocolError(
                 f"broker {self.host}:{self.port} does not support API {api_key} versions {lo}-{hi} "
@@ -266,14 +368,15 @@ class BrokerConnection:
             )
         return min(hi, broker[1])
 
-    def _negotiate_versions(self) -> None:
+    def _negotiate_versions(self, sock: socket.socket,
+                            deadline: float) -> dict[int, tuple[int, int]]:
         body = Writer(True).string("txkafka").string("1").tags().build()
         # ApiVersions answers with response header v0 even at flexible versions.
-        r = self._roundtrip(API_VERSIONS, 3, body, flexible_request=True, flexible_response=False)
+        r = self._exchange(sock, [(API_VERSIONS, 3, body, True, False)], deadline)[0]
         r.flexible = True
         err = r.int16()
         if err == 35:  # UNSUPPORTED_VERSION: broker older than 2.4; retry at v0
-            r = self._roundtrip(API_VERSIONS, 0, b"", flexible_request=False, flexible_response=False)
+            r = self._exchange(sock, [(API_VERSIONS, 0, b"", False, False)], deadline)[0]
             err = r.int16()
         if err:
             raise KafkaProtocolError(f"ApiVersions failed: {error_name(err)}")
@@ -283,14 +386,16 @@ class BrokerConnection:
             rr.tags()
             return key, lo, hi
 
-        self.api_versions = {k: (lo, hi) for k, lo, hi in r.array(one)}
+        return {k: (lo, hi) for k, lo, hi in r.array(one)}
 
     # -------------------------------------------------------------------- SASL
 
-    def _authenticate(self) -> None:
+    def _authenticate(self, sock: socket.socket, versions: dict[int, tuple[int, int]],
+                      deadline: float) -> None:
         mech = self.security.sasl_mechanism
-        v = self.version_for(SASL_HANDSHAKE, 1, 1)
-        r = self.request(SASL_HANDSHAKE, v, Writer(False).string(mech).build(), flexible=False)
+        v = self._pick_version(versions, SASL_HANDSHAKE, 1, 1)
+        body = Writer(False).string(mech).build()
+        r = self._exchange(sock, [(SASL_HANDSHAKE, v, body, False, False)], deadline)[0]
         err = r.int16()
         offered = r.array(lambda rr: rr.string())
         if err:
@@ -300,16 +405,26 @@ class BrokerConnection:
             )
         user = self.security.sasl_username or ""
         password = self.security.sasl_password or ""
-        if mech == "PLAIN":
-            self._sasl_step(b"\0" + user.encode() + b"\0" + password.encode())
-            return
-        self._scram(mech, user, password)
 
-    def _sasl_step(self, payload: bytes) -> bytes:
-        v = self.version_for(SASL_AUTHENTICATE, 0, 2)
+        def step(payload: bytes) -> bytes:
+            return self._sasl_step(sock, versions, payload, deadline)
+
+        if mech == "PLAIN":
+            step(b"\0" + user.encode() + b"\0" + password.encode())
+            return
+        nonce = base64.b64encode(secrets.token_bytes(18)).decode()
+        first = scram_client_first(user, nonce)
+        server_first = step(("n,," + first).encode()).decode()
+        final, expected_server_final = scram_client_final(mech, password, first, server_first)
+        if step(final.encode()).decode() != expected_server_final:
+            raise KafkaAuthenticationError("SCRAM: the server's signature did not verify")
+
+    def _sasl_step(self, sock: socket.socket, versions: dict[int, tuple[int, int]],
+                   payload: bytes, deadline: float) -> bytes:
+        v = self._pick_version(versions, SASL_AUTHENTICATE, 0, 2)
         flexible = v >= 2
         body = Writer(flexible).bytes_(payload).tags().build()
-        r = self.request(SASL_AUTHENTICATE, v, body, flexible=flexible)
+        r = self._exchange(sock, [(SASL_AUTHENTICATE, v, body, flexible, flexible)], deadline)[0]
         err = r.int16()
         msg = r.string()
         data = r.bytes_() or b""
@@ -321,39 +436,55 @@ class BrokerConnection:
             )
         return data
 
-    def _scram(self, mech: str, user: str, password: str) -> None:
-        nonce = base64.b64encode(secrets.token_bytes(18)).decode()
-        first = scram_client_first(user, nonce)
-        server_first = self._sasl_step(("n,," + first).encode()).decode()
-        final, expected_server_final = scram_client_final(mech, password, first, server_first)
-        server_final = self._sasl_step(final.encode()).decode()
-        if server_final != expected_server_final:
-            raise KafkaAuthenticationError("SCRAM: the server's signature did not verify")
-
     # --------------------------------------------------------------- requests
 
-    def request(self, api_key: int, version: int, body: bytes, *, flexible: bool) -> Reader:
+    def request(self, api_key: int, version: int, body: bytes, *, flexible: bool,
+                deadline: float | None = None) -> Reader:
         """Send one request and return a reader positioned at the response body."""
-        self.connect()
-        return self._exchange([(api_key, version, body, flexible, flexible)])[0]
+        return self._send([(api_key, version, body, flexible, flexible)], deadline)[0]
 
-    def request_many(self, requests: list[tuple[int, int, bytes, bool]]) -> list[Reader]:
+    def request_many(self, requests: list[tuple[int, int, bytes, bool]], *,
+                     deadline: float | None = None) -> list[Reader]:
         """Pipeline several requests on this connection: one write, then the answers in order.
 
-        Kafka answers a connection's requests in the order sent, and the broker works on them
-        concurrently; a batch's EndTxn calls to one coordinator cost one round trip, not N.
+        Kafka handles a connection's requests one at a time, in the order sent; pipelining saves
+        the round trips between them (a batch's EndTxn calls to one coordinator cost one network
+        round trip plus the broker's work on each), it does not make the broker work in parallel.
         """
-        self.connect()
-        return self._exchange([(a, v, b, f, f) for a, v, b, f in requests])
+        return self._send([(a, v, b, f, f) for a, v, b, f in requests], deadline)
 
-    def _roundtrip(self, api_key: int, version: int, body: bytes, *, flexible_request: bool,
-                   flexible_response: bool) -> Reader:
-        return self._exchange([(api_key, version, body, flexible_request, flexible_response)])[0]
+    def _send(self, requests: list[tuple[int, int, bytes, bool, bool]],
+              deadline: float | None) -> list[Reader]:
+        deadline = self._deadline(deadline)
+        for _ in range(3):
+            self._check_budget(deadline, f"send API {requests[0][0]} to")
+            self.connect(deadline)
+            try:
+                return self._exchange(None, requests, deadline)
+            except _NotConnected:
+                continue  # nothing was sent: log in again and send
+        raise KafkaProtocolError(
+            f"the connection to {self.host}:{self.port} kept being reset by other requests' "
+            "failures before this one could be sent"
+        )
 
-    def _exchange(self, requests: list[tuple[int, int, bytes, bool, bool]]) -> list[Reader]:
-        assert self._sock is not None
+    def _exchange(self, sock: socket.socket | None,
+                  requests: list[tuple[int, int, bytes, bool, bool]],
+                  deadline: float) -> list[Reader]:
+        """One write, then the answers. ``sock`` None: the published socket (else the login's)."""
         api_key = requests[0][0]
-        with self._lock:
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            raise KafkaProtocolError(
+                f"timed out waiting for the connection to {self.host}:{self.port}: other "
+                f"requests held it until API {api_key}'s deadline"
+            )
+        try:
+            if sock is None:
+                sock = self._sock
+                if sock is None:
+                    if self._closed:
+                        raise self._closed_error()
+                    raise _NotConnected()
             frames = []
             cids = []
             for key, version, body, flex_req, _flex_resp in requests:
@@ -363,12 +494,13 @@ class BrokerConnection:
                 frames.append(struct.pack(">i", len(frame)) + frame)
             payloads = []
             try:
-                self._sock.sendall(b"".join(frames))
+                sock.settimeout(self._attempt_timeout(deadline))
+                sock.sendall(b"".join(frames))
                 for _ in requests:
-                    size = struct.unpack(">i", self._recv_exact(4))[0]
-                    payloads.append(self._recv_exact(size))
+                    size = struct.unpack(">i", self._recv_exact(sock, 4, deadline))[0]
+                    payloads.append(self._recv_exact(sock, size, deadline))
             except ssl.SSLError as e:
-                self.close()
+                self._discard(sock)
                 if "ALERT" in str(e.reason or "").upper():
                     raise KafkaAuthenticationError(
                         f"TLS: the broker {self.host}:{self.port} rejected the connection "
@@ -379,32 +511,84 @@ class BrokerConnection:
                     f"connection to {self.host}:{self.port} failed during API {api_key}: "
                     f"SSLError: {e.reason or e}"
                 ) from None
+            except TimeoutError:
+                self._discard(sock)
+                raise KafkaProtocolError(
+                    f"broker {self.host}:{self.port} did not answer API {api_key} in time (at most "
+                    f"{self.timeout:g}s per read, within the call's timeout)"
+                ) from None
             except (OSError, EOFError) as e:
-                self.close()
+                self._discard(sock)
                 raise KafkaProtocolError(
                     f"connection to {self.host}:{self.port} failed during API {api_key}: "
                     f"{type(e).__name__}: {e}"
                 ) from None
-        readers = []
-        for cid, payload, req in zip(cids, payloads, requests):
-            r = Reader(payload, req[4])
-            got = r.int32()
-            if got != cid:
-                self.close()
-                raise KafkaProtocolError(f"correlation id mismatch: sent {cid}, got {got}")
-            r.tags()
-            readers.append(r)
-        return readers
+            readers = []
+            for cid, payload, req in zip(cids, payloads, requests):
+                r = Reader(payload, req[4])
+                got = r.int32()
+                if got != cid:
+                    self._discard(sock)
+                    raise KafkaProtocolError(f"correlation id mismatch: sent {cid}, got {got}")
+                r.tags()
+                readers.append(r)
+            return readers
+        finally:
+            self._lock.release()
 
-    def _recv_exact(self, n: int) -> bytes:
-        assert self._sock is not None
+    def _discard(self, sock: socket.socket) -> None:
+        """Close a socket whose stream broke (the caller holds the lock); the next request
+        reconnects."""
+        with contextlib.suppress(OSError):
+            sock.close()
+        if self._sock is sock:
+            self._sock = None
+
+    def _recv_exact(self, sock: socket.socket, n: int, deadline: float) -> bytes:
         buf = bytearray()
         while len(buf) < n:
-            chunk = self._sock.recv(n - len(buf))
+            sock.settimeout(self._attempt_timeout(deadline))
+            chunk = sock.recv(n - len(buf))
             if not chunk:
                 raise EOFError("broker closed the connection")
             buf.extend(chunk)
         return bytes(buf)
+
+
+def _tls_handshake_error(e: BaseException, where: str) -> KafkaProtocolError:
+    """Certificate and TLS-alert failures are final (authentication); a cut connection retries.
+
+    Why: a broker that restarts resets or closes handshakes, or stops answering; callers retry
+    KafkaProtocolError but give up at once on KafkaAuthenticationError.
+    """
+    if isinstance(e, ssl.SSLCertVerificationError):
+        why = e.reason or str(e)
+        if e.verify_message:
+            why = f"{why} ({e.verify_message})"
+        return KafkaAuthenticationError(
+            f"TLS handshake with {where} failed: {why}. Check kafka.ssl.ca.location (the CA that "
+            "signed the broker certificate) and the broker's host name "
+            "(kafka.ssl.endpoint.identification.algorithm)."
+        )
+    reason = str(getattr(e, "reason", None) or "")
+    # EOF, reset, timeout: plain OSErrors or SSLErrors saying EOF (OpenSSL 3: UNEXPECTED_EOF...).
+    cut = (not isinstance(e, ssl.SSLError) or "EOF" in reason.upper()
+           or isinstance(e, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ssl.SSLSyscallError)))
+    if cut:
+        return KafkaProtocolError(
+            f"TLS handshake with {where} was cut ({type(e).__name__}: {reason or e}); the broker "
+            "may be restarting"
+        )
+    if "ALERT" in reason.upper():
+        return KafkaAuthenticationError(
+            f"TLS handshake with {where} failed: the broker rejected the connection ({reason}). "
+            "The listener probably requires a client certificate it trusts: check "
+            "kafka.ssl.certificate.location and kafka.ssl.key.location, and kafka.ssl.ca.location"
+        )
+    return KafkaAuthenticationError(
+        f"TLS handshake with {where} failed: {reason or e}. Check that the listener speaks TLS "
+        "(kafka.security.protocol) and kafka.ssl.ca.location"
+    )
 
 
 def scram_client_first(user: str, nonce: str) -> str:

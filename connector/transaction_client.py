@@ -8,14 +8,23 @@ transactions and v5 belongs to the new protocol.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
 
-from .broker_connection import BrokerConnection, SecurityConfig, error_name
+from . import broker_connection
+from .broker_connection import (
+    BrokerConnection,
+    SecurityConfig,
+    current_deadline,
+    deadline_scope,
+    error_name,
+)
 from .errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
@@ -62,6 +71,29 @@ UNKNOWN_ID_CODES = {INVALID_PRODUCER_ID_MAPPING, TRANSACTIONAL_ID_NOT_FOUND}
 _LIST_RETRIABLE = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE}
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _within_timeout(method: _F) -> _F:
+    """Run a public call within the client's timeout, or within its caller's if that ends first.
+
+    Why: calls nest (describe -> find_coordinators, end_many -> end_txn); one shared deadline keeps
+    the whole call within ``timeout`` instead of a fresh budget per level.
+    """
+
+    @functools.wraps(method)
+    def bounded(self: "TransactionClient", *args: Any, **kwargs: Any) -> Any:
+        with deadline_scope(self.timeout):
+            return method(self, *args, **kwargs)
+
+    return cast(_F, bounded)
+
+
+def _in_thread(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn run in a copy of the caller's context: a pool thread keeps the caller's deadline."""
+    return functools.partial(contextvars.copy_context().run, fn)
+
+
 @dataclass(frozen=True)
 class TransactionDescription:
     transactional_id: str
@@ -95,7 +127,8 @@ class TransactionClient:
     """A driver-side client for the coordinator APIs, safe to share between threads.
 
     ``kafka_config`` is the librdkafka-style config (``bootstrap.servers`` and security settings).
-    Every call is bounded by ``timeout`` seconds including retries.
+    Every call is bounded by ``timeout`` seconds including retries; one socket operation by
+    ``min(timeout, ATTEMPT_TIMEOUT_S)``, so an unresponsive broker leaves time to try others.
     """
 
     def __init__(
@@ -114,6 +147,8 @@ class TransactionClient:
         self.client_id = client_id
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
         self._coordinators: dict[str, tuple[str, int]] = {}
+        # Brokers seen since start (coordinators, metadata): asked when the bootstrap ones are down.
+        self._known: dict[tuple[str, int], None] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -140,21 +175,50 @@ class TransactionClient:
         with self._lock:
             conn = self._conns.get(key)
             if conn is None:
-                conn = BrokerConnection(host, port, self.security, timeout=self.timeout,
+                attempt = min(self.timeout, broker_connection.ATTEMPT_TIMEOUT_S)
+                conn = BrokerConnection(host, port, self.security, timeout=attempt,
                                         client_id=self.client_id)
                 self._conns[key] = conn
         return conn.connect()
 
-    def _drop(self, host: str, port: int) -> None:
+    def _drop(self, host: str, port: int, conn: BrokerConnection | None = None) -> None:
+        """Close the pooled connection to host:port; with ``conn``, only if it is still that one.
+
+        Why: threads share pooled connections; one whose request failed on an old connection
+        must not close the fresh one another thread already opened.
+        """
+        if conn is not None and conn.connected:
+            return  # its socket survived the failure (e.g. no time left to send): keep it
         with self._lock:
-            conn = self._conns.pop((host, port), None)
-        if conn:
+            pooled = self._conns.get((host, port))
+            if pooled is None or (conn is not None and pooled is not conn):
+                pooled = None
+            else:
+                del self._conns[(host, port)]
+        if pooled is not None:
+            pooled.close()
+        elif conn is not None:
             conn.close()
 
+    def _remember(self, addresses: Iterable[tuple[str, int]]) -> None:
+        with self._lock:
+            for a in addresses:
+                self._known[a] = None
+
     def _any_broker(self) -> BrokerConnection:
-        errors = []
+        """A connection to any broker: connected ones first, then bootstrap, then brokers seen.
+
+        Why: a bootstrap broker that restarts or drops packets must not stop coordinator lookups
+        while other brokers answer.
+        """
+        with self._lock:
+            seen = [a for a in self._known if a not in self.bootstrap]
+            live = {a for a, c in self._conns.items() if c.connected}
         hosts = list(self.bootstrap)
         random.shuffle(hosts)
+        random.shuffle(seen)
+        hosts = sorted(hosts + seen, key=lambda a: a not in live)  # stable: live ones first
+        errors = []
         for host, port in hosts:
             try:
                 return self._conn(host, port)
@@ -162,16 +226,34 @@ class TransactionClient:
                 raise  # the same credentials fail on every broker: say so at once
             except KafkaProtocolError as e:
                 errors.append(str(e))
-        raise KafkaProtocolError("no bootstrap server answered: " + "; ".join(errors))
+        raise KafkaProtocolError("no broker answered (bootstrap servers, then brokers seen "
+                                 "since): " + "; ".join(errors))
 
+    def _deadline(self) -> float:
+        d = current_deadline()
+        return d if d is not None else time.monotonic() + self.timeout
+
+    @staticmethod
+    def _pause(error: Exception, deadline: float, backoff: float) -> None:
+        """Sleep before a retry, or raise ``error`` when the deadline leaves no time for one."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise error
+        time.sleep(min(backoff, remaining))
+        if time.monotonic() >= deadline:
+            raise error
+
+    @_within_timeout
     def brokers(self) -> list[tuple[int, str, int]]:
         """(node id, host, port) of every live broker, from a Metadata request."""
         try:
-            return self._brokers_once()
+            found = self._brokers_once()
         except KafkaProtocolError as e:
             if type(e).__name__ == "KafkaAuthenticationError":
                 raise
-            return self._brokers_once()  # a stale pooled connection was dropped: retry once
+            found = self._brokers_once()  # a stale pooled connection was dropped: retry once
+        self._remember((host, port) for _, host, port in found)
+        return found
 
     def _brokers_once(self) -> list[tuple[int, str, int]]:
         conn = self._any_broker()
@@ -183,7 +265,7 @@ class TransactionClient:
         try:
             r = conn.request(METADATA, v, w.build(), flexible=True)
         except KafkaProtocolError:
-            self._drop(conn.host, conn.port)
+            self._drop(conn.host, conn.port, conn)
             raise
         r.int32()  # throttle
 
@@ -206,14 +288,23 @@ class TransactionClient:
         found = self.find_coordinators([transactional_id])
         return found[transactional_id]
 
+    @_within_timeout
     def find_coordinators(self, transactional_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
-        """Batched FindCoordinator (v4+, KIP-699), retried while coordinators load."""
+        """Batched FindCoordinator (v4+, KIP-699), retried while coordinators load or brokers
+        restart (every known broker is tried, until the deadline)."""
         pending = sorted(set(transactional_ids))
         found: dict[str, tuple[str, int]] = {}
-        deadline = time.monotonic() + self.timeout
+        deadline = self._deadline()
         backoff = 0.05
         while pending:
-            conn = self._any_broker()
+            try:
+                conn = self._any_broker()
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError as e:
+                self._pause(e, deadline, backoff)  # every broker down (a restart): wait for one
+                backoff = min(backoff * 2, 1.0)
+                continue
             v = conn.version_for(FIND_COORDINATOR, 4, 4)
             body = (Writer(True).int8(KEY_TYPE_TRANSACTION)
                     .array(pending, lambda ww, k: ww.string(k)).tags().build())
@@ -221,12 +312,10 @@ class TransactionClient:
                 r = conn.request(FIND_COORDINATOR, v, body, flexible=True)
             except KafkaAuthenticationError:
                 raise
-            except KafkaProtocolError:
+            except KafkaProtocolError as e:
                 # A pooled connection to a broker that died or restarted: drop it, ask another.
-                self._drop(conn.host, conn.port)
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(backoff)
+                self._drop(conn.host, conn.port, conn)
+                self._pause(e, deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
                 continue
             r.int32()
@@ -256,23 +345,23 @@ class TransactionClient:
             r.array(coord)
             pending = retry
             if pending:
-                if time.monotonic() > deadline:
-                    raise TransactionError(
-                        f"no transaction coordinator for {pending[:3]} within {self.timeout:.0f}s"
-                    )
-                time.sleep(backoff)
+                self._pause(TransactionError(
+                    f"no transaction coordinator for {pending[:3]} within {self.timeout:.0f}s"
+                ), deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
         with self._lock:
             self._coordinators.update(found)
+        self._remember(found.values())
         return found
 
     # ---------------------------------------------------------------- describe
 
+    @_within_timeout
     def describe(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
         """DescribeTransactions for each id, grouped per coordinator, retried while loading."""
         ids = sorted(set(transactional_ids))
         out: dict[str, TransactionDescription] = {}
-        deadline = time.monotonic() + self.timeout
+        deadline = self._deadline()
         backoff = 0.05
         while ids:
             coords = self.find_coordinators(ids)
@@ -286,8 +375,7 @@ class TransactionClient:
                 except KafkaAuthenticationError:
                     raise  # not retriable: TLS or SASL refused us
                 except KafkaProtocolError:
-                    self._drop(host, port)
-                    retry.extend(group)
+                    retry.extend(group)  # _describe_at dropped the broken connection
                     continue
                 for d in descs:
                     if d.error_code in _RETRIABLE:
@@ -301,12 +389,11 @@ class TransactionClient:
                         out[d.transactional_id] = d
             ids = sorted(set(retry))
             if ids:
-                if time.monotonic() > deadline:
-                    raise TransactionError(f"DescribeTransactions did not settle for {ids[:3]}")
                 with self._lock:
                     for tid in ids:
                         self._coordinators.pop(tid, None)
-                time.sleep(backoff)
+                self._pause(TransactionError(f"DescribeTransactions did not settle for {ids[:3]}"),
+                            deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
         return out
 
@@ -314,7 +401,12 @@ class TransactionClient:
         conn = self._conn(host, port)
         v = conn.version_for(DESCRIBE_TRANSACTIONS, 0, 0)
         body = Writer(True).array(ids, lambda ww, k: ww.string(k)).tags().build()
-        r = conn.request(DESCRIBE_TRANSACTIONS, v, body, flexible=True)
+        try:
+            r = conn.request(DESCRIBE_TRANSACTIONS, v, body, flexible=True)
+        except KafkaProtocolError as e:
+            if not isinstance(e, KafkaAuthenticationError):
+                self._drop(host, port, conn)
+            raise
         r.int32()
 
         def topic(rr: Reader) -> tuple[str, list[int]]:
@@ -339,6 +431,7 @@ class TransactionClient:
 
     # -------------------------------------------------------------------- list
 
+    @_within_timeout
     def list_transactions(
         self,
         *,
@@ -351,26 +444,22 @@ class TransactionClient:
         broker that just died stays in the metadata until the controller notices) or answers that
         its coordinators are still loading or moving (a broker that just started or failed over).
         """
-        deadline = time.monotonic() + self.timeout
+        deadline = self._deadline()
         backoff = 0.1
         while True:
             try:
                 return self._list_transactions_once(prefix, list(states))
             except KafkaAuthenticationError:
                 raise
-            except KafkaProtocolError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+            except KafkaProtocolError as e:
+                self._pause(e, deadline, 0.5)
             except TransactionError as e:
                 if e.code not in _LIST_RETRIABLE:
                     raise
-                if time.monotonic() > deadline:
-                    raise TransactionError(
-                        f"{e} (still after retrying for {self.timeout:.0f}s: the broker's "
-                        "transaction coordinator did not finish loading; check the broker's log "
-                        "and the __transaction_state topic)", e.code) from None
-                time.sleep(backoff)
+                self._pause(TransactionError(
+                    f"{e} (still after retrying for {self.timeout:.0f}s: the broker's "
+                    "transaction coordinator did not finish loading; check the broker's log "
+                    "and the __transaction_state topic)", e.code), deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
 
     def _list_transactions_once(self, prefix: str | None,
@@ -414,47 +503,58 @@ class TransactionClient:
 
     # -------------------------------------------------------------------- end
 
+    @_within_timeout
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                 commit: bool) -> int:
         """Send EndTxn; retry retriable answers; return the final error code (0 on success).
 
         Non-retriable answers are returned, not raised: the caller decides what INVALID_TXN_STATE or
-        PRODUCER_FENCED mean for its batch.
+        PRODUCER_FENCED mean for its batch. A coordinator or bootstrap broker that does not answer
+        counts as COORDINATOR_NOT_AVAILABLE: looked up again until the deadline.
         """
-        deadline = time.monotonic() + self.timeout
+        deadline = self._deadline()
         backoff = 0.02
         refresh = False
         while True:
-            host, port = self.coordinator(transactional_id, refresh=refresh)
-            refresh = False
-            try:
-                conn = self._conn(host, port)
-                v = conn.version_for(END_TXN, 0, 4)
-                flexible = v >= 3
-                body = (Writer(flexible).string(transactional_id).int64(producer_id)
-                        .int16(producer_epoch).boolean(commit).tags().build())
-                r = conn.request(END_TXN, v, body, flexible=flexible)
-                r.int32()
-                err = r.int16()
-            except KafkaAuthenticationError:
-                raise  # not retriable: TLS or SASL refused us
-            except KafkaProtocolError:
-                self._drop(host, port)
-                err = COORDINATOR_NOT_AVAILABLE
+            err = self._end_txn_once(transactional_id, producer_id, producer_epoch, commit, refresh)
             if err == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
                 raise KafkaAuthorizationError(
                     f"not authorized to end transaction {transactional_id!r}: the principal needs "
                     f"WRITE on TransactionalId {transactional_id!r}"
                 )
-            if err not in _RETRIABLE:
+            remaining = deadline - time.monotonic()
+            if err not in _RETRIABLE or remaining <= 0:
                 return err
-            if time.monotonic() > deadline:
+            refresh = err in _COORDINATOR_MOVED
+            time.sleep(min(backoff, remaining))
+            if time.monotonic() >= deadline:
                 return err
-            if err in _COORDINATOR_MOVED:
-                refresh = True
-            time.sleep(backoff)
             backoff = min(backoff * 2, 0.5)
 
+    def _end_txn_once(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool, refresh: bool) -> int:
+        try:
+            host, port = self.coordinator(transactional_id, refresh=refresh)
+            conn = self._conn(host, port)
+        except KafkaAuthenticationError:
+            raise  # not retriable: TLS or SASL refused us
+        except KafkaProtocolError:
+            return COORDINATOR_NOT_AVAILABLE  # no broker answers (a restart): look up again
+        v = conn.version_for(END_TXN, 0, 4)
+        flexible = v >= 3
+        body = (Writer(flexible).string(transactional_id).int64(producer_id)
+                .int16(producer_epoch).boolean(commit).tags().build())
+        try:
+            r = conn.request(END_TXN, v, body, flexible=flexible)
+        except KafkaAuthenticationError:
+            raise
+        except KafkaProtocolError:
+            self._drop(host, port, conn)
+            return COORDINATOR_NOT_AVAILABLE
+        r.int32()
+        return r.int16()
+
+    @_within_timeout
     def end_many(
         self,
         txns: Iterable[tuple[str, int, int]],
@@ -463,9 +563,10 @@ class TransactionClient:
     ) -> dict[str, int]:
         """EndTxn for many (id, producer id, epoch); returns id -> final error code.
 
-        First pass: one pipelined write per coordinator (one round trip per broker, the broker
-        works on them concurrently). Anything that answers retriably, or whose connection broke,
-        is then retried one by one (``parallelism`` at a time) until the client's timeout.
+        First pass: one pipelined write per coordinator (one network round trip per broker; the
+        broker still handles them one after another). Anything that answers retriably, or whose
+        connection broke, is then retried one by one (``parallelism`` at a time) until the
+        client's timeout, which both passes share.
         """
         items = list(txns)
         if not items:
@@ -477,6 +578,7 @@ class TransactionClient:
         codes: dict[str, int] = {}
 
         def pipelined(addr: tuple[str, int], group: list[tuple[str, int, int]]) -> None:
+            conn = None
             try:
                 conn = self._conn(*addr)
                 v = conn.version_for(END_TXN, 0, 4)
@@ -489,13 +591,14 @@ class TransactionClient:
             except KafkaAuthenticationError:
                 raise
             except KafkaProtocolError:
-                self._drop(*addr)  # the retry pass reconnects
+                if conn is not None:
+                    self._drop(*addr, conn)  # the retry pass reconnects
 
         if len(groups) == 1:
             pipelined(*next(iter(groups.items())))
         else:
             with ThreadPoolExecutor(max_workers=min(parallelism, len(groups))) as pool:
-                for f in [pool.submit(pipelined, a, g) for a, g in groups.items()]:
+                for f in [pool.submit(_in_thread(pipelined), a, g) for a, g in groups.items()]:
                     f.result()
         for tid, code in codes.items():
             if code == TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
@@ -506,7 +609,8 @@ class TransactionClient:
         again = [t for t in items if codes.get(t[0], COORDINATOR_NOT_AVAILABLE) in _RETRIABLE]
         if again:
             with ThreadPoolExecutor(max_workers=min(parallelism, len(again))) as pool:
-                futs = {t[0]: pool.submit(self.end_txn, t[0], t[1], t[2], commit) for t in again}
+                futs = {t[0]: pool.submit(_in_thread(self.end_txn), t[0], t[1], t[2], commit)
+                        for t in again}
                 codes.update({tid: f.result() for tid, f in futs.items()})
         return codes
 
