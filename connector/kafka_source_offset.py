@@ -5,6 +5,11 @@ there is new data by comparing JSON strings. So the dict must always be built in
 topics, numeric partition order, string partition keys): two equal offsets must serialise to the same
 text, or Spark runs empty batches forever. After a restart the partition keys come back as strings,
 so parsing accepts both.
+
+Batch 0's end also carries the batch's start under ``"txkafka:start"`` (':' cannot occur in a topic
+name): Spark logs only a batch's end and, replaying batch 0, asks ``initialOffset()`` again, which
+for ``earliest``/``latest``/timestamps could resolve elsewhere. The logged end is what Spark hands
+back on replay, so the start travels inside it.
 """
 
 from __future__ import annotations
@@ -16,13 +21,26 @@ from .source_options import TopicPartitionKey
 
 PartitionOffsets = dict[TopicPartitionKey, int]
 
+BATCH_START_KEY = "txkafka:start"
 
-def to_offset_json(offsets: Mapping[TopicPartitionKey, int]) -> dict[str, dict[str, int]]:
-    """The canonical, JSON-ready form: topics sorted, partitions in numeric order, string keys."""
-    out: dict[str, dict[str, int]] = {}
+
+def to_offset_json(offsets: Mapping[TopicPartitionKey, int], *,
+                   batch_start: Mapping[TopicPartitionKey, int] | None = None) -> dict[str, Any]:
+    """The canonical, JSON-ready form: topics sorted, partitions in numeric order, string keys;
+    ``batch_start`` (batch 0's resolved start) last, under BATCH_START_KEY."""
+    out: dict[str, Any] = {}
     for topic, partition in sorted(offsets):
         out.setdefault(topic, {})[str(partition)] = int(offsets[(topic, partition)])
+    if batch_start is not None:
+        out[BATCH_START_KEY] = to_offset_json(batch_start)
     return out
+
+
+def batch_start_of(data: Mapping[str, Any] | None) -> PartitionOffsets | None:
+    """The start carried by batch 0's end offset, None for any other offset."""
+    if not data or not isinstance(data, Mapping) or BATCH_START_KEY not in data:
+        return None
+    return from_offset_json(data[BATCH_START_KEY])
 
 
 def from_offset_json(data: Mapping[str, Any] | None) -> PartitionOffsets:
@@ -33,6 +51,8 @@ def from_offset_json(data: Mapping[str, Any] | None) -> PartitionOffsets:
         raise KafkaConfigError(f"not a txkafka offset (expected a JSON object): {data!r}")
     out: PartitionOffsets = {}
     for topic, parts in data.items():
+        if topic == BATCH_START_KEY:
+            continue  # batch 0's start, not a position (see batch_start_of)
         if not isinstance(parts, Mapping):
             raise KafkaConfigError(
                 f"not a txkafka offset: topic {topic!r} maps to {parts!r}, expected "

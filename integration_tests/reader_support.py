@@ -95,8 +95,7 @@ def start_memory_query(df, checkpoint: str, trigger_s: float = 0.5):
 
 
 def wait_first_batch(q, timeout: float = QUERY_TIMEOUT_S) -> None:
-    """Wait until batch 0 is done (unless startingOffsets names explicit offsets: the empty batch
-    pinning the start)."""
+    """Wait until batch 0 is done: the start is then resolved and logged."""
     import time
 
     deadline = time.monotonic() + timeout
@@ -110,8 +109,8 @@ def wait_first_batch(q, timeout: float = QUERY_TIMEOUT_S) -> None:
 
 
 def data_progress(q) -> list[dict]:
-    """Progress of the batches that can read data: all but an empty batch 0 (which pins the
-    starting offsets; only explicit startingOffsets read from batch 0 on)."""
+    """Progress of the batches that read data, or could have: all but an empty batch 0 (which
+    found nothing to read, e.g. from "latest")."""
     return [p for p in q.recentProgress if p["batchId"] > 0 or p["numInputRows"] > 0]
 
 

@@ -67,7 +67,11 @@ def _output(outdir: Path) -> dict[int, list]:
             for p in outdir.glob("batch-*.json")}
 
 
-def test_sigkill_mid_batch_then_restart(kafka, driver_processes, checkpoint_dir, tmp_path):
+@pytest.mark.parametrize("hang_at", [0, 2])
+def test_sigkill_mid_batch_then_restart(kafka, driver_processes, checkpoint_dir, tmp_path,
+                                        hang_at):
+    """hang_at 0: batch 0, whose start ("earliest", resolved at query start) is known on replay
+    only from its logged end; 2: a later batch."""
     topic = kafka.create_topic(partitions=2)
     for n in range(4):
         kafka.produce(topic, [(f"k{i}", f"r{n}-{i}", i % 2) for i in range(30)],
@@ -79,11 +83,16 @@ def test_sigkill_mid_batch_then_restart(kafka, driver_processes, checkpoint_dir,
     outdir = tmp_path / "out"
     outdir.mkdir()
 
-    first = driver_processes(script, kafka.bootstrap, topic, checkpoint_dir, str(outdir), "2")
-    _wait_for(lambda: (outdir / "hanging-2").exists(), "batch 2 in the sink", first)
+    first = driver_processes(script, kafka.bootstrap, topic, checkpoint_dir, str(outdir),
+                             str(hang_at))
+    _wait_for(lambda: (outdir / f"hanging-{hang_at}").exists(), f"batch {hang_at} in the sink",
+              first)
     first.kill()  # SIGKILL to the driver's process group (Python, JVM, workers)
-    assert os.path.exists(os.path.join(checkpoint_dir, "offsets", "2"))
-    assert not os.path.exists(os.path.join(checkpoint_dir, "commits", "2"))
+    assert os.path.exists(os.path.join(checkpoint_dir, "offsets", str(hang_at)))
+    assert not os.path.exists(os.path.join(checkpoint_dir, "commits", str(hang_at)))
+    with open(os.path.join(checkpoint_dir, "offsets", "0")) as f:
+        batch_0_end = json.loads(f.read().strip().splitlines()[-1])
+    assert batch_0_end["txkafka:start"] == {topic: {"0": 0, "1": 0}}
 
     # More data while the query is down, then the restart.
     kafka.produce(topic, [(f"k{i}", f"late-{i}", i % 2) for i in range(25)], transactional=True)
@@ -102,6 +111,7 @@ def test_sigkill_mid_batch_then_restart(kafka, driver_processes, checkpoint_dir,
     for line in (outdir / "attempts.log").read_text().splitlines():
         batch_id, digest = json.loads(line)
         attempts.setdefault(batch_id, set()).add(digest)
-    assert len(attempts.get(2, ())) == 1  # batch 2 ran twice with the same records
-    assert (outdir / "attempts.log").read_text().count("[2,") == 2
+    assert len(attempts.get(hang_at, ())) == 1  # it ran twice with the same records
+    assert (outdir / "attempts.log").read_text().count(f"[{hang_at},") == 2
+    assert len(output[0]) > 0  # batch 0 read data
     assert all(len(d) == 1 for d in attempts.values())

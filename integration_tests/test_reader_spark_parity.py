@@ -69,7 +69,11 @@ DRIVER = textwrap.dedent('''
         if not q.awaitTermination(400):
             raise SystemExit(f"{fmt}: AvailableNow query did not finish")
         progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
-        result[fmt + "_ends"] = [json.loads(p["sources"][0]["endOffset"]) for p in progress]
+        result[fmt + "_ids"] = [p["batchId"] for p in progress]
+        ends = [json.loads(p["sources"][0]["endOffset"]) for p in progress]
+        # txkafka's batch 0 also carries its resolved start (docs/design.md); the positions compare.
+        result[fmt + "_ends"] = [{t: e[t] for t in e if t != "txkafka:start"} for e in ends]
+        result[fmt + "_carried"] = [e.get("txkafka:start") for e in ends]
         result[fmt + "_stream"] = [sorted(batches[p["batchId"]],
                                           key=lambda d: (d["partition"], d["offset"]))
                                    for p in progress]
@@ -111,5 +115,8 @@ def test_same_rows_as_sparks_kafka_source(kafka, driver_processes, tmp_path):
     assert result["txkafka_batch"] == result["kafka_batch"]
     # Streaming: same admission control (20 offsets per trigger split by backlog), same batches.
     assert result["txkafka_ends"] == result["kafka_ends"]
+    assert result["txkafka_ids"] == result["kafka_ids"] == list(range(len(result["kafka_ends"])))
+    assert result["txkafka_carried"][0] == {topic: {"0": 0, "1": 0, "2": 0}}
+    assert not any(result["txkafka_carried"][1:])
     assert result["txkafka_stream"] == result["kafka_stream"]
     assert len(result["kafka_ends"]) >= 3

@@ -48,7 +48,9 @@ def test_starting_offsets_earliest_json_and_restart_ignores_them(spark, kafka, c
     c = BatchCollector()
     run_available_now(stream(spark, kafka, subscribe=topic, startingOffsets=start),
                       checkpoint_dir, c)
-    assert offsets_log(checkpoint_dir, 0) == {topic: {"0": 0, "1": 7, "2": 10}}
+    # Batch 0 read everything; its logged end carries the start it resolved.
+    assert offsets_log(checkpoint_dir, 0) == {topic: {"0": 10, "1": 10, "2": 10},
+                                              "txkafka:start": {topic: {"0": 0, "1": 7, "2": 10}}}
     assert _values(c.all_rows()) == sorted([f"v0-{i}" for i in range(10)] +
                                            [f"v1-{i}" for i in range(7, 10)])
     # A restart resumes from the checkpoint, whatever startingOffsets says now.
@@ -64,14 +66,15 @@ def test_starting_offsets_latest_reads_only_new_records(spark, kafka, checkpoint
     _fill(kafka, topic, 2, 5, tag="old")
     q, name = start_memory_query(stream(spark, kafka, subscribe=topic), checkpoint_dir)
     try:
-        wait_first_batch(q)  # batch 0 has fixed "latest"
+        wait_first_batch(q)  # batch 0 has fixed "latest" (and read nothing)
         _fill(kafka, topic, 2, 3, tag="new")
         q.processAllAvailable()
         rows = spark.sql(f"select * from {name}").collect()
     finally:
         q.stop()
     assert _values(rows) == sorted(f"new{p}-{i}" for p in range(2) for i in range(3))
-    assert offsets_log(checkpoint_dir, 0) == {topic: {"0": 5, "1": 5}}
+    assert offsets_log(checkpoint_dir, 0) == {topic: {"0": 5, "1": 5},
+                                              "txkafka:start": {topic: {"0": 5, "1": 5}}}
 
 
 def test_starting_by_timestamp_streaming_and_batch(spark, kafka, checkpoint_dir):
@@ -84,7 +87,8 @@ def test_starting_by_timestamp_streaming_and_batch(spark, kafka, checkpoint_dir)
     run_available_now(stream(spark, kafka, subscribe=topic, startingOffsetsByTimestamp=by_ts,
                              startingOffsets="latest"),  # the timestamp option takes precedence
                       checkpoint_dir, c)
-    assert offsets_log(checkpoint_dir, 0) == {topic: {"0": 4, "1": 9}}
+    assert offsets_log(checkpoint_dir, 0) == {topic: {"0": 10, "1": 10},
+                                              "txkafka:start": {topic: {"0": 4, "1": 9}}}
     assert _values(c.all_rows()) == sorted([f"t0-{i}" for i in range(4, 10)] + ["t1-9"])
 
     rows = batch(spark, kafka, subscribe=topic, startingTimestamp=base + 7000).collect()

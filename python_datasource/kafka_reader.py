@@ -13,11 +13,10 @@ Facts of the Python Data Source API this module is built on (pyspark 4.3):
 - The start of batch 0 (``initialOffset()``) is never written to the checkpoint, and a restart that
   replays batch 0 calls ``initialOffset()`` again. Spark's own Kafka source keeps its resolved
   starting offsets in a file of its own for this; a Python reader has no checkpoint path. So the
-  initial offset here is a marker, resolved again whenever batch 0 is planned. Where that
-  resolution can change ("latest", a timestamp, a -1 in JSON offsets), batch 0 is an empty batch
-  whose end, in Spark's offset log, pins the resolved offsets: a replay never re-resolves them, and
-  data starts in batch 1. Where it cannot ("earliest", JSON offsets without -1), batch 0 reads data
-  at once: a replay resolves the same start (retention can only remove records no one can read).
+  initial offset here is a marker, resolved once, when batch 0's end is chosen; that end, which
+  Spark logs in ``offsets/0`` and hands back on replay, carries the resolved start with it
+  (``batch_start_of``). Batch 0 reads data at once, and a replay reads exactly the same ranges
+  whatever "earliest", "latest" or a timestamp would resolve to by then.
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ from txkafka.connector.fault_injection import FaultInjector
 from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
 from txkafka.connector.kafka_source_offset import (
     PartitionOffsets,
+    batch_start_of,
     from_offset_json,
     to_offset_json,
 )
@@ -242,7 +242,6 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
                                            self.options.max_trigger_delay_ms)
         self._available_now_target: Optional[PartitionOffsets] = None
         self._latest: Optional[PartitionOffsets] = None
-        self._initial_start: Optional[PartitionOffsets] = None
 
     # ---- offsets and admission control -----------------------------------------------------
 
@@ -274,14 +273,13 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         reader = self.offset_reader
-        if _is_initial(start):
+        first = _is_initial(start)
+        if first:
             start_map = self._resolve_starting_offsets()
-            self._initial_start = start_map
-            if not self._start_is_replayable():
-                self._admission.mark_trigger()
-                return to_offset_json(start_map)  # an empty batch 0 pins the resolved start
+            carried: Optional[PartitionOffsets] = start_map
         else:
             start_map = from_offset_json(start)
+            carried = batch_start_of(start)  # batch 0 ended at ``start`` and read nothing new since
             # Spark asks for the next batch only after committing the one ending at ``start`` (its
             # commit log is written first), so ``start`` is committed: publishing it here also
             # covers the last batch, for which commit() is never called.
@@ -293,24 +291,30 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
         earliest_new = reader.earliest_offsets(new) if new and (max_rows or min_rows) else {}
         end = self._admission.end_offsets(start_map, latest, earliest_new,
                                           max_rows=max_rows, min_rows=min_rows)
-        if end is None:
-            return to_offset_json(start_map)
-        return to_offset_json(end)
+        if end is None and first:
+            # Waiting for minOffsetsPerTrigger: batch 0 still runs, empty, so that the start is
+            # logged now (resolved again later, "latest" would skip what arrives meanwhile).
+            self._admission.mark_trigger()
+            end = start_map
+        if end is None or end == start_map:
+            return to_offset_json(start_map, batch_start=carried)  # the same text: no new batch
+        return to_offset_json(end, batch_start=start_map if first else None)
 
     def _start_is_replayable(self) -> bool:
-        """Does resolving startingOffsets again (a replay of batch 0) give the same offsets?
-
-        Only explicit offsets do. "earliest" moves with retention and delete-records (a replay
-        would silently start later), "latest" and timestamps with new records: for those an empty
-        batch 0 pins the resolved start in Spark's offset log, as Spark's own source pins it in
-        its initial-offset file."""
+        """Does resolving startingOffsets again give the same offsets? Only explicit offsets do
+        ("earliest" moves with retention, "latest" and timestamps with new records)."""
         spec = self.options.starting
         return isinstance(spec, SpecificOffsets) and all(off >= 0 for _, off in spec.offsets)
 
-    def _replayed_start(self) -> PartitionOffsets:
-        """Batch 0's start: as resolved for its end in this process, or the explicit offsets."""
-        if self._initial_start is not None:
-            return self._initial_start
+    def _batch_0_start(self, end: dict) -> Optional[PartitionOffsets]:
+        """Batch 0's start: carried in its logged end. A checkpoint from an older txkafka has none:
+        its batch 0 read data only from explicit offsets (they resolve the same again) and was an
+        empty batch pinning the start otherwise (None: read nothing)."""
+        carried = batch_start_of(end)
+        if carried is not None:
+            return carried
+        if not self._start_is_replayable():
+            return None
         spec = self.options.starting
         return self.offset_reader.resolve(spec, sorted(spec.as_dict()), starting=True)
 
@@ -357,14 +361,18 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
     # ---- planning and reading --------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        if start == end or (_is_initial(start) and not self._start_is_replayable()):
+        if start == end:
             return []
         end_map = from_offset_json(end)
         if _is_initial(start):
-            start_map = self._replayed_start()
-            start_map = {tp: off for tp, off in start_map.items() if tp in end_map}
+            replayed = self._batch_0_start(end)
+            if replayed is None:
+                return []
+            start_map = {tp: off for tp, off in replayed.items() if tp in end_map}
         else:
             start_map = from_offset_json(start)
+        if start_map == end_map:
+            return []  # batch 0 that found nothing to read ("latest", an empty topic)
         earliest = self.offset_reader.earliest_offsets(_nonempty_or_new(start_map, end_map))
         ranges = plan_ranges(start_map, end_map, earliest=earliest,
                              fail_on_data_loss=self.options.fail_on_data_loss)

@@ -5,7 +5,12 @@ import json
 import pytest
 
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.kafka_source_offset import describe_offsets, from_offset_json, to_offset_json
+from txkafka.connector.kafka_source_offset import (
+    batch_start_of,
+    describe_offsets,
+    from_offset_json,
+    to_offset_json,
+)
 
 
 def test_canonical_order_sorted_topics_numeric_partitions():
@@ -26,6 +31,18 @@ def test_round_trip_through_spark_text():
     back = from_offset_json(json.loads(json.dumps(to_offset_json(offsets))))
     assert back == offsets
     assert json.dumps(to_offset_json(back)) == json.dumps(to_offset_json(offsets))
+
+
+def test_batch_0_end_carries_its_start_last_and_positions_ignore_it():
+    end = to_offset_json({("t", 1): 9, ("a", 0): 4}, batch_start={("t", 1): 2, ("a", 0): 0})
+    text = json.dumps(end)
+    assert text == ('{"a": {"0": 4}, "t": {"1": 9}, '
+                    '"txkafka:start": {"a": {"0": 0}, "t": {"1": 2}}}')
+    back = json.loads(text)
+    assert from_offset_json(back) == {("t", 1): 9, ("a", 0): 4}
+    assert batch_start_of(back) == {("t", 1): 2, ("a", 0): 0}
+    assert batch_start_of(json.loads(json.dumps(to_offset_json({("t", 1): 9})))) is None
+    assert batch_start_of(None) is None
 
 
 def test_parse_accepts_int_keys_and_empty():

@@ -1,5 +1,6 @@
-"""Batch 0 of the stream reader: it reads data at once only from explicit offsets; any other start
-(earliest, latest, timestamps) is pinned in Spark's offset log by an empty batch 0.
+"""Batch 0 of the stream reader: it reads data at once from any start, and its end (which Spark logs
+and hands back on replay) carries the resolved start, so a replay reads exactly the same ranges
+whatever "earliest", "latest" or a timestamp would resolve to by then.
 
 The offset look-ups are faked (a log per partition with a start and an end that tests move), the
 planning is the stream reader's own; the same behaviour against a real broker and Spark is in
@@ -11,11 +12,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from python_datasource.kafka_reader import KafkaMicroBatchStream
 from txkafka.connector.errors import DataLossError
 from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
+from txkafka.connector.kafka_source_offset import from_offset_json
 
 T0, T1 = ("t", 0), ("t", 1)
 
@@ -60,80 +62,139 @@ def ranges(parts) -> list[tuple[int, int, int]]:
     return [(p.task.partition, p.task.start, p.task.end) for p in parts]
 
 
-def test_earliest_is_pinned_by_an_empty_batch_0_then_read_from_there():
+def logged(offset: dict) -> dict:
+    """What Spark hands back after writing ``offset`` to offsets/N and reading it again."""
+    return json.loads(json.dumps(offset))
+
+
+def test_earliest_reads_in_batch_0_and_its_end_carries_the_start():
     s, _ = stream({T0: (5, 25), T1: (0, 10)}, startingOffsets="earliest")
     start = s.initialOffset()
-    end = s.latestOffset(start, ReadAllAvailable())
-    assert json.loads(json.dumps(end)) == {"t": {"0": 5, "1": 0}}  # the log starts, pinned
-    assert s.partitions(start, end) == []
-    end1 = s.latestOffset(end, ReadAllAvailable())
-    assert ranges(s.partitions(end, end1)) == [(0, 5, 25), (1, 0, 10)]
+    end = logged(s.latestOffset(start, ReadAllAvailable()))
+    assert end == {"t": {"0": 25, "1": 10}, "txkafka:start": {"t": {"0": 5, "1": 0}}}
+    assert ranges(s.partitions(start, end)) == [(0, 5, 25), (1, 0, 10)]
+
+
+def test_a_replay_of_batch_0_reads_the_same_ranges_after_the_log_moved():
+    logs = {T0: (5, 25), T1: (0, 10)}
+    first, _ = stream(logs, startingOffsets="earliest")
+    end = logged(first.latestOffset(first.initialOffset(), ReadAllAvailable()))
+    logs[T0], logs[T1] = (5, 60), (0, 40)  # new records before the restart
+    restarted, _ = stream(logs, startingOffsets="earliest")
+    assert ranges(restarted.partitions(restarted.initialOffset(), end)) == [(0, 5, 25), (1, 0, 10)]
+
+
+def test_no_new_data_after_batch_0_gives_the_same_offset_text():
+    """Spark compares offsets as JSON text: a different text for the same position would run an
+    empty batch 1."""
+    s, _ = stream({T0: (0, 20)}, startingOffsets="earliest")
+    end0 = logged(s.latestOffset(s.initialOffset(), ReadAllAvailable()))
+    again = s.latestOffset(end0, ReadAllAvailable())
+    assert json.dumps(again) == json.dumps(end0)
+
+
+def test_batch_1_reads_from_batch_0s_end_and_drops_the_carried_start():
+    logs = {T0: (0, 20)}
+    s, _ = stream(logs, startingOffsets="earliest")
+    end0 = logged(s.latestOffset(s.initialOffset(), ReadAllAvailable()))
+    logs[T0] = (0, 35)
+    end1 = logged(s.latestOffset(end0, ReadAllAvailable()))
+    assert end1 == {"t": {"0": 35}}
+    assert ranges(s.partitions(end0, end1)) == [(0, 20, 35)]
 
 
 def test_earliest_then_max_offsets_per_trigger():
     s, _ = stream({T0: (0, 100), T1: (0, 100)}, startingOffsets="earliest",
                   maxOffsetsPerTrigger="20")
     start = s.initialOffset()
-    end = s.latestOffset(start, s.getDefaultReadLimit())
-    assert end == {"t": {"0": 0, "1": 0}} and s.partitions(start, end) == []
-    end1 = s.latestOffset(end, ReadMaxRows(20))
-    assert ranges(s.partitions(end, end1)) == [(0, 0, 10), (1, 0, 10)]
+    end = logged(s.latestOffset(start, s.getDefaultReadLimit()))
+    assert ranges(s.partitions(start, end)) == [(0, 0, 10), (1, 0, 10)]
+    end1 = logged(s.latestOffset(end, ReadMaxRows(20)))
+    assert ranges(s.partitions(end, end1)) == [(0, 10, 20), (1, 10, 20)]
 
 
-def test_retention_before_a_replay_is_reported_not_skipped_silently():
-    """The start of the first batch that reads is in Spark's offset log: retention that removes
-    records before a replay of that batch is data loss, as in any later batch (re-resolving
-    "earliest" would have started later without a word)."""
+def test_retention_before_a_replay_of_batch_0_is_reported_not_skipped_silently():
+    """Batch 0's start is in the logged end: retention that removes records before a replay is
+    data loss, as in any later batch (re-resolving "earliest" would have started later without a
+    word)."""
     logs = {T0: (0, 20)}
     first, _ = stream(logs, startingOffsets="earliest")
-    pinned = first.latestOffset(first.initialOffset(), ReadAllAvailable())
-    end = first.latestOffset(pinned, ReadAllAvailable())
-    assert ranges(first.partitions(pinned, end)) == [(0, 0, 20)]
+    end = logged(first.latestOffset(first.initialOffset(), ReadAllAvailable()))
     logs[T0] = (8, 30)  # records 0-7 deleted before the replay
     restarted, _ = stream(logs, startingOffsets="earliest")
     with pytest.raises(DataLossError, match=r"offsets \[0, 8\) were deleted"):
-        restarted.partitions(pinned, end)
+        restarted.partitions(restarted.initialOffset(), end)
     tolerant, _ = stream(logs, startingOffsets="earliest", failOnDataLoss="false")
-    assert ranges(tolerant.partitions(pinned, end)) == [(0, 8, 20)]
+    assert ranges(tolerant.partitions(tolerant.initialOffset(), end)) == [(0, 8, 20)]
 
 
 def test_explicit_offsets_read_in_batch_0_and_replay_identically():
     logs = {T0: (0, 50), T1: (0, 50)}
     spec = json.dumps({"t": {"0": 7, "1": 0}})
     first, _ = stream(logs, startingOffsets=spec)
-    end = first.latestOffset(first.initialOffset(), ReadAllAvailable())
+    end = logged(first.latestOffset(first.initialOffset(), ReadAllAvailable()))
     assert ranges(first.partitions(first.initialOffset(), end)) == [(0, 7, 50), (1, 0, 50)]
     logs[T0] = (0, 70)
     restarted, _ = stream(logs, startingOffsets=spec)
     assert ranges(restarted.partitions(restarted.initialOffset(), end)) == [(0, 7, 50), (1, 0, 50)]
 
 
-@pytest.mark.parametrize("starting", ["latest", json.dumps({"t": {"0": -1, "1": 3}}),
-                                      json.dumps({"t": {"0": -2, "1": 3}})])
-def test_a_start_that_can_change_is_pinned_by_an_empty_batch_0(starting):
+@pytest.mark.parametrize("starting, batch_0", [
+    ("latest", []),
+    (json.dumps({"t": {"0": -1, "1": 3}}), [(1, 3, 50)]),
+    (json.dumps({"t": {"0": -2, "1": 3}}), [(0, 0, 50), (1, 3, 50)]),
+])
+def test_a_start_that_can_change_is_read_from_where_it_resolved_first(starting, batch_0):
     logs = {T0: (0, 50), T1: (0, 50)}
     s, _ = stream(logs, startingOffsets=starting)
     start = s.initialOffset()
-    end = s.latestOffset(start, ReadAllAvailable())
-    assert s.partitions(start, end) == []
-    pinned = {"0": 0 if '"0": -2' in starting else 50, "1": 50 if starting == "latest" else 3}
-    assert end == {"t": pinned}
-    # A replay of batch 0 after new records arrived still reads nothing (the end is logged) ...
+    end = logged(s.latestOffset(start, ReadAllAvailable()))
+    assert ranges(s.partitions(start, end)) == batch_0
+    # A replay of batch 0 after new records arrived reads the same (the start is in the end) ...
     logs[T0] = (0, 90)
     restarted, _ = stream(logs, startingOffsets=starting)
-    assert restarted.partitions(restarted.initialOffset(), end) == []
-    # ... and batch 1 starts exactly at the pinned offsets.
-    end1 = restarted.latestOffset(end, ReadAllAvailable())
-    assert ranges(restarted.partitions(end, end1)) == sorted(
-        [(0, pinned["0"], 90)] + ([(1, 3, 50)] if starting != "latest" else []))
+    assert ranges(restarted.partitions(restarted.initialOffset(), end)) == batch_0
+    # ... and batch 1 starts exactly at batch 0's end.
+    end1 = logged(restarted.latestOffset(end, ReadAllAvailable()))
+    assert ranges(restarted.partitions(end, end1)) == [(0, 50, 90)]
 
 
 def test_earliest_on_an_empty_topic_gives_an_empty_batch_0_then_reads_from_the_start():
     logs = {T0: (0, 0)}
     s, _ = stream(logs, startingOffsets="earliest")
     start = s.initialOffset()
-    end = s.latestOffset(start, ReadAllAvailable())
-    assert end == {"t": {"0": 0}} and s.partitions(start, end) == []
+    end = logged(s.latestOffset(start, ReadAllAvailable()))
+    assert from_offset_json(end) == {T0: 0} and s.partitions(start, end) == []
     logs[T0] = (0, 4)
-    end1 = s.latestOffset(end, ReadAllAvailable())
+    end1 = logged(s.latestOffset(end, ReadAllAvailable()))
     assert ranges(s.partitions(end, end1)) == [(0, 0, 4)]
+
+
+def test_batch_0_waiting_for_min_offsets_still_logs_its_start():
+    """Below minOffsetsPerTrigger batch 0 runs empty with the start in its end: waiting instead
+    would resolve "latest" again at the next trigger and skip what arrived meanwhile."""
+    logs = {T0: (0, 10)}
+    s, _ = stream(logs, startingOffsets="latest", minOffsetsPerTrigger="5",
+                  maxTriggerDelay="1h")
+    start = s.initialOffset()
+    end = logged(s.latestOffset(start, ReadMinRows(5)))
+    assert end == {"t": {"0": 10}, "txkafka:start": {"t": {"0": 10}}}
+    assert s.partitions(start, end) == []
+    logs[T0] = (0, 13)
+    assert json.dumps(s.latestOffset(end, ReadMinRows(5))) == json.dumps(end)  # still waiting
+    logs[T0] = (0, 16)
+    end1 = logged(s.latestOffset(end, ReadMinRows(5)))
+    assert ranges(s.partitions(end, end1)) == [(0, 10, 16)]
+
+
+@pytest.mark.parametrize("starting, batch_0", [
+    ("earliest", []),
+    (json.dumps({"t": {"0": 7}}), [(0, 7, 20)]),
+])
+def test_a_checkpoint_from_before_the_carried_start_replays_as_it_was_planned(starting, batch_0):
+    """Older checkpoints: batch 0's end has no carried start. It was an empty batch pinning the
+    start, except from explicit offsets, which read data and resolve the same again."""
+    logs = {T0: (0, 20)}
+    s, _ = stream(logs, startingOffsets=starting)
+    old_end = {"t": {"0": 0 if starting == "earliest" else 20}}
+    assert ranges(s.partitions(s.initialOffset(), old_end)) == batch_0
