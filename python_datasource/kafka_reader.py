@@ -372,7 +372,9 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
         else:
             start_map = from_offset_json(start)
         if start_map == end_map:
-            return []  # batch 0 that found nothing to read ("latest", an empty topic)
+            # Nothing to read: in practice batch 0 from "latest" or an empty topic, since Spark
+            # plans no later batch whose end equals its start.
+            return []
         earliest = self.offset_reader.earliest_offsets(_nonempty_or_new(start_map, end_map))
         ranges = plan_ranges(start_map, end_map, earliest=earliest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
