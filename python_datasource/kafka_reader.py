@@ -104,7 +104,8 @@ def source_schema(options: Mapping[str, Any]) -> StructType:
 
 def _check_schema(schema: StructType, include_headers: bool) -> None:
     expected = _schema(include_headers)
-    if schema is not None and [f.name for f in schema.fields] != expected.fieldNames():
+    if schema is not None and ([(f.name, f.dataType) for f in schema.fields]
+                               != [(f.name, f.dataType) for f in expected.fields]):
         raise KafkaConfigError(
             "the txkafka source has a fixed schema and cannot take a user-specified one "
             f"(got {schema.simpleString()}, the source gives {expected.simpleString()})")
