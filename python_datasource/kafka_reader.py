@@ -47,6 +47,7 @@ from txkafka.connector.arrow_fetcher import FetchTask, fetch_range
 from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
 from txkafka.connector.errors import KafkaConfigError
 from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.kafka_config import check_client_config
 from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
 from txkafka.connector.kafka_source_offset import (
     PartitionOffsets,
@@ -199,6 +200,8 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
     def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
         self.options = parse_source_options(options, streaming=False)
         _check_schema(schema, self.options.include_headers)
+        # Again here: with a user-given schema Spark never calls schema() (validate_common).
+        check_client_config(self.options.consumer_config(), "consumer")
         self._offset_reader = None
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -236,6 +239,8 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
     def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
         self.options = parse_source_options(options, streaming=True)
         _check_schema(schema, self.options.include_headers)
+        # Again here: with a user-given schema Spark never calls schema() (validate_common).
+        check_client_config(self.options.consumer_config(), "consumer")
         self._offset_reader = None
         self._committer: Optional[ConsumerGroupCommitter] = None
         self._admission = AdmissionControl(self.options.max_offsets_per_trigger,

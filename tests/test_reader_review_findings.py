@@ -62,3 +62,18 @@ def test_user_schema_with_the_right_names_but_wrong_types_is_rejected():
     with pytest.raises(KafkaConfigError, match="fixed schema"):
         _check_schema(wrong, False)
     _check_schema(_schema(True), True)  # what schema() returned is accepted
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_consumer_settings_are_checked_even_when_spark_skips_schema(streaming):
+    # With .schema(...) given, Spark never calls DataSource.schema() (where validate_common ran):
+    # a combination librdkafka refuses only in a consumer would otherwise fail in every task.
+    from txkafka.python_datasource.kafka_reader import (
+        KafkaBatchReader,
+        KafkaMicroBatchStream,
+        _schema,
+    )
+
+    cls = KafkaMicroBatchStream if streaming else KafkaBatchReader
+    with pytest.raises(KafkaConfigError, match="'kafka.receive.message.max.bytes'"):
+        cls({**BASE, "kafka.receive.message.max.bytes": "4000000"}, _schema(False))
