@@ -8,6 +8,7 @@ otherwise, so a query never starts with a setting silently ignored.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Iterable, Mapping
 
@@ -106,6 +107,7 @@ def kafka_client_config(
     ``owned`` maps keys the caller sets itself to the reason shown when a user tries to set them.
     """
     conf: dict[str, str] = {}
+    jaas: dict[str, str] = {}
     owned_all = {**_OWNED_COMMON, **(owned or {})}
     for raw_key, value in options.items():
         key = str(raw_key)
@@ -121,7 +123,7 @@ def kafka_client_config(
                 f"use {_JAVA_ONLY[lname]}"
             )
         if lname == "sasl.jaas.config":
-            conf.update(parse_jaas_config(str(value)))
+            jaas = parse_jaas_config(str(value))  # merged below, whatever the options' order
             continue
         if lname in _RENAMED:
             target = _RENAMED[lname]
@@ -136,8 +138,15 @@ def kafka_client_config(
                 f"option 'kafka.{lname}' and its Java name disagree ({value!r} vs "
                 f"{conf[lname]!r}); keep one")
         conf[lname] = str(value)
+    for key, value in jaas.items():
+        if key in conf and conf[key] != value:
+            # No values in the message: one of them is a password.
+            raise KafkaConfigError(
+                f"options 'kafka.sasl.jaas.config' and 'kafka.{key}' both set the SASL "
+                f"{key.split('.')[-1]} and disagree; keep one")
+        conf[key] = value
     for req in required:
-        if not conf.get(req):
+        if not str(conf.get(req) or "").strip():
             raise KafkaConfigError(
                 f"option 'kafka.{req}' is required (for example "
                 f"option(\"kafka.{req}\", \"host1:9092,host2:9092\"))"
@@ -174,8 +183,12 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
     from confluent_kafka import Consumer, KafkaException, Producer
 
     factory = Producer if client == "producer" else Consumer
+    conf = dict(conf)
+    warnings = _CollectedLog()
+    if client == "consumer" and "logger" not in conf:
+        conf["logger"] = warnings.logger
     try:
-        handle = factory(dict(conf))
+        handle = factory(conf)
     except (KafkaException, ValueError, TypeError) as e:
         err = e.args[0] if isinstance(e, KafkaException) and e.args else None
         text = redact_text(err.str() if hasattr(err, "str") else str(e), conf)
@@ -183,9 +196,52 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
             f"librdkafka rejected the {client} settings from the kafka.* options: "
             f"{_name_options(text)}") from None
     if client == "consumer":
-        handle.close()
+        handle.close()  # serves the log queue: the CONFWARN lines are in ``warnings`` now
     else:
         del handle
+    _reject_ignored_properties(warnings.messages, conf, client)
+
+
+# librdkafka's CONFWARN for a property of the other client type, which it then ignores.
+_IGNORED = re.compile(r"Configuration property (\S+) is a (producer|consumer) property and will be "
+                      r"ignored")
+# Java/alias names of the producer properties users carry over, by librdkafka's canonical name.
+_CANONICAL = {"linger.ms": "queue.buffering.max.ms", "retries": "message.send.max.retries",
+              "acks": "request.required.acks", "compression.type": "compression.codec",
+              "batch.size": "batch.size", "delivery.timeout.ms": "message.timeout.ms"}
+_IGNORED_HINTS = {"request.timeout.ms": " (the consumer's request time-out is "
+                                        "kafka.socket.timeout.ms)"}
+
+
+class _CollectedLog:
+    """A private logger whose records (librdkafka's log lines) are kept, not printed."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.logger = logging.Logger("txkafka.config-check")  # unregistered: no global state
+        collected = self.messages
+
+        class _Keep(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                collected.append(record.getMessage())
+
+        self.logger.addHandler(_Keep())
+
+
+def _reject_ignored_properties(messages: list[str], conf: Mapping[str, object],
+                               client: str) -> None:
+    """A kafka.* key librdkafka accepts but ignores for this client (a producer property on the
+    reader's consumer, e.g. Java's consumer setting request.timeout.ms) fails like an unknown key:
+    nothing is silently ignored."""
+    for text in messages:
+        m = _IGNORED.search(text)
+        if m is None:
+            continue
+        name, kind = m.group(1), m.group(2)
+        keys = [k for k in conf if k == name or _CANONICAL.get(str(k)) == name] or [name]
+        raise KafkaConfigError(
+            f"option 'kafka.{keys[0]}' is a librdkafka {kind} setting, which the {client} ignores"
+            f"{_IGNORED_HINTS.get(name, '')}; drop it")
 
 
 def describe_config(conf: Mapping[str, object]) -> str:

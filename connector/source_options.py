@@ -463,8 +463,12 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
     interval = parse_long(opts, "fetchoffset.retryintervalms", minimum=0)
 
     prefix = opts.get("groupidprefix", DEFAULT_GROUP_ID_PREFIX)
-    group_id = conf.pop("group.id", None) or f"{prefix}-{uuid.uuid4()}"
     user_group = "kafka.group.id" in opts
+    if user_group and not conf.get("group.id", "").strip():
+        raise KafkaConfigError(
+            "option 'kafka.group.id' is empty; give a group name, or drop the option to have one "
+            "generated from groupIdPrefix")
+    group_id = conf.pop("group.id", None) or f"{prefix}-{uuid.uuid4()}"
     commit_to_group = parse_bool(opts, "commitoffsetstogroup", False)
     if commit_to_group and not user_group:
         raise KafkaConfigError(

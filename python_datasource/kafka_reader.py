@@ -47,6 +47,7 @@ from txkafka.connector.arrow_fetcher import FetchTask, fetch_range
 from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
 from txkafka.connector.errors import KafkaConfigError
 from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.kafka_config import check_client_config
 from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
 from txkafka.connector.kafka_source_offset import (
     PartitionOffsets,
@@ -104,7 +105,8 @@ def source_schema(options: Mapping[str, Any]) -> StructType:
 
 def _check_schema(schema: StructType, include_headers: bool) -> None:
     expected = _schema(include_headers)
-    if schema is not None and [f.name for f in schema.fields] != expected.fieldNames():
+    if schema is not None and ([(f.name, f.dataType) for f in schema.fields]
+                               != [(f.name, f.dataType) for f in expected.fields]):
         raise KafkaConfigError(
             "the txkafka source has a fixed schema and cannot take a user-specified one "
             f"(got {schema.simpleString()}, the source gives {expected.simpleString()})")
@@ -198,6 +200,8 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
     def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
         self.options = parse_source_options(options, streaming=False)
         _check_schema(schema, self.options.include_headers)
+        # Again here: with a user-given schema Spark never calls schema() (validate_common).
+        check_client_config(self.options.consumer_config(), "consumer")
         self._offset_reader = None
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -235,6 +239,8 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
     def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
         self.options = parse_source_options(options, streaming=True)
         _check_schema(schema, self.options.include_headers)
+        # Again here: with a user-given schema Spark never calls schema() (validate_common).
+        check_client_config(self.options.consumer_config(), "consumer")
         self._offset_reader = None
         self._committer: Optional[ConsumerGroupCommitter] = None
         self._admission = AdmissionControl(self.options.max_offsets_per_trigger,
