@@ -183,10 +183,8 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
     from confluent_kafka import Consumer, KafkaException, Producer
 
     factory = Producer if client == "producer" else Consumer
-    conf = dict(conf)
     warnings = _CollectedLog()
-    if client == "consumer" and "logger" not in conf:
-        conf["logger"] = warnings.logger
+    conf = {**conf, "logger": warnings.logger}  # this probe's log lines are read, not printed
     try:
         handle = factory(conf)
     except (KafkaException, ValueError, TypeError) as e:
@@ -195,9 +193,11 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
         raise KafkaConfigError(
             f"librdkafka rejected the {client} settings from the kafka.* options: "
             f"{_name_options(text)}") from None
+    # Serving the log queue delivers librdkafka's CONFWARN lines to ``warnings``.
     if client == "consumer":
-        handle.close()  # serves the log queue: the CONFWARN lines are in ``warnings`` now
+        handle.close()
     else:
+        handle.poll(0)
         del handle
     _reject_ignored_properties(warnings.messages, conf, client)
 
@@ -231,8 +231,8 @@ class _CollectedLog:
 def _reject_ignored_properties(messages: list[str], conf: Mapping[str, object],
                                client: str) -> None:
     """A kafka.* key librdkafka accepts but ignores for this client (a producer property on the
-    reader's consumer, e.g. Java's consumer setting request.timeout.ms) fails like an unknown key:
-    nothing is silently ignored."""
+    reader's consumer, e.g. Java's consumer setting request.timeout.ms; a consumer property on
+    the sink's producer) fails like an unknown key: nothing is silently ignored."""
     for text in messages:
         m = _IGNORED.search(text)
         if m is None:

@@ -240,6 +240,9 @@ def parse_long(opts: Mapping[str, str], key: str, *, minimum: int | None = None)
     if raw is None:
         return None
     try:
+        # Java's Long.parseLong: an optional sign and digits (Python's int() also takes "1_000").
+        if not re.fullmatch(r"[+-]?\d+", raw.strip()):
+            raise ValueError(raw)
         value = int(raw.strip())
     except ValueError:
         raise KafkaConfigError(
@@ -251,12 +254,15 @@ def parse_long(opts: Mapping[str, str], key: str, *, minimum: int | None = None)
 
 
 def parse_time_ms(raw: str, option: str) -> int:
-    """Spark's time strings: ``15m``, ``30s``, ``500ms``, ``2h``, ``1d``; a bare number is ms."""
+    """Spark's time strings: ``15m``, ``30s``, ``500ms``, ``2h``, ``1d``, ``100us`` (whole
+    milliseconds, rounded down as Spark does); a bare number is ms."""
     m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", raw)
     unit = m.group(2).lower() if m else ""
-    if not m or (unit and unit not in _TIME_UNITS_MS):
+    if not m or (unit and unit != "us" and unit not in _TIME_UNITS_MS):
         raise KafkaConfigError(
             f"option '{option}' must be a duration such as '15m', '30s' or '500ms', got {raw!r}")
+    if unit == "us":
+        return int(m.group(1)) // 1000
     return int(m.group(1)) * _TIME_UNITS_MS[unit or "ms"]
 
 
@@ -431,7 +437,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
                 f"option '{bad[0]}' is for batch queries only; a streaming query runs until "
                 "stopped (use Trigger.AvailableNow to stop at the data present at start)")
     elif streaming is False:
-        ignored = [_opt_name(k) for k in _STREAM_ONLY if k in opts]
+        ignored = [_opt_name(k) for k in (*_STREAM_ONLY, "commitoffsetstogroup") if k in opts]
         if ignored:
             log.warning("options %s apply to streaming queries only; a batch query ignores them",
                         ", ".join(ignored))
@@ -468,6 +474,8 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
         raise KafkaConfigError(
             "option 'kafka.group.id' is empty; give a group name, or drop the option to have one "
             "generated from groupIdPrefix")
+    if user_group and "groupidprefix" in opts:
+        log.warning("option 'groupIdPrefix' is ignored: 'kafka.group.id' names the group")
     group_id = conf.pop("group.id", None) or f"{prefix}-{uuid.uuid4()}"
     commit_to_group = parse_bool(opts, "commitoffsetstogroup", False)
     if commit_to_group and not user_group:

@@ -63,6 +63,7 @@ from txkafka.connector.range_planner import (
     split_ranges,
 )
 from txkafka.connector.source_options import (
+    LatestOffsets,
     SourceOptions,
     SpecificOffsets,
     TopicPartitionKey,
@@ -194,6 +195,18 @@ class _ClientHolder:
         self.__dict__.update(state)
 
 
+def _ends_before_start(opts: SourceOptions, tp: TopicPartitionKey, start: int, end: int) -> str:
+    where = f"topic {tp[0]!r} partition {tp[1]}"
+    if not isinstance(opts.ending, LatestOffsets):
+        return (f"{where}: the ending offset {end} is before the starting offset {start}; check "
+                "endingOffsets/endingTimestamp against startingOffsets/startingTimestamp")
+    committed = opts.consumer_config().get("isolation.level", "read_committed") == "read_committed"
+    held = (" (read_committed reads up to the last stable offset: an open transaction holds it "
+            "back)" if committed else "")
+    return (f"{where}: the starting offset {start} is past the latest offset {end}{held}; "
+            "check startingOffsets/startingTimestamp")
+
+
 class KafkaBatchReader(_ClientHolder, DataSourceReader):
     """``spark.read.format("txkafka")``: [startingOffsets, endingOffsets) of every partition."""
 
@@ -213,10 +226,7 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
             end = reader.resolve(opts.ending, tps, starting=False)
             for tp in sorted(start):
                 if tp in end and end[tp] < start[tp]:
-                    raise KafkaConfigError(
-                        f"topic {tp[0]!r} partition {tp[1]}: the ending offset {end[tp]} is before "
-                        f"the starting offset {start[tp]}; check endingOffsets/endingTimestamp "
-                        "against startingOffsets/startingTimestamp")
+                    raise KafkaConfigError(_ends_before_start(opts, tp, start[tp], end[tp]))
             end = {tp: off for tp, off in end.items() if tp in start}
             earliest = reader.earliest_offsets(_nonempty_or_new(start, end))
             ranges = plan_ranges(start, end, earliest=earliest,

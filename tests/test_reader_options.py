@@ -229,3 +229,113 @@ def test_librdkafka_name_of_the_fetch_size_is_not_overridden():
 def test_subscribe_pattern_is_trimmed_like_spark():
     opts = parse(**{"subscribe": None, "subscribePattern": "  orders-.*  "})
     assert opts.strategy == SubscribePattern("orders-.*")
+
+
+JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+        'username="alice" password="jaas-secret-pw";')
+
+
+@pytest.mark.parametrize("order", ["jaas_first", "jaas_last"])
+def test_jaas_config_disagreeing_with_sasl_password_is_rejected_without_secrets(order):
+    # Before: the later key silently won (dict order), so the query logged in with either password.
+    pairs = [("kafka.sasl.jaas.config", JAAS), ("kafka.sasl.password", "explicit-secret-pw")]
+    if order == "jaas_last":
+        pairs.reverse()
+    with pytest.raises(KafkaConfigError, match="sasl.jaas.config.*sasl.password") as err:
+        parse(**dict(pairs))
+    assert "jaas-secret-pw" not in str(err.value) and "explicit-secret-pw" not in str(err.value)
+
+
+def test_jaas_config_agreeing_with_sasl_username_is_accepted():
+    o = parse(**{"kafka.sasl.username": "alice", "kafka.sasl.jaas.config": JAAS})
+    assert o.client_conf["sasl.username"] == "alice"
+    assert o.client_conf["sasl.password"] == "jaas-secret-pw"
+
+
+def test_empty_group_id_is_rejected():
+    # Before: accepted, and commitOffsetsToGroup published to a random generated group.
+    with pytest.raises(KafkaConfigError, match="kafka.group.id"):
+        parse(**{"kafka.group.id": "", "commitOffsetsToGroup": "true"})
+    with pytest.raises(KafkaConfigError, match="kafka.group.id"):
+        parse(**{"kafka.group.id": "  "})
+
+
+def test_blank_bootstrap_servers_is_rejected():
+    with pytest.raises(KafkaConfigError, match="kafka.bootstrap.servers"):
+        parse(**{"kafka.bootstrap.servers": "   "})
+
+
+@pytest.mark.parametrize("key,value", [("kafka.request.timeout.ms", "30000"),
+                                       ("kafka.linger.ms", "5")])
+def test_producer_only_settings_are_not_silently_ignored_by_the_reader(key, value):
+    # librdkafka's consumer ignores producer properties (only a CONFWARN log line): Java consumer
+    # users commonly set kafka.request.timeout.ms on Spark's source.
+    with pytest.raises(KafkaConfigError, match=f"'{key}'"):
+        validate_common({**BASE, key: value})
+
+
+def test_user_schema_with_the_right_names_but_wrong_types_is_rejected():
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from txkafka.python_datasource.kafka_reader import _check_schema, _schema
+
+    wrong = StructType([StructField(f.name, StringType()) for f in _schema(False).fields])
+    with pytest.raises(KafkaConfigError, match="fixed schema"):
+        _check_schema(wrong, False)
+    _check_schema(_schema(True), True)  # what schema() returned is accepted
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_consumer_settings_are_checked_even_when_spark_skips_schema(streaming):
+    # With .schema(...) given, Spark never calls DataSource.schema() (where validate_common ran):
+    # a combination librdkafka refuses only in a consumer would otherwise fail in every task.
+    from txkafka.python_datasource.kafka_reader import (
+        KafkaBatchReader,
+        KafkaMicroBatchStream,
+        _schema,
+    )
+
+    cls = KafkaMicroBatchStream if streaming else KafkaBatchReader
+    with pytest.raises(KafkaConfigError, match="'kafka.receive.message.max.bytes'"):
+        cls({**BASE, "kafka.receive.message.max.bytes": "4000000"}, _schema(False))
+
+
+@pytest.mark.parametrize("raw", ["1_000", "5.0", "0x10", ""])
+def test_integers_follow_javas_parse_long(raw):
+    with pytest.raises(KafkaConfigError, match="'maxOffsetsPerTrigger' must be an integer"):
+        parse(maxOffsetsPerTrigger=raw)
+    assert parse(maxOffsetsPerTrigger="+5").max_offsets_per_trigger == 5
+
+
+def test_microsecond_durations_round_down_to_milliseconds_like_spark():
+    assert parse_time_ms("2500us", "maxTriggerDelay") == 2
+    assert parse(maxTriggerDelay="100us").max_trigger_delay_ms == 0
+
+
+def test_batch_query_warns_about_stream_only_commit_offsets_to_group(caplog):
+    with caplog.at_level("WARNING", logger="txkafka"):
+        parse(streaming=False, commitOffsetsToGroup="true", **{"kafka.group.id": "g"})
+    assert "commitOffsetsToGroup apply to streaming queries only" in caplog.text
+
+
+def test_group_id_prefix_next_to_a_group_id_is_reported_as_ignored(caplog):
+    with caplog.at_level("WARNING", logger="txkafka"):
+        o = parse(groupIdPrefix="mine", **{"kafka.group.id": "g"})
+    assert o.group_id == "g"
+    assert "'groupIdPrefix' is ignored" in caplog.text
+
+
+@pytest.mark.parametrize("isolation, held", [("read_committed", True),
+                                             ("read_uncommitted", False)])
+def test_a_start_past_latest_names_the_start_not_ending_offsets(isolation, held):
+    from txkafka.python_datasource.kafka_reader import _ends_before_start
+
+    o = parse(streaming=False, startingOffsets='{"t":{"0":10}}',
+              **{"kafka.isolation.level": isolation})
+    text = _ends_before_start(o, ("t", 0), 10, 7)
+    assert "starting offset 10 is past the latest offset 7" in text
+    assert "check startingOffsets" in text and "endingOffsets" not in text
+    assert ("open transaction" in text) is held
+    o = parse(streaming=False, startingOffsets='{"t":{"0":10}}', endingOffsets='{"t":{"0":7}}')
+    assert "the ending offset 7 is before the starting offset 10" in \
+        _ends_before_start(o, ("t", 0), 10, 7)

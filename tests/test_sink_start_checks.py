@@ -41,3 +41,14 @@ def test_producer_settings_librdkafka_refuses_fail_at_start(guarantee, extra, na
 def test_valid_producer_settings_pass_without_a_broker():
     check_producer_config(SinkConfig.from_options(
         {**BASE, "kafka.linger.ms": "20", "kafka.compression.type": "lz4"}, streaming=True))
+
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+@pytest.mark.parametrize("key", ["kafka.session.timeout.ms", "kafka.fetch.min.bytes"])
+def test_consumer_only_settings_are_not_silently_ignored_by_the_sink(guarantee, key):
+    # librdkafka's producer ignores consumer properties with only a CONFWARN log line.
+    cfg = SinkConfig.from_options({**BASE, "deliveryGuarantee": guarantee, key: "100"},
+                                  streaming=True)
+    with pytest.raises(KafkaConfigError, match=f"option '{key}' is a librdkafka consumer setting"):
+        check_producer_config(cfg)
