@@ -334,6 +334,11 @@ class KafkaCommitter:
         lost = [c for c in decision if codes.get(c.transactional_id) in _LOST_CODES]
         no_id = [c for c in decision if codes.get(c.transactional_id) in UNKNOWN_ID_CODES]
         unfinished = [c for c in decision if c not in committed and c not in lost and c not in no_id]
+        if self.log is None and (unfinished or lost):
+            # A batch write keeps no decision: nothing completes or redoes it later, and Spark's
+            # abort() that follows aborts whatever did not commit. Say so (never "restart").
+            raise (TransactionLostError if lost and not unfinished else TransactionError)(
+                self._partial_batch_write_message(committed, lost + unfinished, codes))
         if unfinished:
             from .broker_connection import error_name
 
@@ -410,6 +415,26 @@ class KafkaCommitter:
             f"{where} txkafka records no outcome: marking them lost could duplicate these "
             f"records, marking them committed could lose them. {todo}"
         )
+
+    @staticmethod
+    def _partial_batch_write_message(committed: list[KafkaCommittable],
+                                     failed: list[KafkaCommittable], codes: dict[str, int]) -> str:
+        from .broker_connection import error_name
+
+        def parts(cs: list[KafkaCommittable]) -> str:
+            return "; ".join(
+                f"task partition {c.partition_id} ({c.record_count} records to "
+                f"{c.describe_partitions() or 'unknown partitions'}, transaction "
+                f"{c.transactional_id}: {error_name(codes.get(c.transactional_id, -1))})"
+                for c in cs) or "none"
+
+        return (f"batch write: the commit of {len(failed)} of {len(committed) + len(failed)} "
+                f"transactions did not land, so the write is partly committed. Committed: "
+                f"{len(committed)} transaction(s), {sum(c.record_count for c in committed)} records. "
+                f"Not committed (aborted now, or by the broker's transaction timeout): "
+                f"{parts(failed)}. A batch write keeps no decision log, so nothing completes or "
+                f"redoes it: re-running the whole write duplicates the committed partitions. Use a "
+                f"streaming query (Trigger.AvailableNow) for a write that recovers exactly once.")
 
     def _lost_message(self, batch_id: int, lost: list[KafkaCommittable], rerun_failed: bool) -> str:
         parts = "; ".join(
