@@ -1,4 +1,4 @@
-"""Review findings on the sink's driver side (no Spark, no broker)."""
+"""A df.write whose commit does not fully land: the error says it is partly committed (no log)."""
 
 from __future__ import annotations
 
