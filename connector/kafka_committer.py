@@ -25,7 +25,12 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, NoReturn, Sequence
 
-from .errors import TransactionError, TransactionLostError, TransactionOutcomeUnknownError
+from .errors import (
+    TransactionError,
+    TransactionLostError,
+    TransactionOutcomeUnknownError,
+    TxKafkaError,
+)
 from .fault_injection import FaultInjector
 from .secrets_redaction import redact_uri
 from .kafka_committable import KafkaCommittable, TaskResult
@@ -223,15 +228,22 @@ class KafkaCommitter:
         """
         decided: set[Key] = set()
         pending: set[Key] = set()
-        unresolved: TransactionError | None = None
+        unresolved: Exception | None = None
         if self.log is not None:
             state = self.log.batch_state(batch_id)
             if state is not None and state.pending is not None:
                 try:
                     self.recover()
-                except TransactionError as e:  # the decision stands; abort the rest, then re-raise
+                except (TxKafkaError, OSError) as e:
+                    # The decision stands (recovery retries it); abort the rest, then re-raise.
                     unresolved = e
-                state = self.log.batch_state(batch_id)
+                try:
+                    state = self.log.batch_state(batch_id)
+                except (TxKafkaError, OSError):
+                    if unresolved is None:
+                        raise
+                    # Recovery adds no decision: the one read above still names every decided
+                    # transaction, which is what must never be aborted.
             if state is not None:
                 decided = {c.key for r in state.rounds for c in r.decision}
                 if state.pending is not None:

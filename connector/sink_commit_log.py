@@ -279,7 +279,13 @@ class SinkCommitLog:
                     f"batch {batch_id} round {round_no} has an outcome but no decision in "
                     f"{self.log_dir}"
                 )
-            dec = self._read(self._name(batch_id, round_no, "decision")) or {}
+            dec = self._read(self._name(batch_id, round_no, "decision"))
+            if dec is None:
+                # Listed a moment ago: read as "no transactions" it would mark the round done
+                # while its transactions time out (a lost batch).
+                raise CommitLogError(
+                    f"batch {batch_id} round {round_no}: its decision was listed but could not be "
+                    f"read (deleted meanwhile?) in {self.log_dir}; check the checkpoint's storage")
             outcome = None
             if "outcome" in entries[round_no]:
                 outcome = self._read(self._name(batch_id, round_no, "outcome"))

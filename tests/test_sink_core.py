@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from txkafka.connector.errors import (
+    CommitLogError,
     KafkaConfigError,
+    KafkaProtocolError,
     TransactionError,
     TransactionLostError,
     TransactionOutcomeUnknownError,
@@ -133,6 +137,16 @@ def test_commit_log_rounds(tmp_path):
     log.write_outcome(1, 1, [_c("b2", 1)], [])
     st = log.latest()
     assert st.complete and st.redo_partitions == frozenset() and len(st.rounds) == 2
+
+
+def test_a_decision_that_vanishes_after_listing_is_an_error_not_an_empty_round(tmp_path):
+    # Read as "no transactions", recovery would mark the round done while they time out.
+    log = SinkCommitLog(str(tmp_path))
+    log.write_decision(3, 0, [_c("a", 0, 3)], [0])
+    entries = log._entries()
+    os.remove(log._name(3, 0, "decision"))
+    with pytest.raises(CommitLogError, match="batch 3 round 0: its decision was listed"):
+        log.batch_state(3, entries)
 
 
 def test_commit_log_prune(tmp_path):
@@ -376,6 +390,27 @@ def test_abort_reraises_outcome_unknown_after_aborting_the_rest(tmp_path):
     assert fake.txns[orphan.committable.transactional_id]["state"] == "CompleteAbort"
     assert fake.txns[t1.transactional_id]["state"] == "CompleteCommit"  # rolled forward
     assert log.latest().pending is not None
+
+
+@pytest.mark.parametrize("error", [KafkaProtocolError("cannot reach the coordinator"),
+                                   CommitLogError("cannot write the outcome")])
+def test_abort_aborts_the_undecided_rest_when_recovery_fails_otherwise(tmp_path, error):
+    # Not only a TransactionError: an unreachable broker or a failed outcome write in recovery
+    # must not leave this attempt's undecided transactions open until their timeout.
+    fake = FakeCoordinator()
+    ids, log, (t0, t1) = _decide_then_crash(tmp_path, fake, 3, [0, 1])
+    committer, _, _ = _committer(tmp_path, fake)
+    orphan = _results(ids, fake, 3, [1], attempt=1)[0]
+
+    def failing_recover():
+        raise error
+
+    committer.recover = failing_recover
+    with pytest.raises(type(error)):
+        committer.abort(3, [orphan, *(TaskResult(c.partition_id, 0, 3, c, 1) for c in (t0, t1))])
+    assert fake.txns[orphan.committable.transactional_id]["state"] == "CompleteAbort"
+    # the decided ones are never aborted: recovery commits them later
+    assert [fake.txns[c.transactional_id]["state"] for c in (t0, t1)] == ["Ongoing", "Ongoing"]
 
 
 # ------------------------------------------------------------- transactions, not ids (invariant 6)
