@@ -205,10 +205,11 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
 # librdkafka's CONFWARN for a property of the other client type, which it then ignores.
 _IGNORED = re.compile(r"Configuration property (\S+) is a (producer|consumer) property and will be "
                       r"ignored")
-# Java/alias names of the producer properties users carry over, by librdkafka's canonical name.
+# librdkafka's aliases (Java's names), by the canonical name its warnings use.
 _CANONICAL = {"linger.ms": "queue.buffering.max.ms", "retries": "message.send.max.retries",
               "acks": "request.required.acks", "compression.type": "compression.codec",
-              "batch.size": "batch.size", "delivery.timeout.ms": "message.timeout.ms"}
+              "delivery.timeout.ms": "message.timeout.ms",
+              "max.partition.fetch.bytes": "fetch.message.max.bytes"}
 _IGNORED_HINTS = {"request.timeout.ms": " (the consumer's request time-out is "
                                         "kafka.socket.timeout.ms)"}
 
@@ -238,9 +239,11 @@ def _reject_ignored_properties(messages: list[str], conf: Mapping[str, object],
         if m is None:
             continue
         name, kind = m.group(1), m.group(2)
-        keys = [k for k in conf if k == name or _CANONICAL.get(str(k)) == name] or [name]
+        keys = [k for k in conf if k == name or _CANONICAL.get(str(k)) == name]
+        what = (f"option 'kafka.{keys[0]}' is" if keys else
+                f"a kafka.* option (an alias of librdkafka's {name}) is")
         raise KafkaConfigError(
-            f"option 'kafka.{keys[0]}' is a librdkafka {kind} setting, which the {client} ignores"
+            f"{what} a librdkafka {kind} setting, which the {client} ignores"
             f"{_IGNORED_HINTS.get(name, '')}; drop it")
 
 

@@ -45,7 +45,8 @@ def test_valid_producer_settings_pass_without_a_broker():
 
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
-@pytest.mark.parametrize("key", ["kafka.session.timeout.ms", "kafka.fetch.min.bytes"])
+@pytest.mark.parametrize("key", ["kafka.session.timeout.ms", "kafka.fetch.min.bytes",
+                                 "kafka.max.partition.fetch.bytes"])  # an alias: named as given
 def test_consumer_only_settings_are_not_silently_ignored_by_the_sink(guarantee, key):
     # librdkafka's producer ignores consumer properties with only a CONFWARN log line.
     cfg = SinkConfig.from_options({**BASE, "deliveryGuarantee": guarantee, key: "100"},
