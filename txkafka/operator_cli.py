@@ -1,6 +1,6 @@
 """Operator commands: the sink's open transactions and its commit log.
 
-    txkafka transactions list  -b HOST:PORT (--checkpoint DIR | --prefix P) [--all]
+    txkafka transactions list  -b HOST:PORT (--checkpoint DIR | --prefix P) [--all] [--json]
     txkafka transactions abort -b HOST:PORT (--checkpoint DIR | --prefix P --force) [--id ID ...] [--yes]
     txkafka commit-log show    --checkpoint DIR [--last N] [--json]
     txkafka commit-log resolve --checkpoint DIR --batch N (--committed | --lost) [--id ID ...] [--yes]
@@ -16,20 +16,32 @@ import json
 import sys
 import time
 
+from .connector.secrets_redaction import redact_uri
 from .connector.sink_commit_log import SinkCommitLog, SinkIdentity
+from .connector.transactional_id_factory import TransactionalIdFactory
 
 
 def _client_conf(args: argparse.Namespace) -> dict[str, str]:
+    """Client settings from ``--command-config`` then ``-X``. A malformed setting is refused, never
+    skipped (a dropped ``security.protocol`` would mean PLAINTEXT); its value is never shown."""
     conf: dict[str, str] = {"bootstrap.servers": args.bootstrap_servers}
     if getattr(args, "command_config", None):
         with open(args.command_config) as fh:
-            for line in fh:
+            for n, line in enumerate(fh, 1):
                 line = line.strip()
-                if line and not line.startswith("#") and "=" in line:
-                    k, v = line.split("=", 1)
-                    conf[k.strip()] = v.strip()
-    for item in getattr(args, "conf", None) or []:
-        k, _, v = item.partition("=")
+                if not line or line.startswith(("#", "!")):
+                    continue
+                k, sep, v = line.partition("=")
+                if not sep or not k.strip():
+                    raise OperatorError(
+                        f"--command-config {args.command_config} line {n}: not a key=value line "
+                        "(librdkafka names, one key=value a line)")
+                conf[k.strip()] = v.strip()
+    for n, item in enumerate(getattr(args, "conf", None) or [], 1):
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            # Not echoed: "sasl.password:secret" would print the secret.
+            raise OperatorError(f"-X setting number {n} is not key=value")
         conf[k.strip()] = v.strip()
     return conf
 
@@ -47,30 +59,83 @@ def _open_log(checkpoint: str) -> tuple[SinkCommitLog, SinkIdentity]:
     ident = log.existing_identity()
     if ident is None:
         raise OperatorError(
-            f"--checkpoint {checkpoint}: no txkafka sink there ({log.root}/sink.json does not "
-            "exist). Give the checkpointLocation of a query that writes with format('txkafka').")
+            f"--checkpoint {redact_uri(checkpoint)}: no txkafka sink there ({log.root}/sink.json "
+            "does not exist). Give the checkpointLocation of a query that writes with format('txkafka').")
     return log, ident
 
 
-def _sink_prefix(args: argparse.Namespace) -> tuple[str, set[str]]:
-    """The id prefix to act on, and the ids a decided-but-unfinished batch still needs."""
+class _Selection:
+    """The transactions an operator command may touch: one sink's ids, or a raw --prefix."""
+
+    def __init__(self, prefixes: list[str], sink_ids: list[TransactionalIdFactory] | None,
+                 pending: set[str]) -> None:
+        self.prefixes = prefixes          # what ListTransactions is asked for
+        self.sink_ids = sink_ids          # with --checkpoint: exactly this sink's id shape
+        self.pending = pending            # ids of a decided round that has no outcome yet
+
+    @property
+    def label(self) -> str:
+        return " or ".join(repr(p) for p in self.prefixes)
+
+    def owns(self, transactional_id: str) -> bool:
+        if self.sink_ids is None:
+            return any(transactional_id.startswith(p) for p in self.prefixes)
+        return any(f.owns(transactional_id) for f in self.sink_ids)
+
+
+def _prefixes_in_log(log: SinkCommitLog, sink_id: str) -> list[str]:
+    """The transactionalIdPrefix values the sink's decisions used, newest first.
+
+    sink.json keeps the prefix the sink was created with; the ids use the query's current
+    ``transactionalIdPrefix`` option (only the sink id is fixed), so a renamed prefix shows here.
+    """
+    entries = log._entries()
+    found: list[str] = []
+    for b in sorted(entries, reverse=True):
+        st = log.batch_state(b, entries)
+        for rnd in reversed(st.rounds if st else []):
+            for c in rnd.decision:
+                head = c.transactional_id.rsplit("-", 2)[0]
+                if head.endswith(f"-{sink_id}"):
+                    p = head[: -len(sink_id) - 1]
+                    if p and p not in found:
+                        found.append(p)
+    return found
+
+
+def _select(args: argparse.Namespace) -> _Selection:
+    """What to act on, and the ids a decided-but-unfinished batch still needs."""
     if args.checkpoint:
         log, ident = _open_log(args.checkpoint)
-        prefix = f"{args.prefix or ident.prefix}-{ident.sink_id}-"
+        if args.prefix:
+            names = [args.prefix]
+        else:
+            names = list(dict.fromkeys([*_prefixes_in_log(log, ident.sink_id), ident.prefix]))
         latest = log.latest()
         pending = {c.transactional_id for c in latest.pending.decision} if latest and latest.pending else set()
-        return prefix, pending
+        factories = [TransactionalIdFactory(p, ident.sink_id) for p in names]
+        return _Selection([f.sink_prefix for f in factories], factories, pending)
     if not args.prefix:
         raise OperatorError("give --checkpoint (the query's checkpointLocation) or --prefix")
-    return args.prefix, set()
+    return _Selection([args.prefix], None, set())
+
+
+def _listed(tc, sel: _Selection, states: list[str]):
+    seen: dict[str, object] = {}
+    for p in sel.prefixes:
+        for t in tc.list_transactions(prefix=p, states=states):
+            if sel.owns(t.transactional_id):
+                seen.setdefault(t.transactional_id, t)
+    return [seen[k] for k in sorted(seen)]
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     from .connector.transaction_client import TransactionClient
 
-    prefix, pending = _sink_prefix(args)
+    sel = _select(args)
+    pending = sel.pending
     with TransactionClient(_client_conf(args)) as tc:
-        listed = tc.list_transactions(prefix=prefix, states=[] if args.all else ["Ongoing"])
+        listed = _listed(tc, sel, [] if args.all else ["Ongoing"])
         descs = tc.describe(t.transactional_id for t in listed) if listed else {}
     now = time.time() * 1000
     rows = []
@@ -89,7 +154,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
-        print(f"{len(rows)} transaction(s) with prefix {prefix!r}")
+        print(f"{len(rows)} transaction(s) with prefix {sel.label}")
         for r in rows:
             flag = "  [DECIDED: will be committed on restart]" if r["decided_pending_commit"] else ""
             print(f"  {r['transactional_id']:<48} {r['state']:<14} pid={r['producer_id']} "
@@ -100,15 +165,28 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_abort(args: argparse.Namespace) -> int:
     from .connector.transaction_client import TransactionClient
 
-    prefix, pending = _sink_prefix(args)
-    if not args.checkpoint and args.yes and not args.force:
+    sel = _select(args)
+    pending = sel.pending
+    by_prefix_alone = not args.checkpoint and not args.force
+    if by_prefix_alone and args.yes:
         raise OperatorError(
             "refusing to abort by --prefix alone: without --checkpoint txkafka cannot tell which "
             "transactions belong to a batch that is decided but not yet committed (aborting those "
             "loses the batch). Give --checkpoint, or add --force if the query is abandoned.")
-    with TransactionClient(_client_conf(args)) as tc:
-        listed = [t for t in tc.list_transactions(prefix=prefix, states=["Ongoing"])
-                  if not args.id or t.transactional_id in args.id]
+    named = list(dict.fromkeys(args.id or []))
+    foreign = [tid for tid in named if not sel.owns(tid)]
+    if foreign:
+        raise OperatorError(
+            f"--id {', '.join(foreign)}: not a transactional id of "
+            f"{'this sink' if args.checkpoint else 'the --prefix'} (ids start with {sel.label})")
+    conf = _client_conf(args)
+    with TransactionClient(conf) as tc:
+        listed = [t for t in _listed(tc, sel, ["Ongoing"])
+                  if not named or t.transactional_id in named]
+        not_open = [tid for tid in named if tid not in {t.transactional_id for t in listed}]
+        if not_open:
+            print(f"not an open transaction (ended already, or never started): "
+                  f"{', '.join(not_open)}", file=sys.stderr)
         protected = [t.transactional_id for t in listed if t.transactional_id in pending]
         if protected and not args.force:
             print(f"refusing to abort {len(protected)} transaction(s) of a decided batch (the query "
@@ -117,17 +195,18 @@ def cmd_abort(args: argparse.Namespace) -> int:
         targets = [t for t in listed if args.force or t.transactional_id not in pending]
         if not targets:
             print("nothing to abort")
-            return 0
+            return 1 if not_open else 0
         if not args.yes:
             print(f"would abort {len(targets)} transaction(s): "
-                  f"{', '.join(t.transactional_id for t in targets)}; add --yes to do it")
+                  f"{', '.join(t.transactional_id for t in targets)}; add "
+                  f"{'--yes --force' if by_prefix_alone else '--yes'} to do it")
             return 0
         descs = tc.describe(t.transactional_id for t in targets)
         codes = tc.end_many([(d.transactional_id, d.producer_id, d.producer_epoch)
                              for d in descs.values() if d.state == "Ongoing"], commit=False)
     ok = sum(1 for c in codes.values() if c == 0)
     print(f"aborted {ok} of {len(codes)} transaction(s)")
-    return 0 if ok == len(codes) else 1
+    return 0 if ok == len(codes) and not not_open else 1
 
 
 def _status(log: SinkCommitLog, st) -> str:
@@ -246,16 +325,18 @@ def register_cli(sub) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--bootstrap-servers", "-b", required=True)
         p.add_argument("--checkpoint", help="the query's checkpointLocation (finds the sink's ids)")
-        p.add_argument("--prefix", help="transactional id prefix (with --checkpoint: the sink's)")
+        p.add_argument("--prefix", help="without --checkpoint: the start of the transactional ids "
+                       "(e.g. txkafka-1a2b3c4d-); with --checkpoint: the query's "
+                       "transactionalIdPrefix option (default: the ones its commit log used)")
         p.add_argument("--conf", "-X", action="append", help="librdkafka setting key=value")
         p.add_argument("--command-config", help="properties file with client settings")
-        p.add_argument("--json", action="store_true")
 
     t = sub.add_parser("transactions", help="list or abort the sink's open transactions")
     tsub = t.add_subparsers(dest="action", required=True)
     tl = tsub.add_parser("list", help="open transactions of the sink")
     common(tl)
     tl.add_argument("--all", action="store_true", help="every state, not only Ongoing")
+    tl.add_argument("--json", action="store_true", help="print the rows as JSON")
     tl.set_defaults(func=cmd_list)
     ta = tsub.add_parser("abort", help="abort open transactions (never a decided batch's)")
     common(ta)
