@@ -69,7 +69,8 @@ def validate_input_schema(fields: dict[str, str], topic_option: str | None) -> S
     for name in ("value", "key"):
         if name in cols and cols[name] not in ("string", "binary"):
             raise KafkaConfigError(f"column '{name}' must be string or binary, got {cols[name]}")
-    if "topic" in cols and cols["topic"] != "string":
+    if topic_option is None and "topic" in cols and cols["topic"] != "string":
+        # (as Spark: with the option set, the column is never read, whatever its type)
         raise KafkaConfigError(f"column 'topic' must be string, got {cols['topic']}")
     if topic_option is None and "topic" not in cols:
         raise KafkaConfigError(
@@ -113,10 +114,41 @@ def _as_bytes_list(arr: pa.Array | None, n: int) -> list:
 def _headers_list(arr: pa.Array | None, n: int) -> list:
     if arr is None:
         return [None] * n
+    # The struct's field names match case-insensitively, as in the schema check at start.
+    names = {f.name.lower(): f.name for f in arr.type.value_type}
+    key, value = names["key"], names["value"]
     out = []
     for row in arr.to_pylist():
-        out.append(None if not row else [(h["key"], h["value"]) for h in row])
+        if not row:
+            out.append(None)
+            continue
+        if any(h is None or h[key] is None for h in row):
+            # confluent-kafka would write the header name "None"; Spark's sink fails the task too.
+            raise KafkaConfigError(
+                "a row's 'headers' column holds a header with a null key (or a null header); "
+                "every header needs a string key"
+            )
+        out.append([(h[key], h[value]) for h in row])
     return out
+
+
+_INT_MAX = 2**31 - 1
+
+
+def _partitions_list(arr: pa.Array) -> list:
+    """The ``partition`` column, refused when a value is no partition number: librdkafka reads -1
+    as "unassigned" (the partitioner would place the record) and a long beyond int overflows."""
+    import pyarrow.compute as pc
+
+    if arr.null_count < len(arr):
+        bounds = pc.min_max(arr).as_py()
+        for bad in (bounds["min"], bounds["max"]):
+            if bad < 0 or bad > _INT_MAX:
+                raise KafkaConfigError(
+                    f"a row's 'partition' column is {bad}: a partition is a number from 0 "
+                    f"(null lets the partitioner choose)"
+                )
+    return arr.to_pylist()
 
 
 # --------------------------------------------------------------------------- producer plumbing
@@ -190,6 +222,9 @@ def producer_config(cfg: SinkConfig, probe: _ProducerProbe, transactional_id: st
         "partitioner": "murmur2_random",  # Java's placement of keyed records
         "enable.idempotence": True,
         "linger.ms": 5,
+        # librdkafka's producer default (true) would have a row's missing topic created with the
+        # broker's defaults; txkafka never creates topics.
+        "allow.auto.create.topics": False,
         **cfg.kafka,
         "delivery.report.only.error": True,
         "on_delivery": probe.on_delivery,
@@ -423,7 +458,8 @@ class KafkaWriter:
                     "needs a topic"
                 )
             topics = topic_col.to_pylist()
-        parts = _col(batch, "partition").to_pylist() if self.schema.has_partition else [None] * n
+        parts = (_partitions_list(_col(batch, "partition")) if self.schema.has_partition
+                 else [None] * n)
         headers = _headers_list(_col(batch, "headers"), n) if self.schema.has_headers else [None] * n
         keys = keys if keys is not None else [None] * n
         for t, v, k, p, h in zip(topics, values, keys, parts, headers):

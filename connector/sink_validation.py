@@ -61,7 +61,9 @@ def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource
 
     probe = SecurityErrorProbe(cfg.kafka)
-    admin = AdminClient({**cfg.kafka, "logger": _quiet, "error_cb": probe.on_error})
+    # allow.auto.create.topics: the metadata request for the topic must not create a missing one.
+    admin = AdminClient({**cfg.kafka, "allow.auto.create.topics": False, "logger": _quiet,
+                         "error_cb": probe.on_error})
     action = "checking the sink's topic at start"
     try:
         # In slices: a refused TLS/SASL login fails here at once instead of after timeout_s.

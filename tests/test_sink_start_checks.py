@@ -53,3 +53,33 @@ def test_consumer_only_settings_are_not_silently_ignored_by_the_sink(guarantee, 
                                   streaming=True)
     with pytest.raises(KafkaConfigError, match=f"option '{key}' is a librdkafka consumer setting"):
         check_producer_config(cfg)
+
+
+def test_the_start_check_does_not_create_a_missing_topic():
+    # The metadata request for the sink's topic must not ask the broker to create it: on a broker
+    # with auto.create.topics.enable=true (Kafka's default) the check would create the topic with
+    # the broker's defaults and pass, instead of failing as documented.
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    from txkafka.connector.sink_validation import _check_cluster
+
+    mock = Producer({"test.mock.num.brokers": 1, "logger": _silent()})
+    brokers = mock.list_topics(timeout=10).brokers
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers.values())
+    cfg = SinkConfig.from_options({**BASE, "kafka.bootstrap.servers": bootstrap,
+                                   "topic": "never-created", "deliveryGuarantee": "at_least_once"},
+                                  streaming=True)
+    with pytest.raises(KafkaConfigError, match="'never-created' .*does not exist"):
+        _check_cluster(cfg, timeout_s=10)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False,
+                         "logger": _silent()})
+    assert "never-created" not in admin.list_topics(timeout=10).topics
+
+
+def _silent():
+    import logging
+
+    quiet = logging.Logger("mock-cluster")
+    quiet.addHandler(logging.NullHandler())
+    return quiet
