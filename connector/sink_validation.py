@@ -61,8 +61,9 @@ def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
     from confluent_kafka.admin import AdminClient, ConfigResource
 
     probe = SecurityErrorProbe(cfg.kafka)
-    # allow.auto.create.topics: the metadata request for the topic must not create a missing one.
-    admin = AdminClient({**cfg.kafka, "allow.auto.create.topics": False, "logger": _quiet,
+    # allow.auto.create.topics: the metadata request for the topic must not create a missing one
+    # (unless the user opted in with kafka.allow.auto.create.topics=true, as for the producer).
+    admin = AdminClient({"allow.auto.create.topics": False, **cfg.kafka, "logger": _quiet,
                          "error_cb": probe.on_error})
     action = "checking the sink's topic at start"
     try:
