@@ -112,6 +112,8 @@ def _headers_array(headers: list) -> pa.Array:
     flat = [kv for h in headers if h for kv in h]
     keys = pa.array([k for k, _ in flat], type=pa.string())
     values = pa.array([v for _, v in flat], type=pa.binary())
+    if isinstance(values, pa.ChunkedArray):
+        raise _TooLarge()
     structs = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_STRUCT))
     mask = pa.array(np.fromiter((h is None for h in headers), dtype=np.bool_, count=len(headers)))
     return pa.ListArray.from_arrays(pa.array(offsets), structs, type=HEADERS_TYPE, mask=mask)
@@ -148,7 +150,32 @@ def build_record_batch(messages: list[Message], topic: str, partition: int,
     ]
     if include_headers:
         arrays.append(_headers_array(list(map(_HEADERS, messages))))
+    if any(isinstance(a, pa.ChunkedArray) for a in arrays):
+        raise _TooLarge()
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+class _TooLarge(Exception):
+    """A binary column passed Arrow's 2 GiB limit (pyarrow then answers a ChunkedArray)."""
+
+
+def build_record_batches(messages: list[Message], topic: str, partition: int,
+                         include_headers: bool, offsets: np.ndarray) -> Iterator[pa.RecordBatch]:
+    """``build_record_batch``, halving the rows while a binary column (keys, values, header
+    values) would exceed 2 GiB: 10,000 values of ~215 KB already do."""
+    try:
+        yield build_record_batch(messages, topic, partition, include_headers, offsets)
+        return
+    except _TooLarge:
+        if len(messages) < 2:
+            raise KafkaProtocolError(
+                f"a record of topic {topic!r} partition {partition} at offset {int(offsets[0])} "
+                "exceeds Arrow's 2 GiB binary limit") from None
+    mid = len(messages) // 2
+    yield from build_record_batches(messages[:mid], topic, partition, include_headers,
+                                    offsets[:mid])
+    yield from build_record_batches(messages[mid:], topic, partition, include_headers,
+                                    offsets[mid:])
 
 
 # ---- the consumer pool -----------------------------------------------------------------------
@@ -350,16 +377,25 @@ class _RangeReader:
             if data or self.done:
                 last_progress = time.monotonic()
             if buffered >= self.batch_rows or (self.done and buffered):
-                if len(chunks) == 1:
-                    batch, batch_offsets = chunks[0]
-                else:
-                    batch = [m for c, _ in chunks for m in c]
-                    batch_offsets = np.concatenate([o for _, o in chunks])
+                yield from self._flush(chunks)
                 chunks, buffered = [], 0
-                yield build_record_batch(batch, task.topic, task.partition, task.include_headers,
-                                         batch_offsets)
+        # A range ended by _stalled() (data loss under failOnDataLoss=false) still returns the
+        # records it read before.
+        yield from self._flush(chunks)
         if self.pc.tp is not None:
             self.pc.next_offset = task.end
+
+    def _flush(self, chunks: list[tuple[list[Message], np.ndarray]]) -> Iterator[pa.RecordBatch]:
+        if not chunks:
+            return
+        if len(chunks) == 1:
+            batch, batch_offsets = chunks[0]
+        else:
+            batch = [m for c, _ in chunks for m in c]
+            batch_offsets = np.concatenate([o for _, o in chunks])
+        task = self.task
+        yield from build_record_batches(batch, task.topic, task.partition, task.include_headers,
+                                        batch_offsets)
 
     def _process(self, msgs: list[Message]) -> tuple[list[Message], np.ndarray]:
         """The data messages of ``msgs`` inside the range (and their offsets); handles events;
