@@ -2,6 +2,7 @@
 (markers, EOF, overshoot, consumer reuse, out-of-range, stalls) against a scripted consumer."""
 
 import datetime as dt
+import logging
 import pickle
 
 import pyarrow as pa
@@ -15,7 +16,12 @@ from txkafka.connector.arrow_fetcher import (
     build_record_batch,
     fetch_range,
 )
-from txkafka.connector.errors import DataLossError, RecordFetchTimeoutError
+from txkafka.connector.errors import (
+    DataLossError,
+    KafkaAuthorizationError,
+    KafkaProtocolError,
+    RecordFetchTimeoutError,
+)
 
 T = "orders"
 
@@ -257,3 +263,78 @@ def test_a_batch_over_arrows_2gib_binary_limit_is_split(monkeypatch):
     batches = list(fetch_range(task(0, 10), pool=FakePool([consumer])))
     assert offsets_of(batches) == list(range(10))
     assert all(b.num_rows <= 3 for b in batches)
+
+
+@pytest.mark.parametrize("code", [KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
+                                  KafkaError._UNKNOWN_TOPIC])
+def test_partition_deleted_mid_read_fails_or_returns_what_was_read(code, caplog):
+    def run(fail):
+        consumer = ScriptedConsumer([[msg(0), msg(1)], [msg(2), event(code, -1), msg(9)]])
+        return list(fetch_range(task(0, 6, fail=fail), pool=FakePool([consumer])))
+
+    with pytest.raises(DataLossError, match=r"topic 'orders' partition 0 was deleted while offsets "
+                                            r"\[3, 6\) were being read"):
+        run(True)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="txkafka.reader"):
+        # The records read before the event are returned; nothing after it is.
+        assert offsets_of(run(False)) == [0, 1, 2]
+    assert "topic 'orders' partition 0 was deleted while offsets [3, 6) were being read" in (
+        caplog.text)
+
+
+def test_topic_authorization_failure_during_a_fetch_is_a_typed_error_naming_the_topic():
+    consumer = ScriptedConsumer([[msg(0)], [event(KafkaError.TOPIC_AUTHORIZATION_FAILED, 1)]])
+    pool = FakePool([consumer])
+    with pytest.raises(KafkaAuthorizationError,
+                       match=r"reading topic 'orders' partition 0: not authorized on topic "
+                             r"'orders' \(TOPIC_AUTHORIZATION_FAILED\).*READ"):
+        list(fetch_range(task(0, 5), pool=pool))
+    assert consumer.closed and pool.idle_count() == 0
+
+
+def test_fatal_consumer_error_fails_the_range_with_secrets_redacted():
+    fatal = Message(topic=T, partition=0, offset=-1,
+                    error=KafkaError(KafkaError._FATAL, "fenced; password hunter22", fatal=True))
+    consumer = ScriptedConsumer([[msg(0), fatal, msg(1)]])
+    pool = FakePool([consumer])
+    t = FetchTask(T, 0, 0, 5, CONF + (("sasl.password", "hunter22"),), 200, True, False)
+    with pytest.raises(KafkaProtocolError,
+                       match="reading topic 'orders' partition 0: .*fenced") as e:
+        list(fetch_range(t, pool=pool))
+    assert "hunter22" not in str(e.value)
+    assert consumer.closed and pool.idle_count() == 0
+
+
+def test_repeated_out_of_range_answers_are_bounded():
+    from txkafka.connector.arrow_fetcher import _MAX_RESETS
+
+    def run(resets):
+        # The broker answers out of range at 5 although its log holds [0, 100).
+        script = [[event(KafkaError._AUTO_OFFSET_RESET, 5)] for _ in range(resets)]
+        consumer = ScriptedConsumer(script + [[msg(5), msg(6)]], watermarks=(0, 100))
+        return consumer, list(fetch_range(task(5, 7), pool=FakePool([consumer])))
+
+    # Up to _MAX_RESETS: re-assigned at the same offset each time, then reads on.
+    consumer, batches = run(_MAX_RESETS)
+    assert offsets_of(batches) == [5, 6]
+    assert consumer.assigned == [[(T, 0, 5)]] * (_MAX_RESETS + 1)
+    with pytest.raises(KafkaProtocolError,
+                       match=r"from offset 5: the broker kept answering 'offset out of range' "
+                             r"although the partition holds \[0, 100\)"):
+        run(_MAX_RESETS + 1)
+
+
+def test_next_range_served_only_from_records_kept_by_the_pooled_consumer():
+    # The first fetch brought 0-7 although the first range is [0, 3).
+    consumer = ScriptedConsumer([[msg(i) for i in range(8)], [msg(8), msg(9)]])
+    pool = FakePool([consumer])
+    assert offsets_of(fetch_range(task(0, 3), pool=pool)) == [0, 1, 2]
+    # [3, 8) is exactly what it kept: served without a fetch (nothing past 7 exists yet, so
+    # waiting for more would stall) and without duplicates.
+    assert offsets_of(fetch_range(task(3, 8), pool=pool)) == [3, 4, 5, 6, 7]
+    assert len(consumer.script) == 1
+    # Fetching goes on right after the last kept record: no gap, no duplicate.
+    assert offsets_of(fetch_range(task(8, 10), pool=pool)) == [8, 9]
+    assert pool.created == 1
+    assert consumer.assigned == [[(T, 0, 0)], [(T, 0, 8)], [(T, 0, 8)]]
