@@ -466,6 +466,15 @@ class _RangeReader:
             self._out_of_range()
             return
         if code in _GONE:
+            if not self._confirmed_gone():
+                # librdkafka declares a partition gone on one metadata answer, and a broker out of
+                # sync (restarting, leader moving) can answer "unknown topic" for a live topic
+                # (librdkafka #4401). Read on from pos; if nothing comes, _stalled() bounds it.
+                log.info("reading %s: %s, but the cluster still lists the partition; reading on "
+                         "from offset %d", self._where(), redact_text(str(err), self.conf),
+                         self.pos)
+                self._reassign(self.pos)
+                return
             report_data_loss(
                 f"{self._where()} was deleted while offsets [{self.pos}, {self.task.end}) were "
                 "being read", self.task.fail_on_data_loss)
@@ -481,6 +490,17 @@ class _RangeReader:
                 f"reading {self._where()}: {redact_text(str(err), self.conf)}")
         # Transient (broker down, leader moving): librdkafka retries by itself.
         log.debug("reading %s: %s", self._where(), redact_text(str(err), self.conf))
+
+    def _confirmed_gone(self) -> bool:
+        """A fresh metadata request (not librdkafka's cache) says the partition does not exist."""
+        topic = self.task.topic
+        try:
+            t = self.pc.consumer.list_topics(topic, timeout=_WATERMARK_TIMEOUT_S).topics.get(topic)
+        except Exception:  # noqa: BLE001 - no answer confirms nothing; a stall is diagnosed later
+            return False
+        if t is None or (t.error is not None and t.error.code() in _GONE):
+            return True
+        return t.error is None and self.task.partition not in t.partitions
 
     def _watermarks(self) -> tuple[int, int]:
         low, high = self.pc.consumer.get_watermark_offsets(self.tp, timeout=_WATERMARK_TIMEOUT_S,
