@@ -61,6 +61,7 @@ SCHEMA_WITH_HEADERS = pa.schema(_BASE_FIELDS + [pa.field("headers", HEADERS_TYPE
 
 CONSUME_BATCH = 10_000      # messages per Consumer.consume() call
 BATCH_ROWS = 10_000         # rows per RecordBatch handed to Spark
+BATCH_BYTES = 64 << 20      # ... or fewer, once their keys and values reach about this size
 _POLL_SLICE_S = 0.5         # one consume() wait; the stall budget is pollTimeoutMs overall
 _WATERMARK_TIMEOUT_S = 10.0
 _MAX_RESETS = 5
@@ -310,15 +311,15 @@ atexit.register(POOL.close_all)
 # ---- reading a range -------------------------------------------------------------------------
 
 
-def fetch_range(task: FetchTask, pool: ConsumerPool = POOL,
-                batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+def fetch_range(task: FetchTask, pool: ConsumerPool = POOL, batch_rows: int = BATCH_ROWS,
+                batch_bytes: int = BATCH_BYTES) -> Iterator[pa.RecordBatch]:
     """Yield the committed records of [task.start, task.end) as RecordBatches, in offset order."""
     if task.end <= task.start:
         return
     pc = pool.acquire(task)
     reusable = False
     try:
-        yield from _RangeReader(task, pc, batch_rows).run()
+        yield from _RangeReader(task, pc, batch_rows, batch_bytes).run()
         reusable = True
     finally:
         pool.release(pc, reusable)
@@ -338,11 +339,22 @@ def _next_messages(consumer: Consumer, wait: float) -> list[Message]:
     return [first] + consumer.consume(num_messages=CONSUME_BATCH - 1, timeout=0)
 
 
+def _estimated_bytes(msgs: list[Message]) -> int:
+    """Keys and values of ``msgs``, from a few of them: O(1) per chunk, so 10,000 rows of 1 MB
+    values are not held (10 GB) before a batch goes out, at no per-record cost."""
+    n = len(msgs)
+    sample = [msgs[i] for i in {0, n // 3, (2 * n) // 3, n - 1}]
+    per_row = sum(len(m.value() or b"") + len(m.key() or b"") for m in sample) / len(sample)
+    return int(per_row * n)
+
+
 class _RangeReader:
-    def __init__(self, task: FetchTask, pc: PooledConsumer, batch_rows: int) -> None:
+    def __init__(self, task: FetchTask, pc: PooledConsumer, batch_rows: int,
+                 batch_bytes: int = BATCH_BYTES) -> None:
         self.task = task
         self.pc = pc
         self.batch_rows = batch_rows
+        self.batch_bytes = batch_bytes
         self.pos = task.start  # next offset this range still needs
         self.done = False
         self.resets = 0
@@ -355,7 +367,7 @@ class _RangeReader:
     def run(self) -> Iterator[pa.RecordBatch]:
         task, consumer = self.task, self.pc.consumer
         chunks: list[tuple[list[Message], np.ndarray]] = []
-        buffered = 0
+        buffered = buffered_bytes = 0
         stall_budget = task.poll_timeout_ms / 1000.0
         last_progress = time.monotonic()
         pending, self.pc.pending = self.pc.pending, []
@@ -374,11 +386,13 @@ class _RangeReader:
             if data:
                 chunks.append((data, offsets))
                 buffered += len(data)
+                buffered_bytes += _estimated_bytes(data)
             if data or self.done:
                 last_progress = time.monotonic()
-            if buffered >= self.batch_rows or (self.done and buffered):
+            if (buffered >= self.batch_rows or buffered_bytes >= self.batch_bytes
+                    or (self.done and buffered)):
                 yield from self._flush(chunks)
-                chunks, buffered = [], 0
+                chunks, buffered, buffered_bytes = [], 0, 0
         # A range ended by _stalled() (data loss under failOnDataLoss=false) still returns the
         # records it read before.
         yield from self._flush(chunks)

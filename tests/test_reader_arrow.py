@@ -249,6 +249,18 @@ def test_fetch_task_pickles_and_hides_secrets():
     assert pickle.loads(pickle.dumps(t)) == t
 
 
+def test_large_values_go_out_in_batches_bounded_by_bytes_not_only_rows():
+    # 1 KB values, a 4 KB budget: batches of about 4 rows, not one batch of all of them.
+    big = [[msg(i, value=b"x" * 1000) for i in range(j, j + 3)] for j in range(0, 12, 3)]
+    consumer = ScriptedConsumer([*big, [eof(12)]])
+    batches = list(fetch_range(task(0, 12), pool=FakePool([consumer]), batch_bytes=4000))
+    assert offsets_of(batches) == list(range(12))
+    assert [b.num_rows for b in batches] == [6, 6]  # flushed once two 3 KB chunks passed 4 KB
+    small = ScriptedConsumer([[msg(i) for i in range(12)], [eof(12)]])
+    assert [b.num_rows for b in fetch_range(task(0, 12), pool=FakePool([small]),
+                                            batch_bytes=4000)] == [12]
+
+
 def test_records_read_before_a_stall_that_ends_the_range_are_not_dropped():
     # [8, 12) planned, but the log now ends at 10 (re-created topic, unclean election): 8 and 9
     # are readable and must be returned; only [10, 12) is reported lost (failOnDataLoss=false).
