@@ -61,6 +61,14 @@ def validate_input_schema(fields: dict[str, str], topic_option: str | None) -> S
     short, byte, headers (array<struct<key:string,value:binary>>), or anything else.
     """
     cols = {k.lower(): v for k, v in fields.items()}
+    roles = ("value", "key", "partition", "headers") + (("topic",) if topic_option is None else ())
+    for role in roles:
+        same = [k for k in fields if k.lower() == role]
+        if len(same) > 1:
+            # The check and the tasks could otherwise read different columns.
+            raise KafkaConfigError(
+                f"columns {same} all name the sink's '{role}' column (names are matched without "
+                "regard to case); keep one, or rename the others")
     if "value" not in cols:
         raise KafkaConfigError(
             "the txkafka sink needs a 'value' column (string or binary); found columns "

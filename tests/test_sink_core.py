@@ -101,6 +101,13 @@ def test_schema_rules():
         validate_input_schema({"value": "int"}, "t")
     with pytest.raises(KafkaConfigError, match="headers"):
         validate_input_schema({"value": "string", "headers": "map<string,string>"}, "t")
+    # Two columns for one role (matched without regard to case): the tasks could read the other.
+    with pytest.raises(KafkaConfigError, match=r"columns \['value', 'VALUE'\] all name"):
+        validate_input_schema({"value": "binary", "VALUE": "int"}, "t")
+    with pytest.raises(KafkaConfigError, match="'key' column"):
+        validate_input_schema({"value": "binary", "Key": "string", "KEY": "binary"}, "t")
+    assert not validate_input_schema({"value": "binary", "topic": "int", "Topic": "string"},
+                                     "t").has_topic  # the option set: the columns are not read
 
 
 # ----------------------------------------------------------------------------- ids
