@@ -142,9 +142,25 @@ def kafka_jars(progress: Progress = _stderr_progress, version: str = KAFKA_VERSI
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports: all held open until all are chosen, so none is handed out twice."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+# Another process can take a chosen port before the broker binds it (ports are picked, then
+# released, then bound by the JVM): such a start is retried on new ports.
+_PORT_TAKEN = "Address already in use"
+_START_ATTEMPTS = 3
 
 
 def _random_cluster_id() -> str:
@@ -310,15 +326,31 @@ class EmbeddedKafka:
             return self.bootstrap_servers
         self.stop(quiet=True)
         lib = kafka_jars(self.progress)
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                return self._start_once(lib, timeout)
+            except EmbeddedKafkaError as e:
+                if attempt == _START_ATTEMPTS or _PORT_TAKEN not in str(e):
+                    raise
+                self.progress(f"a chosen port was taken by another process before the broker "
+                              f"bound it; starting again on new ports ({attempt + 1}/"
+                              f"{_START_ATTEMPTS})")
+                self.stop(quiet=True, graceful=False)  # its data is discarded anyway
+        raise AssertionError("unreachable")
+
+    def _start_once(self, lib: Path, timeout: float) -> str:
         if self.root.exists():
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
         self.node_infos = []
+        per_node = 2 + len(self.listeners)
+        ports = free_ports(per_node * self.nodes)
         for i in range(1, self.nodes + 1):
             d = self.root / f"node{i}"
             (d / "logs").mkdir(parents=True)
-            extra = {lname: free_port() for lname in self.listeners}
-            self.node_infos.append(NodeInfo(i, free_port(), free_port(), str(d), None, extra))
+            mine = ports[(i - 1) * per_node: i * per_node]
+            extra = dict(zip(self.listeners, mine[2:]))
+            self.node_infos.append(NodeInfo(i, mine[0], mine[1], str(d), None, extra))
         cluster_id = _random_cluster_id()
         for node in self.node_infos:
             node.config_path.write_text(self._server_properties(node))
