@@ -214,19 +214,17 @@ _IGNORED_HINTS = {"request.timeout.ms": " (the consumer's request time-out is "
                                         "kafka.socket.timeout.ms)"}
 
 
-class _CollectedLog:
+class _CollectedLog(logging.Handler):
     """A private logger whose records (librdkafka's log lines) are kept, not printed."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.messages: list[str] = []
         self.logger = logging.Logger("txkafka.config-check")  # unregistered: no global state
-        collected = self.messages
+        self.logger.addHandler(self)
 
-        class _Keep(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                collected.append(record.getMessage())
-
-        self.logger.addHandler(_Keep())
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
 
 
 def _reject_ignored_properties(messages: list[str], conf: Mapping[str, object],

@@ -125,19 +125,14 @@ def _headers_list(arr: pa.Array | None, n: int) -> list:
     # The struct's field names match case-insensitively, as in the schema check at start.
     names = {f.name.lower(): f.name for f in arr.type.value_type}
     key, value = names["key"], names["value"]
-    out = []
-    for row in arr.to_pylist():
-        if not row:
-            out.append(None)
-            continue
-        if any(h is None or h[key] is None for h in row):
-            # confluent-kafka would write the header name "None"; Spark's sink fails the task too.
-            raise KafkaConfigError(
-                "a row's 'headers' column holds a header with a null key (or a null header); "
-                "every header needs a string key"
-            )
-        out.append([(h[key], h[value]) for h in row])
-    return out
+    every = arr.flatten()  # all the batch's headers, one struct each: checked once, not per row
+    if every.null_count or every.field(key).null_count:
+        # confluent-kafka would write the header name "None"; Spark's sink fails the task too.
+        raise KafkaConfigError(
+            "a row's 'headers' column holds a header with a null key (or a null header); "
+            "every header needs a string key"
+        )
+    return [None if not row else [(h[key], h[value]) for h in row] for row in arr.to_pylist()]
 
 
 _INT_MAX = 2**31 - 1
