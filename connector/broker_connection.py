@@ -79,6 +79,8 @@ class SecurityConfig:
     ssl_key_location: str | None = None
     ssl_key_pem: str | None = field(default=None, repr=False)
     ssl_key_password: str | None = field(default=None, repr=False)
+    ssl_keystore_location: str | None = None
+    ssl_keystore_password: str | None = field(default=None, repr=False)
     verify_certificate: bool = True
     check_hostname: bool = True
 
@@ -105,16 +107,19 @@ class SecurityConfig:
             raise KafkaConfigError(
                 f"security.protocol {protocol} needs kafka.sasl.username and kafka.sasl.password"
             )
-        if protocol in ("SSL", "SASL_SSL") and get("ssl.keystore.location"):
-            # librdkafka would use it, this client cannot (Python's ssl reads PEM only): refuse
-            # rather than connect without the client certificate.
-            raise KafkaConfigError(
-                "kafka.ssl.keystore.location (PKCS#12) is not supported by the driver's transaction "
-                "client: give the client certificate and key as PEM instead, with "
-                "kafka.ssl.certificate.location and kafka.ssl.key.location (convert with: openssl "
-                "pkcs12 -in keystore.p12 -clcerts -nokeys -out cert.pem; openssl pkcs12 -in "
-                "keystore.p12 -nocerts -out key.pem)"
-            )
+        if get("ssl.keystore.location"):
+            # One identity for the tasks and the driver: librdkafka loads both and the keystore
+            # silently wins, which this client would have to mirror; refuse the ambiguity instead.
+            pem_opts = [f"kafka.{k}" for k in ("ssl.certificate.location", "ssl.certificate.pem",
+                                               "ssl.key.location", "ssl.key.pem") if get(k)]
+            if pem_opts:
+                raise KafkaConfigError(
+                    f"kafka.ssl.keystore.location and {', '.join(pem_opts)} both give the client "
+                    "certificate; set one: the PKCS#12 keystore, or the PEM certificate and key")
+            if get("ssl.keystore.password") is None:
+                raise KafkaConfigError(
+                    "kafka.ssl.keystore.location needs kafka.ssl.keystore.password (librdkafka "
+                    "requires it too; a keystore without a password takes an empty one)")
         verify = (get("enable.ssl.certificate.verification") or "true").lower() != "false"
         algo = get("ssl.endpoint.identification.algorithm")
         check_host = verify and (algo is None or algo.lower() == "https")
@@ -130,6 +135,8 @@ class SecurityConfig:
             ssl_key_location=get("ssl.key.location"),
             ssl_key_pem=get("ssl.key.pem"),
             ssl_key_password=get("ssl.key.password"),
+            ssl_keystore_location=get("ssl.keystore.location"),
+            ssl_keystore_password=get("ssl.keystore.password"),
             verify_certificate=verify,
             check_hostname=check_host,
         )
@@ -164,9 +171,65 @@ class SecurityConfig:
             ctx.verify_mode = ssl.CERT_NONE
         else:
             ctx.check_hostname = self.check_hostname
-        if self.ssl_certificate_location or self.ssl_certificate_pem:
+        if self.ssl_keystore_location:
+            self._load_keystore(ctx)
+        elif self.ssl_certificate_location or self.ssl_certificate_pem:
             self._load_client_cert(ctx)
         return ctx
+
+    def _load_keystore(self, ctx: ssl.SSLContext) -> None:
+        """The client certificate from a PKCS#12 keystore, as librdkafka reads it.
+
+        Python's ssl loads PEM files only, so the keystore's certificate chain and key go through
+        0600 temporary files removed at once; the key is written encrypted under a one-time
+        passphrase, never in the clear.
+        """
+        from cryptography.hazmat.primitives.serialization import (
+            BestAvailableEncryption, Encoding, PrivateFormat, pkcs12)
+
+        loc = self.ssl_keystore_location
+        assert loc is not None
+        try:
+            with open(loc, "rb") as fh:
+                data = fh.read()
+        except OSError as e:
+            raise KafkaConfigError(
+                f"could not read kafka.ssl.keystore.location={loc!r}: {e.strerror or e}") from None
+        password = self.ssl_keystore_password or ""
+        try:
+            key, cert, chain = pkcs12.load_key_and_certificates(data, password.encode("utf-8"))
+        except (ValueError, TypeError):
+            raise KafkaConfigError(
+                f"could not open the PKCS#12 keystore kafka.ssl.keystore.location={loc!r}: the "
+                "file is not PKCS#12 (a Java JKS keystore? convert it with keytool "
+                "-importkeystore -deststoretype PKCS12) or kafka.ssl.keystore.password is not its "
+                "password") from None
+        if key is None or cert is None:
+            raise KafkaConfigError(
+                f"the keystore kafka.ssl.keystore.location={loc!r} holds no "
+                f"{'private key' if key is None else 'certificate'} for the client; it needs the "
+                "client's certificate and its key (a trust store goes in kafka.ssl.ca.location)")
+        one_time = secrets.token_hex(16)
+        chain_pem = b"".join(c.public_bytes(Encoding.PEM) for c in [cert, *(chain or [])])
+        key_pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8,
+                                    BestAvailableEncryption(one_time.encode("ascii")))
+        names: list[str] = []
+        try:
+            for pem in (chain_pem, key_pem):
+                fd, name = tempfile.mkstemp(prefix="txkafka-", suffix=".pem")
+                names.append(name)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(pem)
+            try:
+                ctx.load_cert_chain(names[0], names[1], password=one_time)
+            except (ssl.SSLError, OSError) as e:
+                raise KafkaConfigError(
+                    f"could not use the client certificate of kafka.ssl.keystore.location={loc!r}: "
+                    f"{type(e).__name__}: {e.args[-1] if e.args else e}") from None
+        finally:
+            for name in names:
+                with contextlib.suppress(OSError):
+                    os.unlink(name)
 
     def _load_client_cert(self, ctx: ssl.SSLContext) -> None:
         # ssl.load_cert_chain reads files only: inline PEMs go through 0600 temp files, removed at once.

@@ -19,14 +19,6 @@ KAFKA_PREFIX = "kafka."
 
 # Java client keys with no librdkafka key of the same name: what to use instead.
 _JAVA_ONLY: dict[str, str] = {
-    "ssl.truststore.location": "kafka.ssl.ca.location (a PEM file of the CA certificates)",
-    "ssl.truststore.password": "kafka.ssl.ca.location (PEM needs no password)",
-    "ssl.truststore.type": "kafka.ssl.ca.location (PEM)",
-    "ssl.truststore.certificates": "kafka.ssl.ca.pem",
-    "ssl.keystore.type": "kafka.ssl.keystore.location (PKCS#12) or kafka.ssl.certificate.location "
-                         "+ kafka.ssl.key.location (PEM)",
-    "ssl.keystore.certificate.chain": "kafka.ssl.certificate.pem",
-    "ssl.keystore.key": "kafka.ssl.key.pem",
     "ssl.key.password.location": "kafka.ssl.key.password",
     "ssl.protocol": "nothing: librdkafka negotiates the highest TLS version both sides support",
     "ssl.enabled.protocols": "nothing: librdkafka negotiates the highest TLS version both sides "
@@ -56,6 +48,19 @@ _JAVA_ONLY: dict[str, str] = {
     "metric.reporters": "nothing: Java metric reporters cannot run in librdkafka",
     "auto.include.jmx.reporter": "nothing: librdkafka has no JMX; see kafka.statistics.interval.ms",
     "default.api.timeout.ms": "kafka.socket.timeout.ms / fetchOffset.retryIntervalMs",
+}
+
+# Java's key and trust store settings (KIP-651 PEM stores included): translated where librdkafka has
+# the same thing (see _translate_stores), refused with the conversion to make otherwise.
+_STORE_KEYS = frozenset({
+    "ssl.keystore.type", "ssl.truststore.type", "ssl.truststore.location",
+    "ssl.truststore.password", "ssl.truststore.certificates", "ssl.keystore.certificate.chain",
+    "ssl.keystore.key",
+})
+_STORE_RENAMES = {
+    "ssl.truststore.certificates": "ssl.ca.pem",
+    "ssl.keystore.certificate.chain": "ssl.certificate.pem",
+    "ssl.keystore.key": "ssl.key.pem",
 }
 
 # Java names librdkafka knows under another name with the same meaning: renamed, so the checks
@@ -108,6 +113,7 @@ def kafka_client_config(
     """
     conf: dict[str, str] = {}
     jaas: dict[str, str] = {}
+    stores: dict[str, str] = {}
     owned_all = {**_OWNED_COMMON, **(owned or {})}
     for raw_key, value in options.items():
         key = str(raw_key)
@@ -124,6 +130,9 @@ def kafka_client_config(
             )
         if lname == "sasl.jaas.config":
             jaas = parse_jaas_config(str(value))  # merged below, whatever the options' order
+            continue
+        if lname in _STORE_KEYS:
+            stores[lname] = str(value)  # translated below, whatever the options' order
             continue
         if lname in _RENAMED:
             target = _RENAMED[lname]
@@ -145,6 +154,14 @@ def kafka_client_config(
                 f"options 'kafka.sasl.jaas.config' and 'kafka.{key}' both set the SASL "
                 f"{key.split('.')[-1]} and disagree; keep one")
         conf[key] = value
+    for key, value in _translate_stores(stores, conf).items():
+        if key in conf and conf[key] != value:
+            java = next(k for k, v in {**_STORE_RENAMES, "ssl.truststore.location": "ssl.ca.location"
+                                       }.items() if v == key)
+            raise KafkaConfigError(
+                f"options 'kafka.{java}' and 'kafka.{key}' are the same setting for librdkafka and "
+                "disagree; keep one")
+        conf[key] = value
     for req in required:
         if not str(conf.get(req) or "").strip():
             raise KafkaConfigError(
@@ -152,6 +169,54 @@ def kafka_client_config(
                 f"option(\"kafka.{req}\", \"host1:9092,host2:9092\"))"
             )
     return conf
+
+
+def _translate_stores(stores: Mapping[str, str], conf: Mapping[str, str]) -> dict[str, str]:
+    """Java's store settings as librdkafka settings, or a KafkaConfigError with the conversion.
+
+    librdkafka reads a client keystore as PKCS#12 (``ssl.keystore.location``) or PEM
+    (``ssl.certificate.*``/``ssl.key.*``) and CA certificates as PEM only; Java's PEM stores
+    (KIP-651) are those same PEM settings under other names.
+    """
+    out = {_STORE_RENAMES[k]: v for k, v in stores.items() if k in _STORE_RENAMES}
+    ks_type = stores.get("ssl.keystore.type", "").strip().upper()
+    if ks_type == "JKS":
+        raise KafkaConfigError(
+            "kafka.ssl.keystore.type=JKS: librdkafka reads PKCS#12 keystores, not Java's JKS. "
+            "Convert once (keytool -importkeystore -srckeystore keystore.jks -destkeystore "
+            "keystore.p12 -deststoretype PKCS12), then set kafka.ssl.keystore.location to the .p12 "
+            "file and drop kafka.ssl.keystore.type (or set it to PKCS12)")
+    if ks_type == "PEM" and conf.get("ssl.keystore.location"):
+        raise KafkaConfigError(
+            "kafka.ssl.keystore.type=PEM with kafka.ssl.keystore.location: librdkafka's keystore "
+            "is PKCS#12; give the PEM certificate and key as kafka.ssl.certificate.location and "
+            "kafka.ssl.key.location instead")
+    if ks_type not in ("", "PKCS12", "PEM"):
+        raise KafkaConfigError(
+            f"kafka.ssl.keystore.type={stores['ssl.keystore.type']!r} is not PKCS12 or PEM, the "
+            "keystore formats librdkafka reads: set kafka.ssl.keystore.location to a PKCS#12 file, "
+            "or kafka.ssl.certificate.location and kafka.ssl.key.location to PEM files")
+    ts_type = stores.get("ssl.truststore.type", "").strip().upper()
+    if ts_type not in ("", "JKS", "PKCS12", "PEM"):
+        raise KafkaConfigError(
+            f"kafka.ssl.truststore.type={stores['ssl.truststore.type']!r} is not JKS, PKCS12 or PEM; "
+            "librdkafka reads CA certificates as PEM: set kafka.ssl.ca.location to a PEM file")
+    loc = stores.get("ssl.truststore.location")
+    if loc is not None and ts_type != "PEM":
+        raise KafkaConfigError(
+            f"kafka.ssl.truststore.location is a {ts_type or 'JKS'} trust store (Java's default "
+            "type is JKS); librdkafka reads CA certificates as PEM. Export them once (keytool "
+            "-exportcert -rfc -keystore truststore.jks -alias <ca> -file ca.pem, or openssl pkcs12 "
+            "-in truststore.p12 -nokeys -out ca.pem), then set kafka.ssl.ca.location to ca.pem "
+            "(or kafka.ssl.truststore.type=PEM with kafka.ssl.truststore.location=ca.pem)")
+    if "ssl.truststore.password" in stores:
+        raise KafkaConfigError(
+            "kafka.ssl.truststore.password: librdkafka reads CA certificates from PEM, which has "
+            "no password; remove it (kafka.ssl.ca.location or kafka.ssl.truststore.location with "
+            "kafka.ssl.truststore.type=PEM names the CA file)")
+    if loc is not None:
+        out["ssl.ca.location"] = loc
+    return out
 
 
 _BACKTICKED = re.compile(r"`([A-Za-z0-9._]+)`")

@@ -68,6 +68,7 @@ class PkiError(RuntimeError):
 class ClientCert:
     cert: Path
     key: Path  # PKCS#8, encrypted with Pki.key_password
+    keystore: Path  # PKCS#12: the key, the certificate and the CA; password Pki.keystore_password
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class Pki:
     broker_keystore: Path  # PKCS#8 key + certificate chain (Kafka's PEM keystore file format)
     clients: dict[str, ClientCert]
     key_password: str
+    keystore_password: str
 
 
 def _openssl(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
@@ -132,7 +134,17 @@ def _signed_cert(directory: Path, ca_key: Path, ca_cert: Path, name: str, subjec
     return key, cert
 
 
-def make_pki(directory: Path, users: Iterable[str], key_password: str) -> Pki:
+def _pkcs12(directory: Path, key: Path, cert: Path, ca: Path, out: Path, key_password: str,
+            keystore_password: str) -> None:
+    """A client keystore as Java's keytool and librdkafka read it (AES, PBKDF2)."""
+    _openssl(["pkcs12", "-export", "-inkey", str(key), "-in", str(cert), "-certfile", str(ca),
+              "-name", "client", "-out", str(out), "-passin", f"env:{_PW_ENV}",
+              "-passout", f"env:{_PW_ENV}_OUT"],
+             directory, {_PW_ENV: key_password, f"{_PW_ENV}_OUT": keystore_password})
+
+
+def make_pki(directory: Path, users: Iterable[str], key_password: str,
+             keystore_password: str) -> Pki:
     """A CA, a broker certificate for 127.0.0.1/localhost, and one client certificate per user."""
     if shutil.which("openssl") is None:
         raise PkiError("the openssl command is needed to make test certificates "
@@ -157,11 +169,13 @@ def make_pki(directory: Path, users: Iterable[str], key_password: str) -> Pki:
             "extendedKeyUsage=clientAuth\n",
             key_password,
         )
-        clients[user] = ClientCert(cert, key)
+        keystore = directory / f"client-{user}.p12"
+        _pkcs12(directory, key, cert, ca, keystore, key_password, keystore_password)
+        clients[user] = ClientCert(cert, key, keystore)
     ca_key.unlink()  # nothing else gets signed
     for p in directory.iterdir():
         p.chmod(0o600)
-    return Pki(directory, ca, other_ca, keystore, clients, key_password)
+    return Pki(directory, ca, other_ca, keystore, clients, key_password, keystore_password)
 
 
 # ------------------------------------------------------------------------------------ cluster
@@ -181,6 +195,7 @@ class SecureKafka:
         self.users = tuple(users)
         self.passwords = {u: _password(u) for u in self.users}
         self.key_password = f"keyPw{secrets.token_hex(12)}"
+        self.keystore_password = f"ksPw{secrets.token_hex(12)}"
         self.progress = progress
         self.pki: Pki | None = None
         self.cluster: EmbeddedKafka | None = None
@@ -192,7 +207,8 @@ class SecureKafka:
     # ----------------------------------------------------------------- start/stop
 
     def start(self, timeout: float = 240.0) -> "SecureKafka":
-        self.pki = make_pki(self.root / "pki", self.users, self.key_password)
+        self.pki = make_pki(self.root / "pki", self.users, self.key_password,
+                            self.keystore_password)
         self.cluster = EmbeddedKafka(
             "secure", 1, root=self.root / "cluster", listeners=dict(LISTENERS),
             extra_config=self._server_config(), format_args=self._scram_format_args(),
@@ -248,13 +264,17 @@ class SecureKafka:
 
     def client_config(self, user: str, protocol: str, mechanism: str | None = None, *,
                       password: str | None = None, ca: Path | str | None = None,
-                      client_cert: bool | None = None) -> dict[str, str]:
+                      client_cert: bool | None = None, keystore: bool = False,
+                      java_truststore: bool = False) -> dict[str, str]:
         """librdkafka settings (as ``kafka.*`` options would give them, prefix stripped).
 
         ``protocol`` is the listener/security protocol; ``mechanism`` is needed for SASL.
         ``password`` and ``ca`` override the right ones (for failure tests); ``client_cert`` adds
         the user's certificate and encrypted key (default: only on the SSL listener, where it is the
-        identity).
+        identity). ``keystore`` gives the certificate as the user's PKCS#12 keystore instead of
+        PEM files; ``java_truststore`` names the CA with Java's keys (``ssl.truststore.type=PEM``,
+        ``ssl.truststore.location``) and adds ``ssl.keystore.type=PKCS12``, as a query moved
+        over from Spark's ``kafka`` format would (Spark options only: txkafka translates them).
         """
         assert self.pki is not None, "start() first"
         protocol = protocol.upper()
@@ -268,10 +288,20 @@ class SecureKafka:
                 "sasl.password": self.passwords[user] if password is None else password,
             })
         if protocol in ("SSL", "SASL_SSL"):
-            conf["ssl.ca.location"] = str(ca or self.pki.ca)
+            if java_truststore:
+                conf.update({"ssl.truststore.type": "PEM",
+                             "ssl.truststore.location": str(ca or self.pki.ca)})
+            else:
+                conf["ssl.ca.location"] = str(ca or self.pki.ca)
             conf["ssl.endpoint.identification.algorithm"] = "https"
             if client_cert if client_cert is not None else protocol == "SSL":
                 cc = self.pki.clients[user]
+                if keystore:
+                    conf.update({"ssl.keystore.location": str(cc.keystore),
+                                 "ssl.keystore.password": self.pki.keystore_password})
+                    if java_truststore:
+                        conf["ssl.keystore.type"] = "PKCS12"
+                    return conf
                 conf.update({
                     "ssl.certificate.location": str(cc.cert),
                     "ssl.key.location": str(cc.key),
@@ -298,7 +328,7 @@ class SecureKafka:
 
     def secret_values(self) -> list[str]:
         """Every secret a client of this cluster might hold: for hygiene greps."""
-        return [*self.passwords.values(), self.key_password]
+        return [*self.passwords.values(), self.key_password, self.keystore_password]
 
     # ----------------------------------------------------------------------- ACLs
 

@@ -165,6 +165,43 @@ def test_driver_commits_the_task_transaction(secure_kafka, reader_groups, protoc
     assert sorted(r.value for r in reader.read_all(topic)) == sorted(values)
 
 
+def test_pkcs12_keystore_identifies_the_writer_to_tasks_and_driver(secure_kafka, reader_groups):
+    """The client certificate as a PKCS#12 keystore (kafka.ssl.keystore.location, what Spark users
+    of mutual TLS hold): librdkafka's producer and the driver's commit client both present it on
+    the SSL listener, where it is the principal; a wrong keystore password is a config error that
+    names the option and not the password."""
+    sk = secure_kafka
+    topic = sk.admin_target.create_topic(unique("sec-p12"), partitions=2)
+    prefix = unique("sink-p12")
+    sk.grant_writer("writer", topic, prefix)
+    sk.grant_reader("reader", topic)
+    writer_conf = sk.client_config("writer", "SSL", keystore=True)
+    assert "ssl.certificate.location" not in writer_conf
+    values = [f"p12-{i}".encode() for i in range(6)]
+    task = PreCommitted(writer_conf, f"{prefix}-p0-a0", topic, values, partitions=2)
+    reader = sk.target("reader", "SSL", keystore=True)
+    assert reader.read_all(topic) == []
+    with TransactionClient(writer_conf, timeout=30) as tc:
+        desc = tc.describe([task.transactional_id])[task.transactional_id]
+        assert desc.state == "Ongoing"
+        assert (desc.producer_id, desc.producer_epoch) == (task.producer_id, task.producer_epoch)
+        assert tc.end_txn(task.transactional_id, task.producer_id, task.producer_epoch,
+                          commit=True) == 0
+    assert sorted(r.value for r in reader.read_all(topic)) == sorted(values)
+
+    wrong = {**writer_conf, "ssl.keystore.password": WRONG_PASSWORD}
+    with TransactionClient(wrong, timeout=10) as tc:
+        err = _raises(KafkaConfigError, tc.describe, [task.transactional_id])
+    assert "kafka.ssl.keystore.password" in str(err)
+    _assert_no_secret(str(err), [*sk.secret_values(), WRONG_PASSWORD])
+    # The same keystore without the certificate's principal behind it: the stranger's keystore is
+    # a valid identity with no ACL, refused by the broker, not by the client.
+    stranger = sk.client_config("stranger", "SSL", keystore=True)
+    with TransactionClient(stranger, timeout=15) as tc:
+        with pytest.raises(KafkaAuthorizationError):
+            tc.describe([task.transactional_id])
+
+
 def test_list_transactions_shows_only_ids_the_principal_may_describe(secure_kafka):
     sk = secure_kafka
     topic = sk.admin_target.create_topic(unique("sec"))

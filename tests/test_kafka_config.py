@@ -87,3 +87,51 @@ def test_client_check_names_the_option_librdkafka_rejects_and_hides_secrets():
     with pytest.raises(KafkaConfigError, match="property 'kafka.no.such.key'"):
         check_client_config({**base, "no.such.key": "1"}, "producer")
     check_client_config({**base, "group.id": "g"}, "consumer")  # valid: no error, no broker needed
+
+
+# ------------------------------------------------------- Java's key and trust store settings
+
+def _cfg(**opts: str) -> dict:
+    return kafka_client_config({"kafka.bootstrap.servers": "h:1",
+                                **{f"kafka.{k}": v for k, v in opts.items()}})
+
+
+def test_pem_trust_store_and_pkcs12_key_store_are_translated():
+    conf = _cfg(**{"ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem",
+                   "ssl.keystore.type": "pkcs12", "ssl.keystore.location": "/ks.p12",
+                   "ssl.keystore.password": "pw"})
+    assert conf == {"bootstrap.servers": "h:1", "ssl.ca.location": "/ca.pem",
+                    "ssl.keystore.location": "/ks.p12", "ssl.keystore.password": "pw"}
+    # KIP-651's inline PEM stores are librdkafka's inline PEM settings.
+    conf = _cfg(**{"ssl.keystore.type": "PEM", "ssl.keystore.certificate.chain": "CERT",
+                   "ssl.keystore.key": "KEY", "ssl.truststore.type": "PEM",
+                   "ssl.truststore.certificates": "CA"})
+    assert conf == {"bootstrap.servers": "h:1", "ssl.certificate.pem": "CERT",
+                    "ssl.key.pem": "KEY", "ssl.ca.pem": "CA"}
+    # Agreeing twice is fine; disagreeing names both options and no value.
+    assert _cfg(**{"ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem",
+                   "ssl.ca.location": "/ca.pem"})["ssl.ca.location"] == "/ca.pem"
+    with pytest.raises(KafkaConfigError, match="'kafka.ssl.keystore.key' and 'kafka.ssl.key.pem'"
+                       ) as info:
+        _cfg(**{"ssl.keystore.key": "KEY-A-secret", "ssl.key.pem": "KEY-B-secret"})
+    assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("opts, needle", [
+    ({"ssl.truststore.location": "/t.jks"}, "JKS trust store"),
+    ({"ssl.truststore.type": "PKCS12", "ssl.truststore.location": "/t.p12"},
+     "openssl pkcs12 -in truststore.p12 -nokeys -out ca.pem"),
+    ({"ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem",
+      "ssl.truststore.password": "x"}, "kafka.ssl.truststore.password"),
+    ({"ssl.truststore.type": "BKS"}, "is not JKS, PKCS12 or PEM"),
+    ({"ssl.keystore.type": "JKS", "ssl.keystore.location": "/k.jks"},
+     "keytool -importkeystore"),
+    ({"ssl.keystore.type": "PEM", "ssl.keystore.location": "/k.pem"},
+     "kafka.ssl.certificate.location and kafka.ssl.key.location"),
+    ({"ssl.keystore.type": "BCFKS"}, "is not PKCS12 or PEM"),
+])
+def test_stores_librdkafka_cannot_read_are_refused_with_the_conversion(opts, needle):
+    with pytest.raises(KafkaConfigError) as info:
+        _cfg(**opts)
+    assert needle in str(info.value)
+    assert "kafka.ssl.ca.location" in str(info.value) or "keystore" in str(info.value)

@@ -173,13 +173,3 @@ def test_authentication_failure_at_the_coordinator_is_raised_not_retried(call):
     # Before the fix these were treated as "coordinator moved" and retried until the timeout.
     assert refusing.calls == 1
     assert time.monotonic() - started < 5
-
-
-def test_pkcs12_keystore_is_refused_by_the_transaction_client_not_ignored():
-    conf = {"security.protocol": "SSL", "ssl.keystore.location": "/ks.p12",
-            "ssl.keystore.password": SECRET}
-    with pytest.raises(KafkaConfigError, match="kafka.ssl.certificate.location") as info:
-        SecurityConfig.from_kafka_config(conf)
-    assert SECRET not in str(info.value)
-    # Without TLS the keystore is irrelevant.
-    SecurityConfig.from_kafka_config({**conf, "security.protocol": "PLAINTEXT"})
