@@ -50,8 +50,8 @@ _JAVA_ONLY: dict[str, str] = {
     "default.api.timeout.ms": "kafka.socket.timeout.ms / fetchOffset.retryIntervalMs",
 }
 
-# Java's key and trust store settings (KIP-651 PEM stores included): translated where librdkafka has
-# the same thing (see _translate_stores), refused with the conversion to make otherwise.
+# Java's key and trust store settings (JKS, PKCS#12, KIP-651's PEM stores): translated into what
+# librdkafka reads (see _translate_stores).
 _STORE_KEYS = frozenset({
     "ssl.keystore.type", "ssl.truststore.type", "ssl.truststore.location",
     "ssl.truststore.password", "ssl.truststore.certificates", "ssl.keystore.certificate.chain",
@@ -154,14 +154,7 @@ def kafka_client_config(
                 f"options 'kafka.sasl.jaas.config' and 'kafka.{key}' both set the SASL "
                 f"{key.split('.')[-1]} and disagree; keep one")
         conf[key] = value
-    for key, value in _translate_stores(stores, conf).items():
-        if key in conf and conf[key] != value:
-            java = next(k for k, v in {**_STORE_RENAMES, "ssl.truststore.location": "ssl.ca.location"
-                                       }.items() if v == key)
-            raise KafkaConfigError(
-                f"options 'kafka.{java}' and 'kafka.{key}' are the same setting for librdkafka and "
-                "disagree; keep one")
-        conf[key] = value
+    _translate_stores(stores, conf)
     for req in required:
         if not str(conf.get(req) or "").strip():
             raise KafkaConfigError(
@@ -171,52 +164,90 @@ def kafka_client_config(
     return conf
 
 
-def _translate_stores(stores: Mapping[str, str], conf: Mapping[str, str]) -> dict[str, str]:
-    """Java's store settings as librdkafka settings, or a KafkaConfigError with the conversion.
+def _translate_stores(stores: Mapping[str, str], conf: dict[str, str]) -> None:
+    """Apply Java's store settings to ``conf`` as librdkafka settings, or raise KafkaConfigError.
 
     librdkafka reads a client keystore as PKCS#12 (``ssl.keystore.location``) or PEM
-    (``ssl.certificate.*``/``ssl.key.*``) and CA certificates as PEM only; Java's PEM stores
-    (KIP-651) are those same PEM settings under other names.
+    (``ssl.certificate.*``/``ssl.key.*``) and CA certificates as PEM only. Java's PEM stores
+    (KIP-651) are those PEM settings under other names; JKS stores, and PKCS#12 trust stores,
+    are read here (connector/java_keystores.py) into librdkafka's inline PEM settings, on the
+    driver and on each executor alike, so the files must exist where Java would need them too.
     """
-    out = {_STORE_RENAMES[k]: v for k, v in stores.items() if k in _STORE_RENAMES}
+    from . import java_keystores
+
+    def put(key: str, value: str, java: str) -> None:
+        if key in conf and conf[key] != value:
+            raise KafkaConfigError(
+                f"options '{java}' and 'kafka.{key}' are the same setting for librdkafka and "
+                "disagree; keep one")
+        conf[key] = value
+
+    for java, key in _STORE_RENAMES.items():
+        if java in stores:
+            put(key, stores[java], f"kafka.{java}")
+
     ks_type = stores.get("ssl.keystore.type", "").strip().upper()
-    if ks_type == "JKS":
+    if ks_type not in ("", "JKS", "PKCS12", "PEM"):
         raise KafkaConfigError(
-            "kafka.ssl.keystore.type=JKS: librdkafka reads PKCS#12 keystores, not Java's JKS. "
-            "Convert once (keytool -importkeystore -srckeystore keystore.jks -destkeystore "
-            "keystore.p12 -deststoretype PKCS12), then set kafka.ssl.keystore.location to the .p12 "
-            "file and drop kafka.ssl.keystore.type (or set it to PKCS12)")
-    if ks_type == "PEM" and conf.get("ssl.keystore.location"):
+            f"kafka.ssl.keystore.type={stores['ssl.keystore.type']!r} is not JKS, PKCS12 or PEM: "
+            "set kafka.ssl.keystore.location to a JKS or PKCS#12 file, or "
+            "kafka.ssl.certificate.location and kafka.ssl.key.location to PEM files")
+    ks_loc = conf.get("ssl.keystore.location")
+    if ks_type == "PEM" and ks_loc:
         raise KafkaConfigError(
-            "kafka.ssl.keystore.type=PEM with kafka.ssl.keystore.location: librdkafka's keystore "
-            "is PKCS#12; give the PEM certificate and key as kafka.ssl.certificate.location and "
-            "kafka.ssl.key.location instead")
-    if ks_type not in ("", "PKCS12", "PEM"):
-        raise KafkaConfigError(
-            f"kafka.ssl.keystore.type={stores['ssl.keystore.type']!r} is not PKCS12 or PEM, the "
-            "keystore formats librdkafka reads: set kafka.ssl.keystore.location to a PKCS#12 file, "
-            "or kafka.ssl.certificate.location and kafka.ssl.key.location to PEM files")
+            "kafka.ssl.keystore.type=PEM with kafka.ssl.keystore.location: give the PEM "
+            "certificate and key as kafka.ssl.certificate.location and kafka.ssl.key.location")
+    # The content decides, as in Java since 9 (keystore.type.compat): a store keytool made and
+    # named .jks is often PKCS#12, which librdkafka reads as it is.
+    if ks_loc and _file_is_jks(ks_loc):
+        pem_set = [f"kafka.{k}" for k in ("ssl.certificate.location", "ssl.certificate.pem",
+                                          "ssl.key.location", "ssl.key.pem") if conf.get(k)]
+        if pem_set:
+            raise KafkaConfigError(
+                f"kafka.ssl.keystore.location and {', '.join(pem_set)} both give the client "
+                "certificate; set one")
+        ident = java_keystores.read_jks_keystore(ks_loc, conf.get("ssl.keystore.password"),
+                                                 conf.get("ssl.key.password"))
+        for key in ("ssl.keystore.location", "ssl.keystore.password", "ssl.key.password"):
+            conf.pop(key, None)
+        conf["ssl.certificate.pem"] = ident.certificate_chain_pem
+        conf["ssl.key.pem"] = ident.key_pem
+
     ts_type = stores.get("ssl.truststore.type", "").strip().upper()
     if ts_type not in ("", "JKS", "PKCS12", "PEM"):
         raise KafkaConfigError(
-            f"kafka.ssl.truststore.type={stores['ssl.truststore.type']!r} is not JKS, PKCS12 or PEM; "
-            "librdkafka reads CA certificates as PEM: set kafka.ssl.ca.location to a PEM file")
-    loc = stores.get("ssl.truststore.location")
-    if loc is not None and ts_type != "PEM":
+            f"kafka.ssl.truststore.type={stores['ssl.truststore.type']!r} is not JKS, PKCS12 or "
+            "PEM; librdkafka reads CA certificates as PEM: set kafka.ssl.ca.location to a PEM file")
+    ts_loc = stores.get("ssl.truststore.location")
+    ts_password = stores.get("ssl.truststore.password")
+    if ts_type == "PEM" and ts_password is not None:
         raise KafkaConfigError(
-            f"kafka.ssl.truststore.location is a {ts_type or 'JKS'} trust store (Java's default "
-            "type is JKS); librdkafka reads CA certificates as PEM. Export them once (keytool "
-            "-exportcert -rfc -keystore truststore.jks -alias <ca> -file ca.pem, or openssl pkcs12 "
-            "-in truststore.p12 -nokeys -out ca.pem), then set kafka.ssl.ca.location to ca.pem "
-            "(or kafka.ssl.truststore.type=PEM with kafka.ssl.truststore.location=ca.pem)")
-    if "ssl.truststore.password" in stores:
+            "kafka.ssl.truststore.password: a PEM trust store has no password (Java refuses one "
+            "too); remove it")
+    if ts_loc is None:
+        if ts_password is not None:
+            raise KafkaConfigError(
+                "kafka.ssl.truststore.password is set without kafka.ssl.truststore.location")
+        return
+    if ts_type == "PEM":
+        put("ssl.ca.location", ts_loc, "kafka.ssl.truststore.location")
+        return
+    if conf.get("ssl.ca.location") or conf.get("ssl.ca.pem"):
         raise KafkaConfigError(
-            "kafka.ssl.truststore.password: librdkafka reads CA certificates from PEM, which has "
-            "no password; remove it (kafka.ssl.ca.location or kafka.ssl.truststore.location with "
-            "kafka.ssl.truststore.type=PEM names the CA file)")
-    if loc is not None:
-        out["ssl.ca.location"] = loc
-    return out
+            "kafka.ssl.truststore.location and kafka.ssl.ca.location/kafka.ssl.ca.pem both give "
+            "the CA certificates; set one")
+    conf["ssl.ca.pem"] = java_keystores.read_truststore(ts_loc, ts_password)
+
+
+def _file_is_jks(path: str) -> bool:
+    """Whether the keystore file is JKS; an unreadable one is left to librdkafka's own error."""
+    from .java_keystores import is_jks
+
+    try:
+        with open(path, "rb") as fh:
+            return is_jks(fh.read(4))
+    except OSError:
+        return False
 
 
 _BACKTICKED = re.compile(r"`([A-Za-z0-9._]+)`")

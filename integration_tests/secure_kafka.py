@@ -69,6 +69,8 @@ class ClientCert:
     cert: Path
     key: Path  # PKCS#8, encrypted with Pki.key_password
     keystore: Path  # PKCS#12: the key, the certificate and the CA; password Pki.keystore_password
+    jks: Path       # the same as a JKS keystore (keytool); store password Pki.keystore_password,
+    #                 key password Pki.key_password (they differ, as Java allows)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Pki:
     clients: dict[str, ClientCert]
     key_password: str
     keystore_password: str
+    truststore_jks: Path   # the CA as a JKS trust store (keytool), password Pki.keystore_password
 
 
 def _openssl(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
@@ -143,6 +146,15 @@ def _pkcs12(directory: Path, key: Path, cert: Path, ca: Path, out: Path, key_pas
              directory, {_PW_ENV: key_password, f"{_PW_ENV}_OUT": keystore_password})
 
 
+def _keytool(args: list[str], cwd: Path) -> None:
+    exe = shutil.which("keytool")
+    if exe is None:
+        raise PkiError("keytool (part of the JDK the broker runs on) is needed for JKS test stores")
+    proc = subprocess.run([exe, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise PkiError(f"keytool {args[0]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+
+
 def make_pki(directory: Path, users: Iterable[str], key_password: str,
              keystore_password: str) -> Pki:
     """A CA, a broker certificate for 127.0.0.1/localhost, and one client certificate per user."""
@@ -171,11 +183,21 @@ def make_pki(directory: Path, users: Iterable[str], key_password: str,
         )
         p12 = directory / f"client-{user}.p12"
         _pkcs12(directory, key, cert, ca, p12, key_password, keystore_password)
-        clients[user] = ClientCert(cert, key, p12)
+        jks = directory / f"client-{user}.jks"
+        # Passwords on keytool's command line: test-only values, in a test-only process.
+        _keytool(["-importkeystore", "-noprompt", "-srckeystore", str(p12), "-srcstoretype",
+                  "PKCS12", "-srcstorepass", keystore_password, "-destkeystore", str(jks),
+                  "-deststoretype", "JKS", "-deststorepass", keystore_password,
+                  "-destkeypass", key_password], directory)
+        clients[user] = ClientCert(cert, key, p12, jks)
+    truststore_jks = directory / "truststore.jks"
+    _keytool(["-importcert", "-noprompt", "-alias", "caroot", "-file", str(ca), "-keystore",
+              str(truststore_jks), "-storetype", "JKS", "-storepass", keystore_password], directory)
     ca_key.unlink()  # nothing else gets signed
     for p in directory.iterdir():
         p.chmod(0o600)
-    return Pki(directory, ca, other_ca, keystore, clients, key_password, keystore_password)
+    return Pki(directory, ca, other_ca, keystore, clients, key_password, keystore_password,
+               truststore_jks)
 
 
 # ------------------------------------------------------------------------------------ cluster
@@ -264,17 +286,18 @@ class SecureKafka:
 
     def client_config(self, user: str, protocol: str, mechanism: str | None = None, *,
                       password: str | None = None, ca: Path | str | None = None,
-                      client_cert: bool | None = None, keystore: bool = False,
+                      client_cert: bool | None = None, keystore: str | None = None,
                       java_truststore: bool = False) -> dict[str, str]:
         """librdkafka settings (as ``kafka.*`` options would give them, prefix stripped).
 
         ``protocol`` is the listener/security protocol; ``mechanism`` is needed for SASL.
         ``password`` and ``ca`` override the right ones (for failure tests); ``client_cert`` adds
         the user's certificate and encrypted key (default: only on the SSL listener, where it is the
-        identity). ``keystore`` gives the certificate as the user's PKCS#12 keystore instead of
-        PEM files; ``java_truststore`` names the CA with Java's keys (``ssl.truststore.type=PEM``,
-        ``ssl.truststore.location``) and adds ``ssl.keystore.type=PKCS12``, as a query moved
-        over from Spark's ``kafka`` format would (Spark options only: txkafka translates them).
+        identity). ``keystore`` ("pkcs12" or "jks") gives the certificate as the user's keystore
+        instead of PEM files; ``java_truststore`` names the CA and the keystore's type with Java's
+        keys as a query moved over from Spark's ``kafka`` format would: with a JKS keystore a JKS
+        trust store, else ``ssl.truststore.type=PEM`` (Spark options only: txkafka translates
+        them; librdkafka reads no JKS).
         """
         assert self.pki is not None, "start() first"
         protocol = protocol.upper()
@@ -288,7 +311,11 @@ class SecureKafka:
                 "sasl.password": self.passwords[user] if password is None else password,
             })
         if protocol in ("SSL", "SASL_SSL"):
-            if java_truststore:
+            if java_truststore and keystore == "jks":
+                conf.update({"ssl.truststore.type": "JKS",
+                             "ssl.truststore.location": str(self.pki.truststore_jks),
+                             "ssl.truststore.password": self.pki.keystore_password})
+            elif java_truststore:
                 conf.update({"ssl.truststore.type": "PEM",
                              "ssl.truststore.location": str(ca or self.pki.ca)})
             else:
@@ -296,12 +323,20 @@ class SecureKafka:
             conf["ssl.endpoint.identification.algorithm"] = "https"
             if client_cert if client_cert is not None else protocol == "SSL":
                 cc = self.pki.clients[user]
-                if keystore:
+                if keystore == "jks":
+                    conf.update({"ssl.keystore.location": str(cc.jks),
+                                 "ssl.keystore.password": self.pki.keystore_password,
+                                 "ssl.key.password": self.pki.key_password})
+                    if java_truststore:
+                        conf["ssl.keystore.type"] = "JKS"
+                    return conf
+                if keystore == "pkcs12":
                     conf.update({"ssl.keystore.location": str(cc.keystore),
                                  "ssl.keystore.password": self.pki.keystore_password})
                     if java_truststore:
                         conf["ssl.keystore.type"] = "PKCS12"
                     return conf
+                assert keystore is None, keystore
                 conf.update({
                     "ssl.certificate.location": str(cc.cert),
                     "ssl.key.location": str(cc.key),

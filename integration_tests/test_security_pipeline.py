@@ -263,21 +263,23 @@ def test_exactly_once_with_separate_least_privileged_principals(spark, secure_ka
     assert all(log.batch_state(b).complete for b in log.batch_ids())
 
 
-def test_exactly_once_over_mutual_tls_with_java_style_pkcs12_keystores(spark, secure_kafka,
-                                                                      tmp_path):
+@pytest.mark.parametrize("stores", ["pkcs12", "jks"])
+def test_exactly_once_over_mutual_tls_with_java_style_stores(spark, secure_kafka, tmp_path,
+                                                             stores):
     """The SSL listener, where the client certificate is the principal, with the options a query
-    moved over from Spark's kafka format carries: ssl.keystore.location/.password (PKCS#12),
-    ssl.keystore.type=PKCS12, ssl.truststore.type=PEM + ssl.truststore.location. The tasks'
-    librdkafka clients and the driver's commit client must present the same identity."""
+    moved over from Spark's kafka format carries: a PKCS#12 keystore with a PEM trust store
+    (ssl.truststore.type=PEM), or JKS key and trust stores made by keytool (ssl.key.password
+    differing from the store's). The tasks' librdkafka clients and the driver's commit client
+    must present the same identity."""
     s = Setup(secure_kafka, records=600, per_txn=150)
     s.grant(verifier=True)
     sk = secure_kafka
     transport = ("kafka.sasl", "kafka.ssl", "kafka.security", "kafka.bootstrap")
     reader = {k: v for k, v in s.reader_options(maxOffsetsPerTrigger="250").items()
               if not k.startswith(transport)}
-    reader.update(sk.kafka_options("reader", "SSL", keystore=True, java_truststore=True))
+    reader.update(sk.kafka_options("reader", "SSL", keystore=stores, java_truststore=True))
     writer = {k: v for k, v in s.writer_options().items() if not k.startswith(transport)}
-    writer.update(sk.kafka_options("writer", "SSL", keystore=True, java_truststore=True))
+    writer.update(sk.kafka_options("writer", "SSL", keystore=stores, java_truststore=True))
     assert "kafka.ssl.keystore.location" in writer and "kafka.ssl.ca.location" not in writer
     ck = str(tmp_path / "ck")
     q = _start(spark, {**s.spec(ck), "reader": reader, "writer": writer})

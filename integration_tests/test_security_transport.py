@@ -175,11 +175,11 @@ def test_pkcs12_keystore_identifies_the_writer_to_tasks_and_driver(secure_kafka,
     prefix = unique("sink-p12")
     sk.grant_writer("writer", topic, prefix)
     sk.grant_reader("reader", topic)
-    writer_conf = sk.client_config("writer", "SSL", keystore=True)
+    writer_conf = sk.client_config("writer", "SSL", keystore="pkcs12")
     assert "ssl.certificate.location" not in writer_conf
     values = [f"p12-{i}".encode() for i in range(6)]
     task = PreCommitted(writer_conf, f"{prefix}-p0-a0", topic, values, partitions=2)
-    reader = sk.target("reader", "SSL", keystore=True)
+    reader = sk.target("reader", "SSL", keystore="pkcs12")
     assert reader.read_all(topic) == []
     with TransactionClient(writer_conf, timeout=30) as tc:
         desc = tc.describe([task.transactional_id])[task.transactional_id]
@@ -196,7 +196,7 @@ def test_pkcs12_keystore_identifies_the_writer_to_tasks_and_driver(secure_kafka,
     _assert_no_secret(str(err), [*sk.secret_values(), WRONG_PASSWORD])
     # The same keystore without the certificate's principal behind it: the stranger's keystore is
     # a valid identity with no ACL, refused by the broker, not by the client.
-    stranger = sk.client_config("stranger", "SSL", keystore=True)
+    stranger = sk.client_config("stranger", "SSL", keystore="pkcs12")
     with TransactionClient(stranger, timeout=15) as tc:
         with pytest.raises(KafkaAuthorizationError):
             tc.describe([task.transactional_id])

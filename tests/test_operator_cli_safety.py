@@ -150,6 +150,31 @@ def test_command_config_line_without_equals_is_refused_without_its_value(tmp_pat
     assert fake.instances == []
 
 
+def test_command_config_takes_kafka_tools_java_properties(tmp_path, fake):
+    # The admin.properties of kafka-acls.sh / kafka-transactions.sh: Java names, translated as a
+    # query's kafka.* options are.
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="admin" password="hunter2-secret";\n'
+        "ssl.truststore.type=PEM\nssl.truststore.location=/etc/kafka/ca.pem\n")
+    assert main(["transactions", "list", "-b", B, "--prefix", "p-", "--command-config",
+                 str(props)]) == 0
+    conf = fake.instances[0].conf
+    assert conf["sasl.username"] == "admin" and conf["sasl.password"] == "hunter2-secret"
+    assert conf["ssl.ca.location"] == "/etc/kafka/ca.pem" and "sasl.jaas.config" not in conf
+
+
+def test_a_setting_librdkafka_cannot_take_is_refused_naming_it(fake):
+    with pytest.raises(SystemExit) as exc:
+        main(["transactions", "list", "-b", B, "--prefix", "p-", "-X",
+              "ssl.truststore.password=hunter2-secret"])
+    message = str(exc.value.code)
+    assert "ssl.truststore.password" in message and "hunter2" not in message
+    assert fake.instances == []
+
+
 @pytest.mark.parametrize("command", [
     ["transactions", "list", "-b", B],
     ["commit-log", "show"],

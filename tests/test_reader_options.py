@@ -143,8 +143,8 @@ def test_owned_kafka_keys_rejected(key):
 
 
 def test_java_only_key_names_librdkafka_equivalent():
-    with pytest.raises(KafkaConfigError, match="kafka.ssl.ca.location"):
-        parse(**{"kafka.ssl.truststore.location": "/t.jks"})
+    with pytest.raises(KafkaConfigError, match="kafka.message.max.bytes"):
+        parse(**{"kafka.max.request.size": "1000"})
 
 
 def test_group_id_and_prefix():

@@ -17,13 +17,18 @@ import sys
 import time
 
 from .connector.secrets_redaction import redact_uri
+from .connector.errors import KafkaConfigError
+from .connector.kafka_config import kafka_client_config
 from .connector.sink_commit_log import SinkCommitLog, SinkIdentity
 from .connector.transactional_id_factory import TransactionalIdFactory
 
 
 def _client_conf(args: argparse.Namespace) -> dict[str, str]:
     """Client settings from ``--command-config`` then ``-X``. A malformed setting is refused, never
-    skipped (a dropped ``security.protocol`` would mean PLAINTEXT); its value is never shown."""
+    skipped (a dropped ``security.protocol`` would mean PLAINTEXT); its value is never shown.
+
+    They go through the same translation as a query's ``kafka.*`` options, so the properties file
+    Kafka's own tools take (``sasl.jaas.config``, JKS or PEM trust stores...) works here too."""
     conf: dict[str, str] = {"bootstrap.servers": args.bootstrap_servers}
     if getattr(args, "command_config", None):
         with open(args.command_config) as fh:
@@ -43,7 +48,11 @@ def _client_conf(args: argparse.Namespace) -> dict[str, str]:
             # Not echoed: "sasl.password:secret" would print the secret.
             raise OperatorError(f"-X setting number {n} is not key=value")
         conf[k.strip()] = v.strip()
-    return conf
+    try:
+        return kafka_client_config({f"kafka.{k}": v for k, v in conf.items()})
+    except KafkaConfigError as e:
+        raise OperatorError(f"client settings (-X / --command-config; the names below without "
+                            f"the 'kafka.' prefix): {e}") from None
 
 
 class OperatorError(SystemExit):
