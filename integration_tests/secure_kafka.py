@@ -169,9 +169,9 @@ def make_pki(directory: Path, users: Iterable[str], key_password: str,
             "extendedKeyUsage=clientAuth\n",
             key_password,
         )
-        keystore = directory / f"client-{user}.p12"
-        _pkcs12(directory, key, cert, ca, keystore, key_password, keystore_password)
-        clients[user] = ClientCert(cert, key, keystore)
+        client_keystore = directory / f"client-{user}.p12"
+        _pkcs12(directory, key, cert, ca, client_keystore, key_password, keystore_password)
+        clients[user] = ClientCert(cert, key, client_keystore)
     ca_key.unlink()  # nothing else gets signed
     for p in directory.iterdir():
         p.chmod(0o600)
