@@ -1,4 +1,5 @@
-"""A blocking connection to one Kafka broker: TLS, SASL (PLAIN, SCRAM-SHA-256/512), API versions.
+"""A blocking connection to one Kafka broker: TLS, SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER),
+API versions.
 
 Why: the sink's driver talks to transaction coordinators directly (EndTxn, DescribeTransactions), so
 it needs a client that honours the same ``kafka.*`` security settings as librdkafka on the data path.
@@ -11,6 +12,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import json
 import os
 import secrets
 import socket
@@ -25,6 +27,13 @@ from typing import Iterator, Mapping
 
 from .errors import KafkaProtocolError, KafkaAuthenticationError, KafkaConfigError
 from .kafka_wire import Reader, Writer, request_header
+from .oauthbearer_token import (
+    CLIENT_ERROR_ACK,
+    OidcClientCredentialsSource,
+    UnsecuredJwtSource,
+    client_first_message,
+    token_source_from_config,
+)
 
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
@@ -32,6 +41,10 @@ SASL_AUTHENTICATE = 36
 
 _SCRAM = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_MECHANISMS = ("PLAIN", *_SCRAM, "OAUTHBEARER")
+# A login whose broker session (KIP-368 connections.max.reauth.ms, or the OAUTHBEARER token's
+# lifetime) is this far through is replaced by a new login before the next request.
+SESSION_RENEW_FRACTION = 0.85
 
 # Cap of one socket operation (connect, TLS handshake, one read): a host that drops packets costs
 # this much per attempt, so retries on other brokers fit in the caller's budget.
@@ -83,6 +96,9 @@ class SecurityConfig:
     ssl_keystore_password: str | None = field(default=None, repr=False)
     verify_certificate: bool = True
     check_hostname: bool = True
+    # OAUTHBEARER: where tokens come from (holds the client secret and the token cache).
+    oauthbearer: UnsecuredJwtSource | OidcClientCredentialsSource | None = field(
+        default=None, repr=False, compare=False)
 
     @classmethod
     def from_kafka_config(cls, conf: Mapping[str, object]) -> "SecurityConfig":
@@ -98,12 +114,16 @@ class SecurityConfig:
                 f"kafka.security.protocol={protocol!r} is not one of {', '.join(_PROTOCOLS)}"
             )
         mech = (get("sasl.mechanism") or get("sasl.mechanisms") or "GSSAPI").upper()
-        if protocol.startswith("SASL") and mech not in ("PLAIN", *_SCRAM):
+        if protocol.startswith("SASL") and mech not in _MECHANISMS:
             raise KafkaConfigError(
                 f"kafka.sasl.mechanism={mech!r}: the transaction client supports PLAIN, "
-                "SCRAM-SHA-256 and SCRAM-SHA-512"
+                "SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER"
             )
-        if protocol.startswith("SASL") and (not get("sasl.username") or get("sasl.password") is None):
+        oauthbearer = None
+        if protocol.startswith("SASL") and mech == "OAUTHBEARER":
+            oauthbearer = token_source_from_config(get)
+        elif protocol.startswith("SASL") and (not get("sasl.username")
+                                              or get("sasl.password") is None):
             raise KafkaConfigError(
                 f"security.protocol {protocol} needs kafka.sasl.username and kafka.sasl.password"
             )
@@ -139,6 +159,7 @@ class SecurityConfig:
             ssl_keystore_password=get("ssl.keystore.password"),
             verify_certificate=verify,
             check_hostname=check_host,
+            oauthbearer=oauthbearer,
         )
 
     @property
@@ -307,6 +328,8 @@ class BrokerConnection:
         self._connect_attempts = 0
         self._connect_error: KafkaProtocolError | None = None
         self.api_versions: dict[int, tuple[int, int]] = {}
+        # time.monotonic() after which the login is renewed (broker session lifetime), or None.
+        self._renew_at: float | None = None
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, {self.security.protocol})"
@@ -389,10 +412,12 @@ class BrokerConnection:
             except (OSError, EOFError) as e:
                 raw.close()
                 raise _tls_handshake_error(e, where) from None
+        started = time.monotonic()
+        session_ms = 0
         try:
             versions = self._negotiate_versions(sock, deadline)
             if self.security.uses_sasl:
-                self._authenticate(sock, versions, deadline)
+                session_ms = self._authenticate(sock, versions, deadline)
         except BaseException:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -404,7 +429,25 @@ class BrokerConnection:
                 raise self._closed_error()
             # Published only now: other threads must not send before ApiVersions and the login.
             self.api_versions = versions
+            self._renew_at = (started + SESSION_RENEW_FRACTION * session_ms / 1000.0
+                              if session_ms > 0 else None)
             self._sock = sock
+
+    def _renew_expiring_login(self) -> None:
+        """Close the socket once its broker session is nearly over; the next request logs in again.
+
+        Why: a broker with connections.max.reauth.ms (KIP-368) closes a connection whose session
+        expired at its next request, unanswered; an OAUTHBEARER session ends with its token. A new
+        login (with a fresh token) before that is cheaper than a failed request.
+        """
+        renew_at = self._renew_at
+        if renew_at is None or time.monotonic() < renew_at:
+            return
+        with self._lock:
+            if self._renew_at == renew_at and self._sock is not None:
+                sock, self._sock, self._renew_at = self._sock, None, None
+                with contextlib.suppress(OSError):
+                    sock.close()
 
     def close(self) -> None:
         """Close for good, after the request in flight; later requests raise KafkaProtocolError."""
@@ -454,7 +497,8 @@ class BrokerConnection:
     # -------------------------------------------------------------------- SASL
 
     def _authenticate(self, sock: socket.socket, versions: dict[int, tuple[int, int]],
-                      deadline: float) -> None:
+                      deadline: float) -> int:
+        """Log in on ``sock``; returns the broker's session lifetime in ms (0: no limit)."""
         mech = self.security.sasl_mechanism
         v = self._pick_version(versions, SASL_HANDSHAKE, 1, 1)
         body = Writer(False).string(mech).build()
@@ -466,24 +510,66 @@ class BrokerConnection:
                 f"broker {self.host}:{self.port} refused SASL mechanism {mech} "
                 f"({error_name(err)}); it offers {offered}"
             )
+        if mech == "OAUTHBEARER":
+            return self._oauthbearer_login(sock, versions, deadline)
         user = self.security.sasl_username or ""
         password = self.security.sasl_password or ""
+        session_ms = 0
 
         def step(payload: bytes) -> bytes:
-            return self._sasl_step(sock, versions, payload, deadline)
+            nonlocal session_ms
+            err, msg, data, session_ms = self._sasl_exchange(sock, versions, payload, deadline)
+            if err:
+                raise KafkaAuthenticationError(
+                    f"SASL {mech} authentication of user {user!r} at {self.host}:{self.port} "
+                    f"failed: {error_name(err)} ({msg or 'no detail'}). Check "
+                    "kafka.sasl.username/password."
+                )
+            return data
 
         if mech == "PLAIN":
             step(b"\0" + user.encode() + b"\0" + password.encode())
-            return
+            return session_ms
         nonce = base64.b64encode(secrets.token_bytes(18)).decode()
         first = scram_client_first(user, nonce)
         server_first = step(("n,," + first).encode()).decode()
         final, expected_server_final = scram_client_final(mech, password, first, server_first)
         if step(final.encode()).decode() != expected_server_final:
             raise KafkaAuthenticationError("SCRAM: the server's signature did not verify")
+        return session_ms
 
-    def _sasl_step(self, sock: socket.socket, versions: dict[int, tuple[int, int]],
-                   payload: bytes, deadline: float) -> bytes:
+    def _oauthbearer_login(self, sock: socket.socket, versions: dict[int, tuple[int, int]],
+                           deadline: float) -> int:
+        """RFC 7628 over SaslAuthenticate: the token in the client's first message; an empty
+        answer is success, a JSON error is acknowledged with ^A and the broker then fails the
+        exchange. Messages name the principal and the options to check, never the token."""
+        source = self.security.oauthbearer
+        if source is None:
+            raise KafkaConfigError("kafka.sasl.mechanism=OAUTHBEARER has no token source configured")
+        token = source.token(deadline)
+        where = f"{self.host}:{self.port}"
+        err, msg, data, session_ms = self._sasl_exchange(
+            sock, versions, client_first_message(token.value, token.extensions), deadline)
+        if not err and not data:
+            return session_ms
+        source.invalidate(token)  # refused: the next login gets a new token
+        status = ""
+        if data:
+            status = _oauthbearer_status(data)
+            err, msg, _, _ = self._sasl_exchange(sock, versions, CLIENT_ERROR_ACK, deadline)
+        detail = error_name(err) if err else "refused"
+        if msg and msg.strip() != data.decode("utf-8", "replace").strip():
+            detail += f": {msg}"  # Kafka repeats the JSON error here: said once is enough
+        if status:
+            detail += f", {status}"
+        raise KafkaAuthenticationError(
+            f"SASL OAUTHBEARER authentication of principal {token.principal!r} at {where} failed "
+            f"({detail}); the token came from {source.source_name}. {source.check_hint}."
+        )
+
+    def _sasl_exchange(self, sock: socket.socket, versions: dict[int, tuple[int, int]],
+                       payload: bytes, deadline: float) -> tuple[int, str | None, bytes, int]:
+        """One SaslAuthenticate round: (error code, error message, server bytes, session ms)."""
         v = self._pick_version(versions, SASL_AUTHENTICATE, 0, 2)
         flexible = v >= 2
         body = Writer(flexible).bytes_(payload).tags().build()
@@ -491,13 +577,8 @@ class BrokerConnection:
         err = r.int16()
         msg = r.string()
         data = r.bytes_() or b""
-        if err:
-            raise KafkaAuthenticationError(
-                f"SASL {self.security.sasl_mechanism} authentication of user "
-                f"{self.security.sasl_username!r} at {self.host}:{self.port} failed: "
-                f"{error_name(err)} ({msg or 'no detail'}). Check kafka.sasl.username/password."
-            )
-        return data
+        session_ms = r.int64() if v >= 1 else 0
+        return err, msg, data, session_ms
 
     # --------------------------------------------------------------- requests
 
@@ -521,6 +602,7 @@ class BrokerConnection:
         deadline = self._deadline(deadline)
         for _ in range(3):
             self._check_budget(deadline, f"send API {requests[0][0]} to")
+            self._renew_expiring_login()
             self.connect(deadline)
             try:
                 return self._exchange(None, requests, deadline)
@@ -616,6 +698,18 @@ class BrokerConnection:
                 raise EOFError("broker closed the connection")
             buf.extend(chunk)
         return bytes(buf)
+
+
+def _oauthbearer_status(data: bytes) -> str:
+    """The broker's RFC 7628 error (JSON: status, scope) as text fit for a message."""
+    try:
+        doc = json.loads(data.decode("utf-8", "replace"))
+    except ValueError:
+        return "an error that is not JSON"
+    if not isinstance(doc, dict):
+        return "an error that is not a JSON object"
+    parts = [f"{k}={str(doc[k])[:200]!r}" for k in ("status", "scope") if doc.get(k)]
+    return ", ".join(parts) or "an error without a status"
 
 
 def _tls_handshake_error(e: BaseException, where: str) -> KafkaProtocolError:

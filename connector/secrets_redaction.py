@@ -33,11 +33,21 @@ def redact_config(conf: Mapping[str, object]) -> dict[str, object]:
     return {k: (REDACTED if is_secret_key(str(k)) and v is not None else v) for k, v in conf.items()}
 
 
-def _secret_parts(value: str) -> set[str]:
+# Entries of librdkafka's unsecured-JWT sasl.oauthbearer.config that name the principal and the token's
+# shape, not a secret: hiding them wherever they appear would garble messages (a principal 'writer',
+# a topic containing the scope). The whole value, extension values and any other entry stay hidden.
+_PUBLIC_OAUTHBEARER_ENTRIES = ("principal", "principalClaimName", "scope", "scopeClaimName",
+                               "lifeSeconds")
+
+
+def _secret_parts(value: str, key: str = "") -> set[str]:
     """The strings of a secret value that may appear in a message on their own: the whole value,
     each separated token and each ``key=value``'s value (quotes stripped)."""
     parts = {value} if len(value) >= 3 else set()
+    public = key.lower().endswith("sasl.oauthbearer.config")
     for token in _PARTS.split(value):
+        if public and token.partition("=")[0] in _PUBLIC_OAUTHBEARER_ENTRIES:
+            continue
         for part in (token, token.partition("=")[2]):
             part = part.strip("\"'")
             if len(part) >= _MIN_PART:
@@ -51,7 +61,7 @@ def redact_text(text: str, conf: Mapping[str, object]) -> str:
     parts: set[str] = set()
     for k, v in conf.items():
         if v is not None and is_secret_key(str(k)):
-            parts |= _secret_parts(str(v))
+            parts |= _secret_parts(str(v), str(k))
     for part in sorted(parts, key=len, reverse=True):  # longest first: a part may hold another
         if part in text:
             text = text.replace(part, REDACTED)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 
+from .broker_connection import SecurityConfig
 from .client_errors import (
     SecurityErrorProbe,
     missing_topic_operations,
@@ -43,6 +44,10 @@ def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30
         if key in _DONE:
             return
     check_producer_config(cfg)
+    if cfg.exactly_once:
+        # The driver's commit client logs in by itself: settings it cannot use (a SASL mechanism
+        # or an OAUTHBEARER token source it lacks) fail here, before the cluster is contacted.
+        SecurityConfig.from_kafka_config(cfg.kafka)
     _check_cluster(cfg, timeout_s)
     with _LOCK:
         _DONE.add(key)

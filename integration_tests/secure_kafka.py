@@ -1,4 +1,5 @@
-"""A secured Apache Kafka for tests: TLS, SASL (PLAIN, SCRAM-SHA-256/512) and the StandardAuthorizer.
+"""A secured Apache Kafka for tests: TLS, SASL (PLAIN, SCRAM-SHA-256/512, OAUTHBEARER) and the
+StandardAuthorizer.
 
 Everything is made at test time: a CA, a broker certificate (SAN 127.0.0.1 and localhost), one client
 certificate per principal (its key encrypted with a password), a second CA that signed nothing the
@@ -11,9 +12,15 @@ listener        protocol        principal
 ==============  ==============  ========================================================
 PLAINTEXT       PLAINTEXT       User:ANONYMOUS (inter-broker and controller side; super user)
 SSL             SSL             from the client certificate: CN=writer -> User:writer
-SASL_PLAINTEXT  SASL_PLAINTEXT  the SASL user (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)
+SASL_PLAINTEXT  SASL_PLAINTEXT  the SASL user (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), or the
+                                OAUTHBEARER token's ``sub`` claim (OAUTHBEARER)
 SASL_SSL        SASL_SSL        the SASL user (same mechanisms), TLS without client certs
 ==============  ==============  ========================================================
+
+OAUTHBEARER uses Kafka's default server callback, the unsecured validator: it accepts unsigned JWTs
+(``{"alg":"none"}``) with ``sub`` and ``exp`` claims and makes ``sub`` the principal.
+:class:`TokenEndpoint` is a local OAuth 2 token endpoint (client credentials grant) that issues
+such tokens with ``sub`` = the client id, for the users' passwords as client secrets.
 
 ``allow.everyone.if.no.acl.found=false``: a principal can do only what an ACL grants. ``admin`` is a
 super user; ``reader``, ``writer`` and ``stranger`` start with no ACLs at all, and tests grant what
@@ -22,11 +29,16 @@ they need with :meth:`SecureKafka.grant_reader` / :meth:`SecureKafka.grant_write
 
 from __future__ import annotations
 
+import base64
+import http.server
+import json
 import os
 import secrets
 import shutil
 import subprocess
+import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -44,13 +56,14 @@ from confluent_kafka.admin import (
 from integration_tests.kafka_helpers import QUIET, KafkaTarget
 from txkafka.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError, Progress, _stderr_progress
 
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 LISTENERS = {"SSL": "SSL", "SASL_PLAINTEXT": "SASL_PLAINTEXT", "SASL_SSL": "SASL_SSL"}
 SUPER_USER = "admin"
 DEFAULT_USERS = ("admin", "reader", "writer", "stranger")
 
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+_OAUTHBEARER_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 # Client subject /O=txkafka-tests/CN=writer reads "CN=writer,O=txkafka-tests" in RFC 2253 order (the
 # broker logs it so) -> User:writer: the SSL principal is the same user name as the SASL one, so one
 # set of ACLs covers every listener.
@@ -221,6 +234,7 @@ class SecureKafka:
         self.progress = progress
         self.pki: Pki | None = None
         self.cluster: EmbeddedKafka | None = None
+        self._token_endpoint: TokenEndpoint | None = None
 
     def __repr__(self) -> str:
         state = self.cluster.bootstrap_servers if self.cluster else "not started"
@@ -240,8 +254,17 @@ class SecureKafka:
         return self
 
     def destroy(self) -> None:
+        if self._token_endpoint is not None:
+            self._token_endpoint.close()
         if self.cluster is not None:
             self.cluster.destroy()
+
+    @property
+    def token_endpoint(self) -> "TokenEndpoint":
+        """The identity provider of the OIDC tests (started on first use)."""
+        if self._token_endpoint is None:
+            self._token_endpoint = TokenEndpoint(self.passwords)
+        return self._token_endpoint
 
     def _scram_format_args(self) -> list[str]:
         args: list[str] = []
@@ -274,6 +297,11 @@ class SecureKafka:
             for mech in ("scram-sha-256", "scram-sha-512"):
                 key = f"listener.name.{listener}.{mech}.sasl.jaas.config"
                 conf[key] = f"{_SCRAM_MODULE} required;"
+            # No callback handler configured: the broker validates with Kafka's default, the
+            # unsecured JWS validator (sub -> principal). The login side needs a subject to start.
+            conf[f"listener.name.{listener}.oauthbearer.sasl.jaas.config"] = (
+                f'{_OAUTHBEARER_MODULE} required unsecuredLoginStringClaim_sub="{SUPER_USER}";'
+            )
         return conf
 
     # ----------------------------------------------------------------- client side
@@ -287,7 +315,7 @@ class SecureKafka:
     def client_config(self, user: str, protocol: str, mechanism: str | None = None, *,
                       password: str | None = None, ca: Path | str | None = None,
                       client_cert: bool | None = None, keystore: str | None = None,
-                      java_truststore: bool = False) -> dict[str, str]:
+                      java_truststore: bool = False, oidc: bool = False) -> dict[str, str]:
         """librdkafka settings (as ``kafka.*`` options would give them, prefix stripped).
 
         ``protocol`` is the listener/security protocol; ``mechanism`` is needed for SASL.
@@ -298,6 +326,10 @@ class SecureKafka:
         keys as a query moved over from Spark's ``kafka`` format would: with a JKS keystore a JKS
         trust store, else ``ssl.truststore.type=PEM`` (Spark options only: txkafka translates
         them; librdkafka reads no JKS).
+
+        ``mechanism="OAUTHBEARER"``: librdkafka's unsecured JWT with ``principal=<user>``; with
+        ``oidc=True`` the client credentials of :attr:`token_endpoint` instead (client id = the
+        user, client secret = the user's password or ``password``).
         """
         assert self.pki is not None, "start() first"
         protocol = protocol.upper()
@@ -305,11 +337,28 @@ class SecureKafka:
         if protocol.startswith("SASL"):
             if mechanism is None:
                 raise ValueError(f"{protocol} needs a SASL mechanism")
-            conf.update({
-                "sasl.mechanism": mechanism,
-                "sasl.username": user,
-                "sasl.password": self.passwords[user] if password is None else password,
-            })
+            if mechanism.upper() == "OAUTHBEARER" and oidc:
+                conf.update({
+                    "sasl.mechanism": "OAUTHBEARER",
+                    "sasl.oauthbearer.method": "oidc",
+                    "sasl.oauthbearer.client.id": user,
+                    "sasl.oauthbearer.client.secret":
+                        self.passwords[user] if password is None else password,
+                    "sasl.oauthbearer.token.endpoint.url": self.token_endpoint.url,
+                    "sasl.oauthbearer.scope": "kafka",
+                })
+            elif mechanism.upper() == "OAUTHBEARER":
+                conf.update({
+                    "sasl.mechanism": "OAUTHBEARER",
+                    "enable.sasl.oauthbearer.unsecure.jwt": "true",
+                    "sasl.oauthbearer.config": f"principal={user} scope=kafka lifeSeconds=3600",
+                })
+            else:
+                conf.update({
+                    "sasl.mechanism": mechanism,
+                    "sasl.username": user,
+                    "sasl.password": self.passwords[user] if password is None else password,
+                })
         if protocol in ("SSL", "SASL_SSL"):
             if java_truststore and keystore == "jks":
                 conf.update({"ssl.truststore.type": "JKS",
@@ -423,6 +472,75 @@ class SecureKafka:
             ]
         self.create_acls(bindings)
         return bindings
+
+
+class TokenEndpoint:
+    """A local OAuth 2 token endpoint (RFC 6749 client credentials, HTTP basic authentication).
+
+    A known client id with its secret gets an unsigned JWT (``{"alg":"none"}``, what the brokers'
+    unsecured validator accepts) with ``sub`` = the client id; a wrong secret gets 401
+    ``invalid_client``. ``forged`` client ids get a token signed with a made-up HS256 key, which
+    the brokers refuse. ``requests`` counts the tokens asked for, per client id.
+    """
+
+    def __init__(self, secrets_by_client: dict[str, str], lifetime_s: float = 3600.0) -> None:
+        self.secrets_by_client = dict(secrets_by_client)
+        self.lifetime_s = lifetime_s
+        self.forged: set[str] = set()
+        self.requests: dict[str, int] = {}
+        self.issued: list[str] = []  # every token handed out (for the no-secret greps)
+        endpoint = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                form = urllib.parse.parse_qs(
+                    self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode())
+                status, doc = endpoint._answer(self.headers.get("Authorization") or "", form)
+                out = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_port}/oauth2/token"
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
+
+    def _answer(self, authorization: str, form: dict[str, list[str]]) -> tuple[int, dict]:
+        if form.get("grant_type") != ["client_credentials"]:
+            return 400, {"error": "unsupported_grant_type"}
+        try:
+            client, _, secret = base64.b64decode(
+                authorization.removeprefix("Basic ")).decode().partition(":")
+        except ValueError:
+            return 401, {"error": "invalid_client", "error_description": "no basic credentials"}
+        if self.secrets_by_client.get(client) != secret:
+            return 401, {"error": "invalid_client",
+                         "error_description": "Client authentication failed"}
+        self.requests[client] = self.requests.get(client, 0) + 1
+        now = time.time()
+        claims = {"sub": client, "iat": now, "exp": now + self.lifetime_s,
+                  "scope": (form.get("scope") or [""])[0]}
+        alg = "HS256" if client in self.forged else "none"
+        token = ".".join([_b64url({"alg": alg, "typ": "JWT"}), _b64url(claims),
+                          _b64url("made-up-signature") if alg != "none" else ""])
+        self.issued.append(token)
+        return 200, {"access_token": token, "token_type": "Bearer",
+                     "expires_in": int(self.lifetime_s)}
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _b64url(value: object) -> str:
+    raw = value.encode() if isinstance(value, str) else json.dumps(value).encode()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def allow(user: str, restype: ResourceType, name: str, op: AclOperation,

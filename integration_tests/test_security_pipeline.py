@@ -297,6 +297,39 @@ def test_exactly_once_over_mutual_tls_with_java_style_stores(spark, secure_kafka
     _assert_no_secret(text, _secrets(sk), "the sink's commit log")
 
 
+def test_exactly_once_with_the_writer_on_oauthbearer_oidc(spark, secure_kafka, tmp_path):
+    """The writer on SASL_SSL + OAUTHBEARER with OIDC client credentials (librdkafka's options:
+    sasl.oauthbearer.method=oidc, client id and secret, token endpoint, scope): the tasks'
+    producers (librdkafka) and the driver's commit client each get a token for User:writer from
+    the token endpoint; the reader stays on SCRAM. Exactly once, nothing left open, no client
+    secret or token in the commit log."""
+    s = Setup(secure_kafka, records=600, per_txn=150)
+    s.grant(verifier=True)
+    sk = secure_kafka
+    transport = ("kafka.sasl", "kafka.ssl", "kafka.security", "kafka.bootstrap")
+    writer = {k: v for k, v in s.writer_options().items() if not k.startswith(transport)}
+    writer.update(sk.kafka_options("writer", "SASL_SSL", "OAUTHBEARER", oidc=True))
+    assert writer["kafka.sasl.oauthbearer.method"] == "oidc" and "kafka.sasl.password" not in writer
+    fetched = sk.token_endpoint.requests.get("writer", 0)
+    ck = str(tmp_path / "ck")
+    q = _start(spark, {**s.spec(ck), "reader": s.reader_options(maxOffsetsPerTrigger="250"),
+                       "writer": writer})
+    try:
+        q.processAllAvailable()
+        progress = [p["numInputRows"] for p in q.recentProgress]
+    finally:
+        q.stop()
+    assert sum(progress) == s.topics.expected_ids
+    assert len([n for n in progress if n]) >= 2, progress
+    s.assert_exactly_once()
+    # The driver's commit client and the tasks' producers all asked the endpoint.
+    assert sk.token_endpoint.requests.get("writer", 0) - fetched >= 2
+    log = SinkCommitLog(ck)
+    assert all(log.batch_state(b).complete for b in log.batch_ids())
+    text = "".join(p.read_text(errors="replace") for p in Path(ck).rglob("*") if p.is_file())
+    _assert_no_secret(text, [*_secrets(sk), *sk.token_endpoint.issued], "the sink's commit log")
+
+
 # ----------------------------------------------------------------------- missing ACLs, passwords
 
 

@@ -165,6 +165,97 @@ def test_driver_commits_the_task_transaction(secure_kafka, reader_groups, protoc
     assert sorted(r.value for r in reader.read_all(topic)) == sorted(values)
 
 
+OAUTH_TRANSPORTS = [("SASL_PLAINTEXT", False), ("SASL_SSL", False), ("SASL_PLAINTEXT", True),
+                    ("SASL_SSL", True)]
+
+
+@pytest.mark.parametrize("protocol, oidc", OAUTH_TRANSPORTS,
+                         ids=[f"{p}-{'oidc' if o else 'unsecured-jwt'}" for p, o in OAUTH_TRANSPORTS])
+def test_driver_commits_the_task_transaction_over_oauthbearer(secure_kafka, reader_groups, protocol,
+                                                              oidc):
+    """OAUTHBEARER with librdkafka's own options: the task's producer (librdkafka) and the driver's
+    commit client get tokens for the same principal, from librdkafka's unsecured JWT options or
+    from an OIDC token endpoint (client credentials); the broker's default validator makes the
+    token's sub the principal, which the ACLs are for. The commit client fetches one token for
+    all its connections."""
+    sk = secure_kafka
+    topic = sk.admin_target.create_topic(unique("sec-oauth"), partitions=2)
+    prefix = unique("sink-oauth")
+    sk.grant_writer("writer", topic, prefix)
+    sk.grant_reader("reader", topic)
+    writer_conf = sk.client_config("writer", protocol, "OAUTHBEARER", oidc=oidc)
+    values = [f"oauth-{protocol}-{oidc}-{i}".encode() for i in range(6)]
+    task = PreCommitted(writer_conf, f"{prefix}-p0-a0", topic, values, partitions=2)
+    reader = sk.target("reader", protocol, "OAUTHBEARER", oidc=oidc)
+    assert reader.read_all(topic) == []
+
+    fetched = sk.token_endpoint.requests.get("writer", 0)
+    with TransactionClient(writer_conf, timeout=30) as tc:
+        desc = tc.describe([task.transactional_id])[task.transactional_id]
+        assert desc.state == "Ongoing"
+        assert (desc.producer_id, desc.producer_epoch) == (task.producer_id, task.producer_epoch)
+        listed = tc.list_transactions(prefix=prefix)
+        assert [t.transactional_id for t in listed] == [task.transactional_id]
+        assert tc.end_txn(task.transactional_id, task.producer_id, task.producer_epoch,
+                          commit=True) == 0
+    assert sk.token_endpoint.requests.get("writer", 0) - fetched == (1 if oidc else 0)
+    assert sorted(r.value for r in reader.read_all(topic)) == sorted(values)
+
+
+def test_oauthbearer_failures_are_typed_commit_nothing_and_show_no_secret(secure_kafka,
+                                                                          reader_groups):
+    """A client secret the identity provider refuses, a token the broker refuses (signed with a
+    key it cannot check: Kafka's JSON error, then SASL_AUTHENTICATION_FAILED after the client's
+    ^A) and a valid token of a principal without ACLs: each a typed error naming what to check,
+    the transaction still open, no secret and no token in the message."""
+    sk = secure_kafka
+    endpoint = sk.token_endpoint
+    topic = sk.admin_target.create_topic(unique("sec-oauth-fail"), partitions=1)
+    prefix = unique("sink-oauth-fail")
+    sk.grant_writer("writer", topic, prefix)
+    sk.grant_reader("reader", topic)
+    writer_conf = sk.client_config("writer", "SASL_SSL", "OAUTHBEARER", oidc=True)
+    task = PreCommitted(writer_conf, f"{prefix}-p0-a0", topic, [b"a", b"b"], partitions=1)
+    reader = sk.target("reader", "SASL_SSL", "SCRAM-SHA-512")
+    commit = (task.transactional_id, task.producer_id, task.producer_epoch)
+    texts: list[str] = []
+
+    wrong = sk.client_config("writer", "SASL_SSL", "OAUTHBEARER", oidc=True,
+                             password=WRONG_PASSWORD)
+    with TransactionClient(wrong, timeout=15) as tc:
+        err = _raises(KafkaAuthenticationError, tc.end_txn, *commit, commit=True)
+    texts.append(str(err))
+    assert "HTTP 401 (invalid_client: Client authentication failed)" in str(err)
+    assert "kafka.sasl.oauthbearer.client.secret" in str(err)
+
+    endpoint.forged.add("stranger")
+    try:
+        forged = sk.client_config("stranger", "SASL_SSL", "OAUTHBEARER", oidc=True)
+        with TransactionClient(forged, timeout=15) as tc:
+            err = _raises(KafkaAuthenticationError, tc.end_txn, *commit, commit=True)
+    finally:
+        endpoint.forged.discard("stranger")
+    texts.append(str(err))
+    assert "principal 'stranger'" in str(err) and "SASL_AUTHENTICATION_FAILED" in str(err)
+    assert "(SASL_AUTHENTICATION_FAILED, status='invalid_token')" in str(err), str(err)
+    assert "kafka.sasl.oauthbearer.token.endpoint.url" in str(err)
+
+    stranger = sk.client_config("stranger", "SASL_PLAINTEXT", "OAUTHBEARER")
+    with TransactionClient(stranger, timeout=15) as tc:
+        err = _raises(KafkaAuthorizationError, tc.end_txn, *commit, commit=True)
+    texts.append(str(err))
+    assert task.transactional_id in str(err)
+
+    assert reader.read_all(topic) == []  # nothing committed
+    with TransactionClient(writer_conf, timeout=30) as tc:
+        assert tc.describe([task.transactional_id])[task.transactional_id].state == "Ongoing"
+        assert tc.end_txn(*commit, commit=False) == 0
+    assert reader.read_all(topic) == []
+    for text in texts:
+        _assert_no_secret(text, [*sk.secret_values(), WRONG_PASSWORD, *endpoint.issued])
+        assert "eyJ" not in text  # no JWT of any kind (librdkafka-style unsecured ones too)
+
+
 def test_pkcs12_keystore_identifies_the_writer_to_tasks_and_driver(secure_kafka, reader_groups):
     """The client certificate as a PKCS#12 keystore (kafka.ssl.keystore.location, what Spark users
     of mutual TLS hold): librdkafka's producer and the driver's commit client both present it on

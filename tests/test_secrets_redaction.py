@@ -65,3 +65,16 @@ def test_commit_log_error_does_not_echo_checkpoint_credentials():
     for secret in ("AKIAEXAMPLEKEY", "S3CR3T", "vAlUe", "T0KENVALUE"):
         assert secret not in text, text
     assert "bogus://[redacted]@bucket/ck" in text, text
+
+
+def test_the_unsecured_jwt_principal_and_scope_are_not_hidden_in_messages():
+    """sasl.oauthbearer.config names the principal (OAUTHBEARER's user name) and the scope: a
+    message about principal 'writer' or topic 'kafka-out' stays readable; extension values and
+    the whole value stay hidden."""
+    conf = {"sasl.oauthbearer.config": "principal=writer scope=kafka lifeSeconds=3600 "
+                                       "extension_traceKey=S3cretExtValue"}
+    text = ("principal 'writer' may not write topic 'kafka-out'; extension S3cretExtValue; "
+            + conf["sasl.oauthbearer.config"])
+    out = redact_text(text, conf)
+    assert out == ("principal 'writer' may not write topic 'kafka-out'; extension [redacted]; "
+                   "[redacted]"), out

@@ -83,3 +83,22 @@ def _silent():
     quiet = logging.Logger("mock-cluster")
     quiet.addHandler(logging.NullHandler())
     return quiet
+
+
+_OAUTH = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER"}
+
+
+@pytest.mark.parametrize("extra, named", [
+    ({}, "without a token source .* set kafka.sasl.oauthbearer.method=oidc"),
+    ({"kafka.sasl.oauthbearer.method": "oidc", "kafka.sasl.oauthbearer.client.id": "w",
+      "kafka.sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+      "kafka.sasl.oauthbearer.grant.type": "urn:ietf:params:oauth:grant-type:jwt-bearer",
+      "kafka.sasl.oauthbearer.assertion.private.key.file": "/k.pem"},
+     "assertion.private.key.file: .*client credentials grant only"),
+])
+def test_oauthbearer_forms_the_commit_client_lacks_fail_at_start_before_any_connection(extra, named):
+    """The exactly-once sink refuses them in validate_at_start before contacting the cluster (the
+    bootstrap address answers nothing); the at_least_once sink leaves OAUTHBEARER to librdkafka."""
+    cfg = SinkConfig.from_options({**BASE, **_OAUTH, **extra}, streaming=True)
+    with pytest.raises(KafkaConfigError, match=named):
+        validate_at_start(cfg, schema=None, timeout_s=0.5)
