@@ -184,7 +184,8 @@ def _pkcs12(data: bytes, password: str | None, option: str, path: str, password_
 
 
 def read_truststore(path: str, password: str | None) -> str:
-    """The trusted certificates of a JKS or PKCS#12 trust store, as one PEM text (``ssl.ca.pem``).
+    """The certificates a JKS or PKCS#12 trust store makes Java trust, as one PEM text
+    (``ssl.ca.pem``): its trusted certificate entries and each key entry's own certificate.
 
     The content decides the format, as in Java since 9 (a "JKS" store keytool made is often
     PKCS#12). The password is optional for JKS, as in Java (it only checks integrity).
@@ -192,7 +193,9 @@ def read_truststore(path: str, password: str | None) -> str:
     option, pw_option = "kafka.ssl.truststore.location", "kafka.ssl.truststore.password"
     data = _read_file(option, path)
     if is_jks(data):
-        ders = _parse_jks(data, password, option, path, pw_option).trusted
+        entries = _parse_jks(data, password, option, path, pw_option)
+        # Java's trust managers trust a key entry's own certificate too (the first of its chain).
+        ders = entries.trusted + [chain[0] for _, _, chain in entries.keys if chain]
     elif len(data) >= 4 and struct.unpack(">I", data[:4])[0] == _JCEKS_MAGIC:
         raise KafkaConfigError(f"{option}={path!r} is a JCEKS store; export its CA certificates "
                                "to PEM (keytool -exportcert -rfc) and set kafka.ssl.ca.location")
@@ -200,9 +203,12 @@ def read_truststore(path: str, password: str | None) -> str:
         from cryptography.hazmat.primitives.serialization import Encoding
 
         p12 = _pkcs12(data, password, option, path, pw_option)
-        ders = [c.certificate.public_bytes(Encoding.DER) for c in p12.additional_certs]
+        certs = [c.certificate for c in p12.additional_certs]
+        if p12.cert is not None:
+            certs.append(p12.cert.certificate)
+        ders = [c.public_bytes(Encoding.DER) for c in certs]
     if not ders:
-        raise KafkaConfigError(f"{option}={path!r} holds no trusted certificate entry")
+        raise KafkaConfigError(f"{option}={path!r} holds no certificate to trust")
     return "".join(_pem_cert(d) for d in ders)
 
 

@@ -94,9 +94,22 @@ def test_jks_trust_store_password_is_optional_as_in_java(stores):
     assert _same_cert(java_keystores.read_truststore(stores["ts_jks"], None), _ca_pem(stores))
 
 
-def test_a_key_store_is_not_a_trust_store(stores):
-    with pytest.raises(KafkaConfigError, match="holds no trusted certificate entry"):
-        java_keystores.read_truststore(stores["ks_jks"], STORE_PW)
+def test_a_key_store_as_trust_store_trusts_its_own_certificate_as_java_does(stores):
+    pem = java_keystores.read_truststore(stores["ks_jks"], STORE_PW)
+    assert pem.count("BEGIN CERTIFICATE") == 1
+    assert _same_cert(pem, open(stores["dir"] / "client.pem").read())
+
+
+def test_an_empty_trust_store_is_refused(stores, tmp_path):
+    empty = tmp_path / "empty.jks"
+    # An empty JKS store: magic, version 2, no entries, the keyed digest of the header.
+    import hashlib
+
+    body = bytes.fromhex("feedfeed0000000200000000")
+    empty.write_bytes(body + hashlib.sha1(TRUST_PW.encode("utf-16-be") + b"Mighty Aphrodite"
+                                          + body).digest())
+    with pytest.raises(KafkaConfigError, match="holds no certificate to trust"):
+        java_keystores.read_truststore(str(empty), TRUST_PW)
 
 
 def _java_style(stores: dict, **extra: str) -> dict[str, str]:
