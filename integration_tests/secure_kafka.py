@@ -30,15 +30,12 @@ they need with :meth:`SecureKafka.grant_reader` / :meth:`SecureKafka.grant_write
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import os
 import secrets
 import shutil
 import subprocess
-import threading
 import time
-import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -54,6 +51,7 @@ from confluent_kafka.admin import (
 )
 
 from integration_tests.kafka_helpers import QUIET, KafkaTarget
+from tests.http_stub import serve_json_posts
 from txkafka.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError, Progress, _stderr_progress
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -489,27 +487,9 @@ class TokenEndpoint:
         self.forged: set[str] = set()
         self.requests: dict[str, int] = {}
         self.issued: list[str] = []  # every token handed out (for the no-secret greps)
-        endpoint = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                form = urllib.parse.parse_qs(
-                    self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode())
-                status, doc = endpoint._answer(self.headers.get("Authorization") or "", form)
-                out = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = serve_json_posts(
+            lambda path, headers, form: self._answer(headers.get("Authorization") or "", form))
         self.url = f"http://127.0.0.1:{self._server.server_port}/oauth2/token"
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()
 
     def _answer(self, authorization: str, form: dict[str, list[str]]) -> tuple[int, dict]:
         if form.get("grant_type") != ["client_credentials"]:

@@ -37,6 +37,7 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -263,6 +264,26 @@ def test_exactly_once_with_separate_least_privileged_principals(spark, secure_ka
     assert all(log.batch_state(b).complete for b in log.batch_ids())
 
 
+def _run_to_the_end_exactly_once(spark, s: Setup, ck: str, reader: dict, writer: dict,
+                                 secrets: Callable[[], list[str]]) -> None:
+    """Run the query over all the input in several batches; exactly once, every batch complete in
+    the sink's commit log, and none of ``secrets()`` (asked after the run, so tokens issued during
+    it count) anywhere in the checkpoint."""
+    q = _start(spark, {**s.spec(ck), "reader": reader, "writer": writer})
+    try:
+        q.processAllAvailable()
+        progress = [p["numInputRows"] for p in q.recentProgress]
+    finally:
+        q.stop()
+    assert sum(progress) == s.topics.expected_ids
+    assert len([n for n in progress if n]) >= 2, progress
+    s.assert_exactly_once()
+    log = SinkCommitLog(ck)
+    assert all(log.batch_state(b).complete for b in log.batch_ids())
+    text = "".join(p.read_text(errors="replace") for p in Path(ck).rglob("*") if p.is_file())
+    _assert_no_secret(text, secrets(), "the checkpoint")
+
+
 @pytest.mark.parametrize("stores", ["pkcs12", "jks"])
 def test_exactly_once_over_mutual_tls_with_java_style_stores(spark, secure_kafka, tmp_path,
                                                              stores):
@@ -281,20 +302,8 @@ def test_exactly_once_over_mutual_tls_with_java_style_stores(spark, secure_kafka
     writer = {k: v for k, v in s.writer_options().items() if not k.startswith(transport)}
     writer.update(sk.kafka_options("writer", "SSL", keystore=stores, java_truststore=True))
     assert "kafka.ssl.keystore.location" in writer and "kafka.ssl.ca.location" not in writer
-    ck = str(tmp_path / "ck")
-    q = _start(spark, {**s.spec(ck), "reader": reader, "writer": writer})
-    try:
-        q.processAllAvailable()
-        progress = [p["numInputRows"] for p in q.recentProgress]
-    finally:
-        q.stop()
-    assert sum(progress) == s.topics.expected_ids
-    assert len([n for n in progress if n]) >= 2, progress
-    s.assert_exactly_once()
-    log = SinkCommitLog(ck)
-    assert all(log.batch_state(b).complete for b in log.batch_ids())
-    text = "".join(p.read_text(errors="replace") for p in Path(ck).rglob("*") if p.is_file())
-    _assert_no_secret(text, _secrets(sk), "the sink's commit log")
+    _run_to_the_end_exactly_once(spark, s, str(tmp_path / "ck"), reader, writer,
+                                 lambda: _secrets(sk))
 
 
 def test_exactly_once_with_the_writer_on_oauthbearer_oidc(spark, secure_kafka, tmp_path):
@@ -311,23 +320,11 @@ def test_exactly_once_with_the_writer_on_oauthbearer_oidc(spark, secure_kafka, t
     writer.update(sk.kafka_options("writer", "SASL_SSL", "OAUTHBEARER", oidc=True))
     assert writer["kafka.sasl.oauthbearer.method"] == "oidc" and "kafka.sasl.password" not in writer
     fetched = sk.token_endpoint.requests.get("writer", 0)
-    ck = str(tmp_path / "ck")
-    q = _start(spark, {**s.spec(ck), "reader": s.reader_options(maxOffsetsPerTrigger="250"),
-                       "writer": writer})
-    try:
-        q.processAllAvailable()
-        progress = [p["numInputRows"] for p in q.recentProgress]
-    finally:
-        q.stop()
-    assert sum(progress) == s.topics.expected_ids
-    assert len([n for n in progress if n]) >= 2, progress
-    s.assert_exactly_once()
+    _run_to_the_end_exactly_once(spark, s, str(tmp_path / "ck"),
+                                 s.reader_options(maxOffsetsPerTrigger="250"), writer,
+                                 lambda: [*_secrets(sk), *sk.token_endpoint.issued])
     # The driver's commit client and the tasks' producers all asked the endpoint.
     assert sk.token_endpoint.requests.get("writer", 0) - fetched >= 2
-    log = SinkCommitLog(ck)
-    assert all(log.batch_state(b).complete for b in log.batch_ids())
-    text = "".join(p.read_text(errors="replace") for p in Path(ck).rglob("*") if p.is_file())
-    _assert_no_secret(text, [*_secrets(sk), *sk.token_endpoint.issued], "the sink's commit log")
 
 
 # ----------------------------------------------------------------------- missing ACLs, passwords

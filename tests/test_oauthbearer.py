@@ -10,17 +10,15 @@ identity provider, a fake broker the OAUTHBEARER listener. No secret may reach a
 from __future__ import annotations
 
 import base64
-import http.server
 import json
 import shutil
 import ssl
 import subprocess
-import threading
 import time
-import urllib.parse
 
 import pytest
 
+from tests.http_stub import serve_json_posts
 from tests.test_coordinator_client_failures import (
     DESCRIBE_TRANSACTIONS,
     SASL_AUTHENTICATE,
@@ -191,32 +189,14 @@ class IdentityProvider:
                                        "expires_in": 3600})
         self.lifetime = 3600.0
         self.sub = "writer"
-        idp = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                idp.requests.append({"path": self.path, "headers": dict(self.headers),
-                                     "form": urllib.parse.parse_qs(body.decode())})
-                status, doc = idp.answer(len(idp.requests))
-                out = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        if tls is not None:
-            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.server = serve_json_posts(self._record, tls, poll_interval=0.02)
         scheme = "https" if tls else "http"
         host = "localhost" if tls else "127.0.0.1"
         self.url = f"{scheme}://{host}:{self.server.server_port}/oauth2/token"
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02},
-                         daemon=True).start()
+
+    def _record(self, path: str, headers: dict, form: dict) -> tuple[int, dict | bytes]:
+        self.requests.append({"path": path, "headers": headers, "form": form})
+        return self.answer(len(self.requests))
 
     def jwt(self) -> str:
         now = time.time()
