@@ -266,9 +266,15 @@ class SecurityConfig:
                 return name
 
             cert = as_file(self.ssl_certificate_location, self.ssl_certificate_pem)
-            key = as_file(self.ssl_key_location, self.ssl_key_pem)
+            key_pem, key_password = self.ssl_key_pem, self.ssl_key_password
+            if key_pem and not self.ssl_key_location and "ENCRYPTED" not in key_pem:
+                # An inline key in the clear (kafka.ssl.key.pem, or a JKS keystore's key) reaches
+                # the temporary file encrypted under a one-time passphrase, as a keystore's does.
+                key_password = secrets.token_hex(16)
+                key_pem = _encrypted_key_pem(key_pem, key_password)
+            key = as_file(self.ssl_key_location, key_pem)
             try:
-                ctx.load_cert_chain(cert, key, password=self.ssl_key_password)  # type: ignore[arg-type]
+                ctx.load_cert_chain(cert, key, password=key_password)  # type: ignore[arg-type]
             except (ssl.SSLError, OSError) as e:
                 raise KafkaConfigError(
                     f"could not load the client certificate/key (kafka.ssl.certificate.location="
@@ -281,6 +287,21 @@ class SecurityConfig:
             for name in tmp:
                 with contextlib.suppress(OSError):
                     os.unlink(name)
+
+
+def _encrypted_key_pem(key_pem: str, passphrase: str) -> str:
+    """``key_pem`` (unencrypted PEM) as PKCS#8 PEM encrypted under ``passphrase``."""
+    from cryptography.hazmat.primitives.serialization import (
+        BestAvailableEncryption, Encoding, PrivateFormat, load_pem_private_key)
+
+    try:
+        key = load_pem_private_key(key_pem.encode("ascii"), password=None)
+    except (ValueError, TypeError, UnicodeEncodeError):
+        raise KafkaConfigError(
+            "kafka.ssl.key.pem is not a PEM private key (or it is encrypted without saying so; "
+            "give its password in kafka.ssl.key.password)") from None
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8,
+                             BestAvailableEncryption(passphrase.encode("ascii"))).decode("ascii")
 
 
 def error_name(code: int) -> str:

@@ -181,3 +181,33 @@ def test_the_keystore_password_stays_out_of_reprs(pki):
     assert PASSWORD not in repr(sec)
     assert PASSWORD not in repr(TransactionClient({"bootstrap.servers": "127.0.0.1:1",
                                                    **_conf(pki)}))
+
+
+def test_an_inline_clear_key_never_touches_disk_in_clear(pki, monkeypatch, tmp_path):
+    # kafka.ssl.key.pem without a password (also what a JKS keystore becomes): the temporary
+    # file Python's ssl needs holds the key encrypted, and the handshake still presents it.
+    from cryptography.hazmat.primitives.serialization import pkcs12 as p12
+
+    key, cert, _ = p12.load_key_and_certificates(open(pki["keystore"], "rb").read(),
+                                                 PASSWORD.encode())
+    conf = {"security.protocol": "SSL", "ssl.ca.location": pki["ca"],
+            "ssl.certificate.pem": cert.public_bytes(serialization.Encoding.PEM).decode(),
+            "ssl.key.pem": key.private_bytes(serialization.Encoding.PEM,
+                                             serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()).decode()}
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    written: dict[str, bytes] = {}
+    real_unlink = os.unlink
+
+    def unlink(path, *a, **kw):
+        written[str(path)] = Path(path).read_bytes()
+        real_unlink(path, *a, **kw)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    ctx = SecurityConfig.from_kafka_config(conf).ssl_context()
+    monkeypatch.setattr(os, "unlink", real_unlink)
+    assert list(tmp_path.iterdir()) == []
+    keys = [b for b in written.values() if b"PRIVATE KEY" in b]
+    assert len(keys) == 1 and b"ENCRYPTED PRIVATE KEY" in keys[0]
+    seen = _peer_subject_over_tls(pki, ctx)
+    assert seen.get("subject", {}).get("commonName") == "writer", seen
