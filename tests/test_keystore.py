@@ -84,7 +84,8 @@ def _conf(pki: dict, **extra: str) -> dict[str, str]:
 
 
 def _peer_subject_over_tls(pki: dict, client_ctx: ssl.SSLContext) -> dict:
-    """Handshake with a server that requires a client certificate; the subject it saw."""
+    """Handshake with a server that requires a client certificate: the subject it saw
+    (``subject``), or the server's error (``error``) and the client's (``client_error``)."""
     srv_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=pki["ca"])
     srv_ctx.load_cert_chain(pki["server"])
     srv_ctx.verify_mode = ssl.CERT_REQUIRED
@@ -99,22 +100,49 @@ def _peer_subject_over_tls(pki: dict, client_ctx: ssl.SSLContext) -> dict:
                 tls.sendall(b"ok")
         except (ssl.SSLError, OSError) as e:
             seen["error"] = e
+            conn.close()
 
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     port = listener.getsockname()[1]
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
-        with client_ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
-            assert tls.recv(2) == b"ok"
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+            with client_ctx.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                seen["reply"] = tls.recv(2)
+    except (ssl.SSLError, OSError) as e:
+        seen["client_error"] = e
     t.join(10)
     listener.close()
     return seen
+
+
+@pytest.fixture
+def removed_files(monkeypatch, tmp_path):
+    """The temporary files the code under test wrote and removed: {path: content}."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    removed: dict[str, bytes] = {}
+    real_unlink = os.unlink
+
+    def unlink(path, *a, **kw):
+        removed[str(path)] = Path(path).read_bytes()
+        real_unlink(path, *a, **kw)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    yield removed
+    assert list(tmp_path.iterdir()) == [], "a temporary file was left behind"
+
+
+def _only_key_file(removed: dict) -> bytes:
+    keys = [b for b in removed.values() if b"PRIVATE KEY" in b]
+    assert len(keys) == 1, list(removed)
+    return keys[0]
 
 
 def test_the_keystore_certificate_is_presented_in_the_handshake(pki):
     ctx = SecurityConfig.from_kafka_config(_conf(pki)).ssl_context()
     seen = _peer_subject_over_tls(pki, ctx)
     assert seen.get("subject", {}).get("commonName") == "writer", seen
+    assert seen.get("reply") == b"ok", seen
 
 
 def test_without_a_client_certificate_the_server_refuses(pki):
@@ -122,29 +150,16 @@ def test_without_a_client_certificate_the_server_refuses(pki):
     # proves the keystore's certificate did the work.
     ctx = SecurityConfig.from_kafka_config({"security.protocol": "SSL",
                                             "ssl.ca.location": pki["ca"]}).ssl_context()
-    with pytest.raises((ssl.SSLError, OSError, AssertionError)):
-        seen = _peer_subject_over_tls(pki, ctx)
-        assert "subject" in seen, seen
+    seen = _peer_subject_over_tls(pki, ctx)
+    assert "subject" not in seen, seen
+    assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" in str(seen.get("error")), seen
 
 
-def test_no_key_file_is_left_behind_and_the_key_never_touches_disk_in_clear(pki, monkeypatch,
-                                                                             tmp_path):
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    written: dict[str, bytes] = {}
-    real_unlink = os.unlink
-
-    def unlink(path, *a, **kw):
-        written[str(path)] = Path(path).read_bytes()
-        real_unlink(path, *a, **kw)
-
-    monkeypatch.setattr(os, "unlink", unlink)
+def test_no_key_file_is_left_behind_and_the_key_never_touches_disk_in_clear(pki, removed_files):
     SecurityConfig.from_kafka_config(_conf(pki)).ssl_context()
-    monkeypatch.setattr(os, "unlink", real_unlink)
-    assert list(tmp_path.iterdir()) == []
-    assert len(written) == 2
-    assert all(os.path.basename(p).startswith("txkafka-") for p in written)
-    keys = [b for b in written.values() if b"PRIVATE KEY" in b]
-    assert len(keys) == 1 and b"ENCRYPTED PRIVATE KEY" in keys[0]
+    assert len(removed_files) == 2
+    assert all(os.path.basename(p).startswith("txkafka-") for p in removed_files)
+    assert b"ENCRYPTED PRIVATE KEY" in _only_key_file(removed_files)
 
 
 @pytest.mark.parametrize("case, overrides, needle", [
@@ -183,7 +198,7 @@ def test_the_keystore_password_stays_out_of_reprs(pki):
                                                    **_conf(pki)}))
 
 
-def test_an_inline_clear_key_never_touches_disk_in_clear(pki, monkeypatch, tmp_path):
+def test_an_inline_clear_key_never_touches_disk_in_clear(pki, removed_files):
     # kafka.ssl.key.pem without a password (also what a JKS keystore becomes): the temporary
     # file Python's ssl needs holds the key encrypted, and the handshake still presents it.
     from cryptography.hazmat.primitives.serialization import pkcs12 as p12
@@ -195,19 +210,7 @@ def test_an_inline_clear_key_never_touches_disk_in_clear(pki, monkeypatch, tmp_p
             "ssl.key.pem": key.private_bytes(serialization.Encoding.PEM,
                                              serialization.PrivateFormat.PKCS8,
                                              serialization.NoEncryption()).decode()}
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
-    written: dict[str, bytes] = {}
-    real_unlink = os.unlink
-
-    def unlink(path, *a, **kw):
-        written[str(path)] = Path(path).read_bytes()
-        real_unlink(path, *a, **kw)
-
-    monkeypatch.setattr(os, "unlink", unlink)
     ctx = SecurityConfig.from_kafka_config(conf).ssl_context()
-    monkeypatch.setattr(os, "unlink", real_unlink)
-    assert list(tmp_path.iterdir()) == []
-    keys = [b for b in written.values() if b"PRIVATE KEY" in b]
-    assert len(keys) == 1 and b"ENCRYPTED PRIVATE KEY" in keys[0]
+    assert b"ENCRYPTED PRIVATE KEY" in _only_key_file(removed_files)
     seen = _peer_subject_over_tls(pki, ctx)
     assert seen.get("subject", {}).get("commonName") == "writer", seen
