@@ -9,17 +9,16 @@ an authentication error or the whole budget. A fake broker on 127.0.0.1 plays th
 from __future__ import annotations
 
 import contextlib
-import shutil
 import socket
 import ssl
 import struct
-import subprocess
 import threading
 import time
 from typing import Callable
 
 import pytest
 
+from tests.tls_certs import self_signed
 from txkafka.connector import broker_connection, transaction_client
 from txkafka.connector.broker_connection import BrokerConnection, SecurityConfig
 from txkafka.connector.broker_connection import scram_client_final as real_scram_client_final
@@ -363,13 +362,7 @@ def test_a_tls_handshake_cut_by_the_network_is_retriable_not_an_auth_error(mode)
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory):
-    if not shutil.which("openssl"):
-        pytest.skip("openssl is needed to make a test certificate")
-    d = tmp_path_factory.mktemp("tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-keyout", str(d / "key.pem"),
-                    "-out", str(d / "cert.pem")], check=True, capture_output=True)
-    return d / "cert.pem", d / "key.pem"
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 def _server_tls(cert) -> ssl.SSLContext:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
 import ssl
-import subprocess
 import time
 
 import pytest
@@ -25,6 +23,7 @@ from tests.test_coordinator_client_failures import (
     FakeBroker,
     Writer,
 )
+from tests.tls_certs import self_signed
 from txkafka.connector.broker_connection import BrokerConnection, SecurityConfig
 from txkafka.connector.errors import (
     KafkaAuthenticationError,
@@ -304,14 +303,7 @@ def test_oidc_redirect_is_not_followed(idp):
 
 @pytest.fixture(scope="module")
 def endpoint_cert(tmp_path_factory):
-    if not shutil.which("openssl"):
-        pytest.fail("openssl is needed to make the token endpoint's certificate")
-    d = tmp_path_factory.mktemp("idp-tls")
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
-                    "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")],
-                   check=True, capture_output=True)
-    return d / "cert.pem", d / "key.pem"
+    return self_signed(tmp_path_factory.mktemp("idp-tls"))
 
 
 def test_oidc_over_https_verifies_the_endpoint_with_https_ca_location(endpoint_cert):
