@@ -13,12 +13,10 @@ import contextlib
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import socket
 import ssl
 import struct
-import tempfile
 import threading
 import time
 from contextvars import ContextVar
@@ -26,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
 from .errors import KafkaProtocolError, KafkaAuthenticationError, KafkaConfigError
+from .java_keystores import read_pkcs12_keystore
 from .kafka_wire import Reader, Writer, request_header
 from .oauthbearer_token import (
     CLIENT_ERROR_ACK,
@@ -34,6 +33,7 @@ from .oauthbearer_token import (
     client_first_message,
     token_source_from_config,
 )
+from .tls_context import load_client_identity, trust_context
 
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
@@ -171,137 +171,30 @@ class SecurityConfig:
         return self.protocol.startswith("SASL")
 
     def ssl_context(self) -> ssl.SSLContext:
-        cafile = capath = None
-        loc = self.ssl_ca_location
-        if loc and loc.lower() != "probe":  # librdkafka's "probe": the system's CA store
-            if os.path.isdir(loc):
-                capath = loc  # librdkafka accepts a directory of hashed CA certificates too
-            elif os.path.isfile(loc):
-                cafile = loc
-            else:
-                raise KafkaConfigError(f"kafka.ssl.ca.location={loc!r} is not a file or directory")
-        try:
-            ctx = ssl.create_default_context(cafile=cafile, capath=capath, cadata=self.ssl_ca_pem)
-        except (ssl.SSLError, OSError, ValueError) as e:
-            raise KafkaConfigError(
-                f"could not load the CA certificates of kafka.ssl.ca.location={loc!r} / "
-                f"kafka.ssl.ca.pem: {type(e).__name__}: {e}"
-            ) from None
+        ctx = trust_context(self.ssl_ca_location, self.ssl_ca_pem,
+                            location_option="kafka.ssl.ca.location", pem_option="kafka.ssl.ca.pem")
         if not self.verify_certificate:
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
         else:
             ctx.check_hostname = self.check_hostname
         if self.ssl_keystore_location:
-            self._load_keystore(ctx)
+            # librdkafka hands the file to OpenSSL; Python's ssl reads PEM only.
+            ident = read_pkcs12_keystore(self.ssl_keystore_location, self.ssl_keystore_password)
+            load_client_identity(
+                ctx, cert_path=None, cert_pem=ident.certificate_chain_pem, key_path=None,
+                key_pem=ident.key_pem, key_password=None,
+                where=f"kafka.ssl.keystore.location={self.ssl_keystore_location!r}")
         elif self.ssl_certificate_location or self.ssl_certificate_pem:
-            self._load_client_cert(ctx)
+            load_client_identity(
+                ctx, cert_path=self.ssl_certificate_location, cert_pem=self.ssl_certificate_pem,
+                key_path=self.ssl_key_location, key_pem=self.ssl_key_pem,
+                key_password=self.ssl_key_password,
+                where=(f"kafka.ssl.certificate.location={self.ssl_certificate_location!r}, "
+                       f"kafka.ssl.key.location={self.ssl_key_location!r}"),
+                hint=("Check that both are PEM and that kafka.ssl.key.password is the key's "
+                      "password (a wrong one reads as 'PEM lib')"))
         return ctx
-
-    def _load_keystore(self, ctx: ssl.SSLContext) -> None:
-        """The client certificate from a PKCS#12 keystore, as librdkafka reads it.
-
-        Python's ssl loads PEM files only, so the keystore's certificate chain and key go through
-        0600 temporary files removed at once; the key is written encrypted under a one-time
-        passphrase, never in the clear.
-        """
-        from cryptography.hazmat.primitives.serialization import (
-            BestAvailableEncryption, Encoding, PrivateFormat, pkcs12)
-
-        loc = self.ssl_keystore_location
-        assert loc is not None
-        try:
-            with open(loc, "rb") as fh:
-                data = fh.read()
-        except OSError as e:
-            raise KafkaConfigError(
-                f"could not read kafka.ssl.keystore.location={loc!r}: {e.strerror or e}") from None
-        password = self.ssl_keystore_password or ""
-        try:
-            key, cert, chain = pkcs12.load_key_and_certificates(data, password.encode("utf-8"))
-        except (ValueError, TypeError):
-            raise KafkaConfigError(
-                f"could not open the PKCS#12 keystore kafka.ssl.keystore.location={loc!r}: the "
-                "file is not PKCS#12 (a Java JKS keystore? convert it with keytool "
-                "-importkeystore -deststoretype PKCS12) or kafka.ssl.keystore.password is not its "
-                "password") from None
-        if key is None or cert is None:
-            raise KafkaConfigError(
-                f"the keystore kafka.ssl.keystore.location={loc!r} holds no "
-                f"{'private key' if key is None else 'certificate'} for the client; it needs the "
-                "client's certificate and its key (a trust store goes in kafka.ssl.ca.location)")
-        one_time = secrets.token_hex(16)
-        chain_pem = b"".join(c.public_bytes(Encoding.PEM) for c in [cert, *(chain or [])])
-        key_pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8,
-                                    BestAvailableEncryption(one_time.encode("ascii")))
-        names: list[str] = []
-        try:
-            for pem in (chain_pem, key_pem):
-                fd, name = tempfile.mkstemp(prefix="txkafka-", suffix=".pem")
-                names.append(name)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(pem)
-            try:
-                ctx.load_cert_chain(names[0], names[1], password=one_time)
-            except (ssl.SSLError, OSError) as e:
-                raise KafkaConfigError(
-                    f"could not use the client certificate of kafka.ssl.keystore.location={loc!r}: "
-                    f"{type(e).__name__}: {e.args[-1] if e.args else e}") from None
-        finally:
-            for name in names:
-                with contextlib.suppress(OSError):
-                    os.unlink(name)
-
-    def _load_client_cert(self, ctx: ssl.SSLContext) -> None:
-        # ssl.load_cert_chain reads files only: inline PEMs go through 0600 temp files, removed at once.
-        tmp: list[str] = []
-        try:
-            def as_file(path: str | None, pem: str | None) -> str | None:
-                if path or not pem:
-                    return path
-                fd, name = tempfile.mkstemp(prefix="txkafka-", suffix=".pem")
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(pem)
-                tmp.append(name)
-                return name
-
-            cert = as_file(self.ssl_certificate_location, self.ssl_certificate_pem)
-            key_pem, key_password = self.ssl_key_pem, self.ssl_key_password
-            if key_pem and not self.ssl_key_location and "ENCRYPTED" not in key_pem:
-                # An inline key in the clear (kafka.ssl.key.pem, or a JKS keystore's key) reaches
-                # the temporary file encrypted under a one-time passphrase, as a keystore's does.
-                key_password = secrets.token_hex(16)
-                key_pem = _encrypted_key_pem(key_pem, key_password)
-            key = as_file(self.ssl_key_location, key_pem)
-            try:
-                ctx.load_cert_chain(cert, key, password=key_password)  # type: ignore[arg-type]
-            except (ssl.SSLError, OSError) as e:
-                raise KafkaConfigError(
-                    f"could not load the client certificate/key (kafka.ssl.certificate.location="
-                    f"{self.ssl_certificate_location!r}, kafka.ssl.key.location="
-                    f"{self.ssl_key_location!r}): {type(e).__name__}: {e.args[-1] if e.args else e}. "
-                    "Check that both are PEM and that kafka.ssl.key.password is the key's password "
-                    "(a wrong one reads as 'PEM lib')"
-                ) from None
-        finally:
-            for name in tmp:
-                with contextlib.suppress(OSError):
-                    os.unlink(name)
-
-
-def _encrypted_key_pem(key_pem: str, passphrase: str) -> str:
-    """``key_pem`` (unencrypted PEM) as PKCS#8 PEM encrypted under ``passphrase``."""
-    from cryptography.hazmat.primitives.serialization import (
-        BestAvailableEncryption, Encoding, PrivateFormat, load_pem_private_key)
-
-    try:
-        key = load_pem_private_key(key_pem.encode("ascii"), password=None)
-    except (ValueError, TypeError, UnicodeEncodeError):
-        raise KafkaConfigError(
-            "kafka.ssl.key.pem is not a PEM private key (or it is encrypted without saying so; "
-            "give its password in kafka.ssl.key.password)") from None
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8,
-                             BestAvailableEncryption(passphrase.encode("ascii"))).decode("ascii")
 
 
 def error_name(code: int) -> str:

@@ -42,6 +42,15 @@ def is_jks(data: bytes) -> bool:
     return len(data) >= 4 and struct.unpack(">I", data[:4])[0] == _JKS_MAGIC
 
 
+def is_jks_file(path: str) -> bool:
+    """Whether the file is a JKS store; an unreadable one is left to librdkafka's own error."""
+    try:
+        with open(path, "rb") as fh:
+            return is_jks(fh.read(4))
+    except OSError:
+        return False
+
+
 def _read_file(option: str, path: str) -> bytes:
     try:
         with open(path, "rb") as fh:
@@ -210,6 +219,31 @@ def read_truststore(path: str, password: str | None) -> str:
     if not ders:
         raise KafkaConfigError(f"{option}={path!r} holds no certificate to trust")
     return "".join(_pem_cert(d) for d in ders)
+
+
+def read_pkcs12_keystore(path: str, password: str | None) -> ClientIdentity:
+    """The client certificate chain and key of a PKCS#12 keystore (librdkafka's format), for
+    the driver's commit client, which cannot hand the file to OpenSSL as librdkafka does."""
+    from cryptography.hazmat.primitives.serialization import (
+        Encoding, NoEncryption, PrivateFormat, pkcs12)
+
+    option = "kafka.ssl.keystore.location"
+    data = _read_file(option, path)
+    try:
+        key, cert, chain = pkcs12.load_key_and_certificates(data, (password or "").encode("utf-8"))
+    except (ValueError, TypeError):
+        raise KafkaConfigError(
+            f"could not open the PKCS#12 keystore {option}={path!r}: the file is not PKCS#12 (a "
+            "JCEKS keystore? convert it with keytool -importkeystore -deststoretype PKCS12) or "
+            "kafka.ssl.keystore.password is not its password") from None
+    if key is None or cert is None:
+        raise KafkaConfigError(
+            f"the keystore {option}={path!r} holds no "
+            f"{'private key' if key is None else 'certificate'} for the client; it needs the "
+            "client's certificate and its key (a trust store goes in kafka.ssl.ca.location)")
+    chain_pem = b"".join(c.public_bytes(Encoding.PEM) for c in [cert, *(chain or [])])
+    key_pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())
+    return ClientIdentity(chain_pem.decode("ascii"), key_pem.decode("ascii"))
 
 
 def read_jks_keystore(path: str, store_password: str | None, key_password: str | None

@@ -12,6 +12,7 @@ import logging
 import re
 from typing import Iterable, Mapping
 
+from . import java_keystores
 from .errors import KafkaConfigError
 from .secrets_redaction import redact_config, redact_text
 
@@ -173,8 +174,6 @@ def _translate_stores(stores: Mapping[str, str], conf: dict[str, str]) -> None:
     are read here (connector/java_keystores.py) into librdkafka's inline PEM settings, on the
     driver and on each executor alike, so the files must exist where Java would need them too.
     """
-    from . import java_keystores
-
     def put(key: str, value: str, java: str) -> None:
         if key in conf and conf[key] != value:
             raise KafkaConfigError(
@@ -199,7 +198,7 @@ def _translate_stores(stores: Mapping[str, str], conf: dict[str, str]) -> None:
             "certificate and key as kafka.ssl.certificate.location and kafka.ssl.key.location")
     # The content decides, as in Java since 9 (keystore.type.compat): a store keytool made and
     # named .jks is often PKCS#12, which librdkafka reads as it is.
-    if ks_loc and _file_is_jks(ks_loc):
+    if ks_loc and java_keystores.is_jks_file(ks_loc):
         pem_set = [f"kafka.{k}" for k in ("ssl.certificate.location", "ssl.certificate.pem",
                                           "ssl.key.location", "ssl.key.pem") if conf.get(k)]
         if pem_set:
@@ -237,17 +236,6 @@ def _translate_stores(stores: Mapping[str, str], conf: dict[str, str]) -> None:
             "kafka.ssl.truststore.location and kafka.ssl.ca.location/kafka.ssl.ca.pem both give "
             "the CA certificates; set one")
     conf["ssl.ca.pem"] = java_keystores.read_truststore(ts_loc, ts_password)
-
-
-def _file_is_jks(path: str) -> bool:
-    """Whether the keystore file is JKS; an unreadable one is left to librdkafka's own error."""
-    from .java_keystores import is_jks
-
-    try:
-        with open(path, "rb") as fh:
-            return is_jks(fh.read(4))
-    except OSError:
-        return False
 
 
 _BACKTICKED = re.compile(r"`([A-Za-z0-9._]+)`")

@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 import re
 import socket
 import ssl
@@ -42,6 +41,7 @@ from typing import Callable
 
 from .errors import KafkaAuthenticationError, KafkaConfigError, KafkaProtocolError
 from .secrets_redaction import REDACTED, redact_uri
+from .tls_context import trust_context
 
 # base64url of {"alg":"none"}: the JOSE header of an unsecured JWS (RFC 7515 appendix A.5).
 _UNSECURED_HEADER = "eyJhbGciOiJub25lIn0"
@@ -284,22 +284,10 @@ class OidcClientCredentialsSource:
     # ---------------------------------------------------------------- fetching
 
     def _ssl_context(self) -> ssl.SSLContext:
-        cafile = capath = None
-        loc = self.ca_location
-        if loc and loc.lower() != "probe":
-            if os.path.isdir(loc):
-                capath = loc
-            elif os.path.isfile(loc):
-                cafile = loc
-            else:
-                raise KafkaConfigError(
-                    f"kafka.https.ca.location={loc!r} is not a file or directory")
-        try:
-            return ssl.create_default_context(cafile=cafile, capath=capath, cadata=self._ca_pem)
-        except (ssl.SSLError, OSError, ValueError) as e:
-            raise KafkaConfigError(
-                f"could not load the CA certificates of kafka.https.ca.location={loc!r} / "
-                f"kafka.https.ca.pem (to verify the token endpoint): {type(e).__name__}") from None
+        return trust_context(self.ca_location, self._ca_pem,
+                             location_option="kafka.https.ca.location",
+                             pem_option="kafka.https.ca.pem",
+                             purpose=" (to verify the token endpoint)")
 
     def _redact(self, text: str) -> str:
         basic = base64.b64encode(f"{self.client_id}:{self._client_secret}".encode()).decode()
