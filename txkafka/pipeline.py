@@ -107,11 +107,13 @@ def run(args: argparse.Namespace) -> int:
             if q.exception() is not None:
                 print(f"PIPELINE-FAILED {q.exception()}", flush=True)
                 return 2
-            p = q.lastProgress
-            if p and p["batchId"] != last_batch:
-                last_batch = p["batchId"]
-                print(f"BATCH {p['batchId']} rows={p['numInputRows']} "
-                      f"ms={p['durationMs'].get('triggerExecution')}", flush=True)
+            # Every batch since the last poll, not only the latest: two short batches can end
+            # between polls, and a batch id missing from the log reads like a lost batch.
+            for p in q.recentProgress:
+                if p["batchId"] > last_batch:
+                    last_batch = p["batchId"]
+                    print(f"BATCH {p['batchId']} rows={p['numInputRows']} "
+                          f"ms={p['durationMs'].get('triggerExecution')}", flush=True)
             if target is not None and _caught_up(q, args.input, target):
                 if caught_up_at is None:
                     caught_up_at = (time.monotonic(), last_batch)
