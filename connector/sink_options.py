@@ -50,16 +50,19 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def _positive_int(options: Mapping[str, str], name: str, default: int, *, minimum: int = 1) -> int:
+def _positive_int(options: Mapping[str, str], name: str, default: int, *, minimum: int = 1,
+                  shown: str | None = None) -> int:
+    """``shown``: the option's name in errors, when ``name`` is a key of the kafka.* config."""
     raw = _get(options, name)
+    shown = shown or name
     if raw is None or raw.strip() == "":
         return default
     try:
         value = int(raw.strip())
     except ValueError:
-        raise KafkaConfigError(f"option '{name}' must be an integer, got {raw!r}") from None
+        raise KafkaConfigError(f"option '{shown}' must be an integer, got {raw!r}") from None
     if value < minimum:
-        raise KafkaConfigError(f"option '{name}' must be >= {minimum}, got {value}")
+        raise KafkaConfigError(f"option '{shown}' must be >= {minimum}, got {value}")
     return value
 
 
@@ -125,7 +128,7 @@ class SinkConfig:
             )
 
         timeout = _positive_int(kafka, "transaction.timeout.ms", DEFAULT_TRANSACTION_TIMEOUT_MS,
-                                minimum=1000)
+                                minimum=1000, shown="kafka.transaction.timeout.ms")
         kafka.pop("transaction.timeout.ms", None)
 
         checkpoint = _get(options, "checkpointLocation")

@@ -42,6 +42,11 @@ READER_OWNED_KEYS: dict[str, str] = {
                          "Spark's checkpoint and never resets them silently",
     "enable.auto.commit": "txkafka never commits offsets for recovery (they live in Spark's "
                           "checkpoint); set commitOffsetsToGroup=true to publish them for lag tools",
+    # consumer_config() sets these two: a user's value would be overwritten without a word.
+    "enable.partition.eof": "txkafka ends a range that stops on a transaction marker at partition "
+                            "EOF, so the executors' consumers always report it",
+    "enable.auto.offset.store": "txkafka never stores or commits consumer offsets for recovery "
+                                "(they live in Spark's checkpoint)",
 }
 
 _STRATEGY_OPTIONS = ("subscribe", "subscribepattern", "assign")

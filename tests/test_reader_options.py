@@ -136,7 +136,9 @@ def test_offset_json_and_timestamp_precedence():
 
 
 @pytest.mark.parametrize("key", ["kafka.auto.offset.reset", "kafka.enable.auto.commit",
-                                 "kafka.key.deserializer", "kafka.value.deserializer"])
+                                 "kafka.key.deserializer", "kafka.value.deserializer",
+                                 # consumer_config() overwrites these: never silently
+                                 "kafka.enable.partition.eof", "kafka.enable.auto.offset.store"])
 def test_owned_kafka_keys_rejected(key):
     with pytest.raises(KafkaConfigError, match=f"option '{key}' is not supported"):
         parse(**{key: "x"})

@@ -58,6 +58,14 @@ def test_transaction_timeout_comes_from_kafka_option():
     assert "transaction.timeout.ms" not in cfg.kafka
 
 
+def test_transaction_timeout_error_names_the_kafka_option():
+    name = r"option 'kafka\.transaction\.timeout\.ms'"  # the user's name, not librdkafka's
+    with pytest.raises(KafkaConfigError, match=name + " must be >= 1000"):
+        SinkConfig.from_options({**BASE, "kafka.transaction.timeout.ms": "999"}, streaming=True)
+    with pytest.raises(KafkaConfigError, match=name + " must be an integer"):
+        SinkConfig.from_options({**BASE, "kafka.transaction.timeout.ms": "1m"}, streaming=True)
+
+
 @pytest.mark.parametrize("extra, match", [
     ({"deliveryGuarantee": "twice"}, "deliveryGuarantee"),
     ({"transactionalIdPrefix": "has space"}, "transactionalIdPrefix"),
