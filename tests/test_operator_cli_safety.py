@@ -197,3 +197,17 @@ def test_checkpoint_uri_credentials_never_printed(tmp_path, monkeypatch, command
     message = str(exc.value.code)
     assert "no txkafka sink there" in message
     assert "SECRET" not in message and "AKIAEXAMPLE" not in message
+
+
+def test_dry_run_fails_too_when_a_named_id_is_not_open(tmp_path, fake, capsys):
+    """The exit status does not depend on --yes: a named id that is not open is an error either
+    way (a dry run used to exit 0 when another named id was open)."""
+    ck = tmp_path / "ck"
+    sid = SinkCommitLog(str(ck)).identity("a").sink_id
+    fake.open_ids = [f"a-{sid}-0-0"]
+    code = main(["transactions", "abort", "-b", B, "--checkpoint", str(ck),
+                 "--id", f"a-{sid}-0-0", "--id", f"a-{sid}-9-0"])
+    assert code == 1
+    out = capsys.readouterr()
+    assert f"a-{sid}-9-0" in out.err and "would abort 1" in out.out
+    assert fake.instances[-1].aborted == []

@@ -209,7 +209,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
             print(f"would abort {len(targets)} transaction(s): "
                   f"{', '.join(t.transactional_id for t in targets)}; add "
                   f"{'--yes --force' if by_prefix_alone else '--yes'} to do it")
-            return 0
+            return 1 if not_open else 0  # as with --yes: a named id that is not open fails
         descs = tc.describe(t.transactional_id for t in targets)
         codes = tc.end_many([(d.transactional_id, d.producer_id, d.producer_epoch)
                              for d in descs.values() if d.state == "Ongoing"], commit=False)
