@@ -25,6 +25,7 @@ from typing import Iterator, Mapping
 
 from .errors import KafkaProtocolError, KafkaAuthenticationError, KafkaConfigError
 from .java_keystores import read_pkcs12_keystore
+from .kafka_config import refuse_two_client_identities
 from .kafka_wire import Reader, Writer, request_header
 from .oauthbearer_token import (
     CLIENT_ERROR_ACK,
@@ -127,19 +128,11 @@ class SecurityConfig:
             raise KafkaConfigError(
                 f"security.protocol {protocol} needs kafka.sasl.username and kafka.sasl.password"
             )
-        if get("ssl.keystore.location"):
-            # One identity for the tasks and the driver: librdkafka loads both and the keystore
-            # silently wins, which this client would have to mirror; refuse the ambiguity instead.
-            pem_opts = [f"kafka.{k}" for k in ("ssl.certificate.location", "ssl.certificate.pem",
-                                               "ssl.key.location", "ssl.key.pem") if get(k)]
-            if pem_opts:
-                raise KafkaConfigError(
-                    f"kafka.ssl.keystore.location and {', '.join(pem_opts)} both give the client "
-                    "certificate; set one: the PKCS#12 keystore, or the PEM certificate and key")
-            if get("ssl.keystore.password") is None:
-                raise KafkaConfigError(
-                    "kafka.ssl.keystore.location needs kafka.ssl.keystore.password (librdkafka "
-                    "requires it too; a keystore without a password takes an empty one)")
+        refuse_two_client_identities(get)
+        if get("ssl.keystore.location") and get("ssl.keystore.password") is None:
+            raise KafkaConfigError(
+                "kafka.ssl.keystore.location needs kafka.ssl.keystore.password (librdkafka "
+                "requires it too; a keystore without a password takes an empty one)")
         verify = (get("enable.ssl.certificate.verification") or "true").lower() != "false"
         algo = get("ssl.endpoint.identification.algorithm")
         check_host = verify and (algo is None or algo.lower() == "https")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from . import java_keystores
 from .errors import KafkaConfigError
@@ -165,6 +165,19 @@ def kafka_client_config(
     return conf
 
 
+def refuse_two_client_identities(get: Callable[[str], str | None]) -> None:
+    """A keystore and a PEM certificate/key both set: librdkafka would quietly use the keystore,
+    so every client (reader, either sink, the driver's commit client) refuses the ambiguity."""
+    if not get("ssl.keystore.location"):
+        return
+    pem_set = [f"kafka.{k}" for k in ("ssl.certificate.location", "ssl.certificate.pem",
+                                      "ssl.key.location", "ssl.key.pem") if get(k)]
+    if pem_set:
+        raise KafkaConfigError(
+            f"kafka.ssl.keystore.location and {', '.join(pem_set)} both give the client "
+            "certificate; set one: the keystore, or the PEM certificate and key")
+
+
 def _translate_stores(stores: Mapping[str, str], conf: dict[str, str]) -> None:
     """Apply Java's store settings to ``conf`` as librdkafka settings, or raise KafkaConfigError.
 
@@ -196,15 +209,10 @@ def _translate_stores(stores: Mapping[str, str], conf: dict[str, str]) -> None:
         raise KafkaConfigError(
             "kafka.ssl.keystore.type=PEM with kafka.ssl.keystore.location: give the PEM "
             "certificate and key as kafka.ssl.certificate.location and kafka.ssl.key.location")
+    refuse_two_client_identities(conf.get)
     # The content decides, as in Java since 9 (keystore.type.compat): a store keytool made and
     # named .jks is often PKCS#12, which librdkafka reads as it is.
     if ks_loc and java_keystores.is_jks_file(ks_loc):
-        pem_set = [f"kafka.{k}" for k in ("ssl.certificate.location", "ssl.certificate.pem",
-                                          "ssl.key.location", "ssl.key.pem") if conf.get(k)]
-        if pem_set:
-            raise KafkaConfigError(
-                f"kafka.ssl.keystore.location and {', '.join(pem_set)} both give the client "
-                "certificate; set one")
         ident = java_keystores.read_jks_keystore(ks_loc, conf.get("ssl.keystore.password"),
                                                  conf.get("ssl.key.password"))
         for key in ("ssl.keystore.location", "ssl.keystore.password", "ssl.key.password"):

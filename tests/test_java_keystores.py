@@ -152,6 +152,16 @@ def test_store_and_librdkafka_settings_for_the_same_thing_conflict(stores):
         kafka_client_config(_java_style(stores, **{"ssl.certificate.location": "/c.pem"}))
 
 
+def test_a_pkcs12_keystore_and_a_pem_identity_conflict_for_every_client(stores):
+    # librdkafka alone would use the keystore and ignore the PEM files without a word.
+    with pytest.raises(KafkaConfigError, match="kafka.ssl.keystore.location and "
+                                               "kafka.ssl.key.location both give the client"):
+        kafka_client_config({"kafka.bootstrap.servers": "h:1",
+                             "kafka.ssl.keystore.location": stores["ks_p12"],
+                             "kafka.ssl.keystore.password": PASSWORD,
+                             "kafka.ssl.key.location": "/k.pem"})
+
+
 def test_errors_hold_no_password(stores):
     for bad in ({"ssl.keystore.password": "wrong-" + STORE_PW},
                 {"ssl.truststore.password": "wrong-" + TRUST_PW}):
