@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable, NoReturn, Sequence
+from typing import Iterable, Mapping, NoReturn, Sequence
 
 from .errors import (
     TransactionError,
@@ -91,6 +91,14 @@ class WritePlan:
         if self.logged_complete:
             return False  # invariant 3: Spark re-runs a batch the sink already committed
         return partition_id in self.redo
+
+
+def prune_due(batch_id: int, listing: Mapping[int, object]) -> bool:
+    """Prune once per block of ``_PRUNE_EVERY`` batch ids: at the first batch in a new block that
+    commits data. (Pruning only when the id is a multiple would never prune a query whose data
+    batches all fall on other ids, say odd ones between no-data batches of an aggregation.)"""
+    earlier = [b for b in listing if b < batch_id]
+    return bool(earlier) and max(earlier) // _PRUNE_EVERY < batch_id // _PRUNE_EVERY
 
 
 @dataclass
@@ -163,7 +171,8 @@ class KafkaCommitter:
         report = CommitReport(batch_id)
         self._check_batch_ids(batch_id, results)
         committables = [r.committable for r in results if r is not None and r.committable]
-        state = self.log.batch_state(batch_id) if self.log else None
+        listing = self.log.listing() if self.log else {}
+        state = self.log.batch_state(batch_id, listing) if self.log else None
         if state is not None and state.pending is not None:
             self.recover()
             state = self.log.batch_state(batch_id) if self.log else None
@@ -210,7 +219,7 @@ class KafkaCommitter:
         report.transactions = len(committables)
         report.records = sum(c.record_count for c in committables)
         report.orphans_aborted = self._sweep_after_commit(batch_id, keep={c.key for c in committables})
-        if self.log is not None and batch_id % _PRUNE_EVERY == 0:
+        if self.log is not None and prune_due(batch_id, listing):
             self.log.prune()
         report.seconds = time.monotonic() - started
         self.last_report = report

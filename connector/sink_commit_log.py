@@ -265,6 +265,10 @@ class SinkCommitLog:
                 out.setdefault(int(m.group(1)), {}).setdefault(int(m.group(2)), set()).add(m.group(3))
         return out
 
+    def listing(self) -> dict[int, dict[int, set[str]]]:
+        """One listing of the log, {batch: {round: kinds}}, to pass to ``batch_state``."""
+        return self._entries()
+
     def batch_ids(self) -> list[int]:
         return sorted(self._entries())
 

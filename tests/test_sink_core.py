@@ -261,6 +261,26 @@ def _results(ids, fake, batch, parts, attempt=0):
     return out
 
 
+def test_the_commit_log_is_pruned_when_data_batches_miss_the_multiples_of_50(tmp_path):
+    # An aggregation's data batches can all fall on odd ids (no-data batches in between): the
+    # log must still be pruned, once per block of 50 ids, to the newest 100 batches.
+    fake = FakeCoordinator()
+    sizes = []
+    for batch in range(1, 400, 2):
+        committer, ids, log = _committer(tmp_path, fake)  # a new one per batch, as in Spark
+        committer.commit(batch, _results(ids, fake, batch, [0]))
+        sizes.append(len(log.batch_ids()))
+    assert max(sizes) <= 125 and sizes[-1] >= 100, sizes
+    assert log.batch_ids()[-1] == 399 and log.latest().complete
+
+
+def test_prune_due_once_per_block_of_ids():
+    from txkafka.connector.kafka_committer import prune_due
+    assert not prune_due(0, {}) and not prune_due(50, {})  # nothing logged before: nothing to prune
+    assert prune_due(50, {49: {}}) and prune_due(51, {49: {}}) and prune_due(101, {1: {}, 49: {}})
+    assert not prune_due(99, {50: {}, 99: {}}) and not prune_due(57, {51: {}})
+
+
 def test_commit_decides_then_commits_and_sweeps_orphans(tmp_path):
     fake = FakeCoordinator()
     committer, ids, log = _committer(tmp_path, fake)
