@@ -72,11 +72,14 @@ _RENAMED: dict[str, str] = {
 }
 
 # Keys the user may not set: the connector owns them.
+# One text for reader and writer: Kafka keys and values are bytes to both.
+_AS_BYTES = ("txkafka reads {0}s as binary and writes a string or binary {0} column: convert "
+             "with DataFrame operations (CAST, from_json/to_json, from_avro/to_avro)")
 _OWNED_COMMON: dict[str, str] = {
-    "key.serializer": "keys are written as bytes: cast the key column to string or binary",
-    "value.serializer": "values are written as bytes: cast the value column to string or binary",
-    "key.deserializer": "keys are always read as bytes: use DataFrame operations to deserialize",
-    "value.deserializer": "values are always read as bytes: use DataFrame operations to deserialize",
+    "key.serializer": _AS_BYTES.format("key"),
+    "value.serializer": _AS_BYTES.format("value"),
+    "key.deserializer": _AS_BYTES.format("key"),
+    "value.deserializer": _AS_BYTES.format("value"),
 }
 
 
