@@ -71,10 +71,10 @@ _RENAMED: dict[str, str] = {
     "delivery.timeout.ms": "message.timeout.ms",
 }
 
-# Keys the user may not set: the connector owns them.
 # One text for reader and writer: Kafka keys and values are bytes to both.
 _AS_BYTES = ("txkafka reads {0}s as binary and writes a string or binary {0} column: convert "
              "with DataFrame operations (CAST, from_json/to_json, from_avro/to_avro)")
+# Keys the user may not set: the connector owns them.
 _OWNED_COMMON: dict[str, str] = {
     "key.serializer": _AS_BYTES.format("key"),
     "value.serializer": _AS_BYTES.format("value"),

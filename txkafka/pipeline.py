@@ -108,9 +108,10 @@ def run(args: argparse.Namespace) -> int:
                 print(f"PIPELINE-FAILED {q.exception()}", flush=True)
                 return 2
             # Every batch since the last poll, not only the latest: two short batches can end
-            # between polls, and a batch id missing from the log reads like a lost batch.
+            # between polls, and a batch id missing from the log reads like a lost batch. Only
+            # batches that ran (addBatch): an idle trigger's progress carries the next batch's id.
             for p in q.recentProgress:
-                if p["batchId"] > last_batch:
+                if p["batchId"] > last_batch and "addBatch" in (p.get("durationMs") or {}):
                     last_batch = p["batchId"]
                     print(f"BATCH {p['batchId']} rows={p['numInputRows']} "
                           f"ms={p['durationMs'].get('triggerExecution')}", flush=True)
