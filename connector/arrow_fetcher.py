@@ -11,8 +11,8 @@ Why this shape:
   numpy/pyarrow conversions, matching Spark's schema exactly (binary, int32, int64,
   timestamp[us, tz=UTC], nullable fields): Spark rejects a first batch whose schema differs.
 - Consumers are pooled per worker process, keyed by their config. A consumer returned after reading
-  [s, e) stays assigned, so the next batch's range [e, ...) of the same partition continues from the
-  records librdkafka already prefetched, like Spark's cached KafkaConsumer.
+  [s, e) is unassigned but keeps the records it consumed past e, so the next batch's range [e, ...)
+  of the same partition starts from them, like Spark's cached KafkaConsumer.
 """
 
 from __future__ import annotations

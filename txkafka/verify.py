@@ -674,7 +674,7 @@ def register_cli(sub) -> None:
                    help="ids: each input id once in the output (default); windowed-counts: a "
                         "count per (key, event-time window) in append mode (key KEY@WINDOWSTARTMS, "
                         "value the count); counts: groupBy(key).count() in update mode")
-    p.add_argument("--checkpoint", help="with a counts check: the query's checkpointLocation "
+    p.add_argument("--checkpoint", help="counts and windowed-counts: the query's checkpointLocation "
                                         "(Spark's offset log makes the check exact)")
     p.add_argument("--window-ms", type=int, default=2000, help="windowed-counts: window length")
     p.add_argument("--watermark-ms", type=int, default=None,

@@ -160,6 +160,7 @@ def run_soak(args: argparse.Namespace) -> int:
 
         out.write_text(json.dumps(payload, indent=1) + "\n")
 
+    running: tuple[Campaign, CampaignResult] | None = None  # the campaign under way, if any
     try:
         clusters.start()
         n = len(summary.campaigns)
@@ -178,6 +179,7 @@ def run_soak(args: argparse.Namespace) -> int:
                                 transaction_version=2 if cluster_name == "tv2" else 0,
                                 round_timeout=args.round_timeout)
             summary.campaigns.append(campaign.result)
+            running = (campaign, campaign.result)
             left = args.rounds - _verified_rounds(summary)
             rounds = min(args.rounds_per_campaign, max(1, left))
             try:
@@ -196,9 +198,15 @@ def run_soak(args: argparse.Namespace) -> int:
                 print(text, file=sys.stderr, flush=True)
                 traceback.print_exc()
             failed = failed or not campaign.result.ok
+            running = None
             save()
             print(summary.text(), file=sys.stderr, flush=True)
     finally:
+        if running is not None:
+            # Cut short (Ctrl-C ends the sitting): its pipeline was never verified, so it is
+            # dropped whole rather than recorded as a failed campaign.
+            running[0].close()
+            summary.campaigns.remove(running[1])
         save()
         if not args.keep:
             clusters.stop()
