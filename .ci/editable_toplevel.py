@@ -6,9 +6,13 @@ install puts ``pyspark_txkafka.py`` in site-packages, where the scan sees it; an
 (needed here because the package maps top-level folders to ``txkafka.*``) serves it through an import
 hook that the scan cannot see. A one-entry path directory with a link to the real file fixes that
 without exposing anything else.
+
+An editable install also lacks the ``txkafka-installed-pyspark.pth`` a wheel puts at the top of
+site-packages (setup.py; why in txkafka/installed_pyspark.py), so this copies it there.
 """
 
 import os
+import shutil
 import site
 import sys
 
@@ -23,3 +27,8 @@ os.symlink(target, link)
 with open(os.path.join(site.getsitepackages()[0], "txkafka-toplevel.pth"), "w") as fh:
     fh.write(shim + "\n")
 print(f"pyspark_txkafka visible to Spark's data source scan via {shim}")
+
+repo = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+pth = "txkafka-installed-pyspark.pth"
+shutil.copyfile(os.path.join(repo, pth), os.path.join(site.getsitepackages()[0], pth))
+print(f"{pth} installed: Spark's Python processes import pyspark with its bytecode")

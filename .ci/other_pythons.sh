@@ -27,6 +27,7 @@ for v in 3.11 3.12 3.13; do
   { "$venv/bin/python" -m pip install -q --upgrade pip &&
     "$venv/bin/python" -m pip install -q -e '.[test,bench]'; } >"$venv/install.log" 2>&1 ||
     { cat "$venv/install.log"; echo "[other-pythons] Python $v: install failed"; exit 1; }
+  "$venv/bin/python" .ci/editable_toplevel.py >/dev/null
   echo "[other-pythons] Python $v: unit tests"
   # Exit code 5 (no tests collected) fails here like any other non-zero code.
   "$venv/bin/python" -m pytest -q -p no:cacheprovider tests
@@ -37,7 +38,6 @@ if [ -n "${newest:-}" ]; then
   # One end-to-end proof on the newest of them: real Spark and a real broker, the driver killed
   # between two EndTxn calls and the restart recovering the batch exactly once.
   echo "[other-pythons] ${newest#.venv-py}: Spark + Kafka, driver killed mid-commit"
-  "$newest/bin/python" .ci/editable_toplevel.py >/dev/null
   CI=true TXKAFKA_NO_CDS=1 "$newest/bin/python" -m pytest -q -p no:cacheprovider -n 0 \
     integration_tests/test_writer_exactly_once.py -k driver_killed_between_two_endtxn_calls
 fi

@@ -36,6 +36,8 @@ def test_bench_writes_json_and_charts(kafka, tmp_path):
     assert "| core: write |" in proc.stdout
     home = result["machine"]["spark_home"]  # --pyspark-home: built, and recorded with the result
     assert (Path(home) / ".txkafka-pyspark-home").is_file(), home
+    assert result["machine"]["spark_python_imports_pyspark_from"] == str(
+        Path(home) / "python" / "lib" / "pyspark.zip" / "pyspark" / "__init__.pyc")
     assert "version unknown" in result["machine"]["kafka"]  # --bootstrap: not the embedded one's
     assert "warming up the plain producer" in proc.stdout
     assert "warming up txkafka's writer without Spark" in proc.stdout

@@ -862,6 +862,7 @@ def machine(external_kafka: bool = False) -> dict[str, Any]:
     import pyspark
 
     from .embedded_kafka import KAFKA_VERSION
+    from .installed_pyspark import spark_python_imports_from
 
     try:
         import confluent_kafka
@@ -880,7 +881,9 @@ def machine(external_kafka: bool = False) -> dict[str, Any]:
             "platform": platform.platform(), "pyspark": pyspark.__version__, "confluent_kafka": ck,
             "kafka": ("external cluster (--bootstrap), version unknown" if external_kafka
                       else KAFKA_VERSION),
-            "spark_home": os.environ.get("SPARK_HOME") or "(the installed pyspark)"}
+            "spark_home": os.environ.get("SPARK_HOME") or "(the installed pyspark)",
+            # the installed package (bytecode) or a pyspark.zip (compiled in every new process)
+            "spark_python_imports_pyspark_from": spark_python_imports_from()}
 
 
 def charts(r: dict[str, Any], out: str) -> None:
