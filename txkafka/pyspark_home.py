@@ -9,6 +9,11 @@ from this one on the machine of docs/benchmarks.md. Executors' pooled workers pa
 daemon, but a Python streaming source pays it on every query start: Spark starts its driver-side
 reader process (PythonStreamingSourceRunner) fresh for each query.
 
+With pip's pyspark, where SPARK_HOME is the installed package, txkafka's
+``txkafka-installed-pyspark.pth`` already avoids the compiling (txkafka/installed_pyspark.py); this
+module is for the other layouts, chiefly a Spark distribution's SPARK_HOME (``/opt/spark``), whose
+zip belongs to no installed package.
+
 Nothing installed is modified: this builds a separate directory that links everything of the
 installed SPARK_HOME except ``python/lib/pyspark.zip``, which it copies with an unchecked-hash
 ``.pyc`` beside each ``.py``. Use it by exporting ``SPARK_HOME`` before Spark starts. A Python of
@@ -179,7 +184,8 @@ def register_cli(sub) -> None:
     p = sub.add_parser(
         "pyspark-home",
         help="build a SPARK_HOME whose pyspark.zip has bytecode (faster Python worker and "
-             "streaming-source starts); prints the export line")
+             "streaming-source starts with a Spark distribution; pip's pyspark gets this from "
+             "txkafka's .pth hook already); prints the export line")
     p.add_argument("--spark-home", help="the Spark home to mirror (default: $SPARK_HOME, else "
                                         "the installed pyspark)")
     p.add_argument("--out", help="where to build it (default: ~/.cache/txkafka/spark-home-...)")
