@@ -4,10 +4,10 @@ the same sources again from ``pyspark.zip``.
 Why: Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the PYTHONPATH of every Python
 process it starts (PythonUtils.sparkPythonPath). With pip's pyspark, SPARK_HOME is the installed
 package itself, and the wheel ships that zip beside the very files it holds (pyspark 4.3: the 386
-files both have are byte-for-byte equal; the zip adds test suites and six files no module loads). Python's zipimport never caches what it compiles, so each such
-process compiles pyspark again: 0.8-1.3 s of a streaming query's start on the machine of
-docs/benchmarks.md, paid on every query because Spark starts the Python streaming source's
-driver-side runner fresh for each one.
+files both have are byte-for-byte equal; the zip adds test suites and six files no module loads).
+Python's zipimport never caches what it compiles, so each such process compiles pyspark again:
+0.6-0.9 s of a streaming query's start on the machine of docs/benchmarks.md, paid on every query
+because Spark starts the Python streaming source's driver-side runner fresh for each one.
 
 The ``txkafka-installed-pyspark.pth`` file that pip installs with txkafka calls
 :func:`prefer_installed_pyspark` at interpreter start, before anything imports pyspark. It drops the
