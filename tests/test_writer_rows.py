@@ -106,3 +106,12 @@ def test_the_producer_never_asks_the_broker_to_create_a_topic():
         tid = "t-1-0-0" if cfg.exactly_once else None
         assert producer_config(cfg, _ProducerProbe(cfg.kafka), tid)["allow.auto.create.topics"] \
             is False
+
+
+def test_producers_switch_to_the_advertised_broker_quickly_unless_the_user_says_otherwise():
+    for guarantee in ("exactly_once", "at_least_once"):
+        cfg = SinkConfig.from_options({**BASE, "deliveryGuarantee": guarantee}, streaming=True)
+        tid = "t-1-0-0" if cfg.exactly_once else None
+        assert producer_config(cfg, _ProducerProbe(cfg.kafka), tid)["reconnect.backoff.ms"] == 20
+    cfg = SinkConfig.from_options({**BASE, "kafka.reconnect.backoff.ms": "250"}, streaming=True)
+    assert producer_config(cfg, _ProducerProbe(cfg.kafka), "t-1-0-0")["reconnect.backoff.ms"] == "250"
