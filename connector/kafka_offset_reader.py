@@ -30,6 +30,7 @@ from .client_errors import (
     wait_checking_security,
 )
 from .errors import KafkaAuthorizationError, KafkaConfigError, OffsetsUnavailableError
+from .kafka_config import RECONNECT_BACKOFF_MS
 from .kafka_source_offset import PartitionOffsets, describe_offsets
 from .secrets_redaction import redact_text
 from .source_options import (
@@ -110,6 +111,7 @@ class KafkaOffsetReader:
         if self._admin_client is None:
             conf: dict = self.options.client_conf
             conf.pop("isolation.level", None)  # a consumer setting; ListOffsets takes it per call
+            conf.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)  # a faster first look-up
             conf["logger"] = _LIBRDKAFKA_LOG
             conf["error_cb"] = self._probe.on_error
             try:

@@ -27,13 +27,13 @@ from .client_errors import (
 from .errors import KafkaConfigError, TransactionError
 from .fault_injection import FaultInjector
 from .kafka_committable import KafkaCommittable
+from .kafka_config import RECONNECT_BACKOFF_MS
 from .secrets_redaction import redact_text
 from .sink_options import SinkConfig
 
 log = logging.getLogger(__name__)
 
 _STATS_INTERVAL_MS = 25
-PRODUCER_RECONNECT_BACKOFF_MS = 20
 _BAD_TXN_STATES = {"AbortableError", "FatalError", "AbortingTransaction", "AbortedTransaction"}
 # librdkafka's own log lines go through Python logging (never straight to stderr).
 _LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
@@ -229,13 +229,9 @@ def producer_config(cfg: SinkConfig, probe: _ProducerProbe, transactional_id: st
         # librdkafka's producer default (true) would have a row's missing topic created with the
         # broker's defaults; txkafka never creates topics.
         "allow.auto.create.topics": False,
-        # librdkafka waits half this long (its "sparse connection" pause) before connecting to the
-        # broker the bootstrap metadata names, and every task's producer makes that switch before
-        # init_transactions: 100 ms (its default) made a transactional producer's start ~60 ms, 20
-        # ms makes it ~20 ms (measured on the benchmark machine). It is also the first step of the
-        # exponential reconnect backoff (up to reconnect.backoff.max.ms, 10 s), so a broker that is
-        # down sees a few more attempts in its first 100 ms. Java's client default is 50 ms.
-        "reconnect.backoff.ms": PRODUCER_RECONNECT_BACKOFF_MS,
+        # every task's producer connects to an advertised broker before init_transactions
+        # (kafka_config.RECONNECT_BACKOFF_MS says why)
+        "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
         **cfg.kafka,
         "delivery.report.only.error": True,
         "on_delivery": probe.on_delivery,

@@ -23,7 +23,7 @@ from .errors import (
     KafkaConfigError,
     KafkaProtocolError,
 )
-from .kafka_config import check_client_config
+from .kafka_config import RECONNECT_BACKOFF_MS, check_client_config
 from .kafka_writer import SinkSchema, _ProducerProbe, producer_config
 from .secrets_redaction import redact_text
 from .sink_options import SinkConfig
@@ -68,7 +68,8 @@ def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
     probe = SecurityErrorProbe(cfg.kafka)
     # allow.auto.create.topics: the metadata request for the topic must not create a missing one
     # (unless the user opted in with kafka.allow.auto.create.topics=true, as for the producer).
-    admin = AdminClient({"allow.auto.create.topics": False, **cfg.kafka, "logger": _quiet,
+    admin = AdminClient({"allow.auto.create.topics": False,
+                         "reconnect.backoff.ms": RECONNECT_BACKOFF_MS, **cfg.kafka, "logger": _quiet,
                          "error_cb": probe.on_error})
     action = "checking the sink's topic at start"
     try:

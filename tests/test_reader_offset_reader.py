@@ -326,3 +326,19 @@ def test_explicit_ending_offset_is_checked_against_what_the_isolation_level_reac
     r = batch_reader(admin, endingOffsets='{"t": {"0": 490, "1": 7}}',
                      **{"kafka.isolation.level": "read_uncommitted"})
     assert _end(r) == {("t", 0): 490, ("t", 1): 7}
+
+
+def test_the_driver_s_admin_client_connects_quickly_unless_the_user_says_otherwise():
+    """librdkafka pauses half of reconnect.backoff.ms before its first connection to an advertised
+    broker (kafka_config.RECONNECT_BACKOFF_MS): the query start's first look-up waits for it."""
+    seen: list[dict] = []
+
+    def factory(conf):
+        seen.append(dict(conf))
+        return ScriptedAdmin(TWO)
+
+    for opts, expected in (({}, 20), ({"kafka.reconnect.backoff.ms": "250"}, "250")):
+        options = parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t", **opts},
+                                       streaming=True)
+        KafkaOffsetReader(options, admin_factory=factory).topic_partitions()
+        assert seen[-1]["reconnect.backoff.ms"] == expected

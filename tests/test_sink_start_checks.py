@@ -102,3 +102,29 @@ def test_oauthbearer_forms_the_commit_client_lacks_fail_at_start_before_any_conn
     cfg = SinkConfig.from_options({**BASE, **_OAUTH, **extra}, streaming=True)
     with pytest.raises(KafkaConfigError, match=named):
         validate_at_start(cfg, schema=None, timeout_s=0.5)
+
+
+@pytest.mark.parametrize("opts, expected", [({}, 20), ({"kafka.reconnect.backoff.ms": "250"}, "250")])
+def test_the_start_check_s_admin_client_connects_quickly_unless_the_user_says_otherwise(
+        monkeypatch, opts, expected):
+    """librdkafka pauses half of reconnect.backoff.ms before its first connection to an advertised
+    broker (kafka_config.RECONNECT_BACKOFF_MS); the start check's first request waits for it."""
+    import confluent_kafka.admin
+
+    from txkafka.connector import sink_validation
+
+    seen: list[dict] = []
+
+    class Stop(Exception):
+        pass
+
+    def fake_admin(conf):
+        seen.append(dict(conf))
+        raise Stop
+
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", fake_admin)
+    cfg = SinkConfig.from_options({**BASE, **opts}, streaming=True)
+    with pytest.raises(Stop):
+        sink_validation._check_cluster(cfg, timeout_s=1.0)
+    assert seen[0]["reconnect.backoff.ms"] == expected
+    assert seen[0]["allow.auto.create.topics"] is False
