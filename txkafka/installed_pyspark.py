@@ -100,15 +100,14 @@ def spark_python_imports_from(spark_home: Optional[str] = None) -> str:
     import glob
     import subprocess
 
-    if spark_home is None:
-        spark_home = os.environ.get("SPARK_HOME")
-    if not spark_home:
-        import importlib.util
+    # Not at module level: the .pth imports this module in every Python process Spark starts.
+    from .pyspark_home import PysparkHomeError, installed_spark_home
 
-        spec = importlib.util.find_spec("pyspark")
-        if spec is None or not spec.submodule_search_locations:
+    if spark_home is None:
+        try:
+            spark_home = str(installed_spark_home())
+        except PysparkHomeError:
             return "?"
-        spark_home = next(iter(spec.submodule_search_locations))
     lib = os.path.join(spark_home, "python", "lib")
     entries = [os.path.join(lib, "pyspark.zip")] + sorted(glob.glob(os.path.join(lib, "py4j-*-src.zip")))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(entries))
