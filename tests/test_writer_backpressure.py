@@ -55,6 +55,47 @@ def test_a_queue_full_for_many_polls_delays_but_loses_nothing(schema, columns):
     assert w.count == 3
 
 
+class FillingProducer:
+    """Takes ``room`` records, then refuses them until ``polls_to_drain`` polls made room again."""
+
+    def __init__(self, room: int, polls_to_drain: int) -> None:
+        self.room, self.polls_to_drain = room, polls_to_drain
+        self.free, self.blocked_polls = room, 0
+        self.records: list[tuple] = []
+        self.refusals = 0
+
+    def produce(self, *args, **kwargs):
+        if self.free == 0:
+            self.refusals += 1
+            raise BufferError("Local: Queue full")
+        self.free -= 1
+        self.records.append(args)
+
+    def poll(self, timeout=0):
+        if self.free == 0:
+            self.blocked_polls += 1
+            if self.blocked_polls >= self.polls_to_drain:
+                self.free, self.blocked_polls = self.room, 0
+        return 0
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_a_queue_filling_again_and_again_mid_batch_keeps_every_row_once_in_order(keyed):
+    n = 1000
+    values = [b"v%d" % i for i in range(n)]
+    keys = [b"k%d" % i for i in range(n)]
+    schema = {"key": "binary", "value": "binary"} if keyed else {"value": "binary"}
+    cols = ([pa.array(keys)] if keyed else []) + [pa.array(values)]
+    w = _writer({}, schema)
+    w.producer = FillingProducer(room=37, polls_to_drain=3)
+    w._produce_batch(pa.record_batch(cols, names=list(schema)))
+    assert w.producer.refusals >= n // 37
+    expected = ([("out", v, k) for v, k in zip(values, keys)] if keyed
+                else [("out", v) for v in values])
+    assert w.producer.records == expected
+    assert w.count == n
+
+
 def test_a_queue_that_never_drains_fails_the_write_with_a_clear_error(monkeypatch):
     w = _writer({"kafka.message.timeout.ms": "1000"}, {"value": "binary"})
     w.producer = FullQueueProducer(full=10**9)
