@@ -96,6 +96,20 @@ def test_a_queue_filling_again_and_again_mid_batch_keeps_every_row_once_in_order
     assert w.count == n
 
 
+def test_rows_with_a_topic_column_survive_a_filling_queue_with_their_own_topics():
+    n = 500
+    values = [b"v%d" % i for i in range(n)]
+    topics = ["t%d" % (i % 3) for i in range(n)]
+    cfg = SinkConfig.from_options({k: v for k, v in BASE.items() if k != "topic"}, streaming=True)
+    w = KafkaWriter(cfg, validate_input_schema({"topic": "string", "value": "binary"}, None),
+                    batch_id=3, partition_id=1, attempt=0, transactional_id="tx-1-0-0")
+    w.producer = FillingProducer(room=11, polls_to_drain=2)
+    w._produce_batch(pa.record_batch([pa.array(topics), pa.array(values)],
+                                     names=["topic", "value"]))
+    assert w.producer.refusals >= n // 11
+    assert w.producer.records == list(zip(topics, values))
+
+
 def test_a_queue_that_never_drains_fails_the_write_with_a_clear_error(monkeypatch):
     w = _writer({"kafka.message.timeout.ms": "1000"}, {"value": "binary"})
     w.producer = FullQueueProducer(full=10**9)
