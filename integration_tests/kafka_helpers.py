@@ -96,7 +96,8 @@ class KafkaTarget:
     def produce(self, topic: str, records: Iterable[tuple], *, transactional: bool = False,
                 commit: bool = True, headers: Sequence | None = None) -> int:
         """Produce (key, value[, partition[, timestamp_ms]]) tuples; transactional on request."""
-        p = self.producer(unique("test-tx") if transactional else None)
+        tid = unique("test-tx") if transactional else None
+        p = self.producer(tid)
         if transactional:
             p.init_transactions(30)
             p.begin_transaction()
@@ -126,10 +127,30 @@ class KafkaTarget:
                 # aborted records (and the abort marker) really written to the log.
                 p.flush(30)
                 p.abort_transaction(30)
+            self.wait_markers_written(tid)
         else:
             left = p.flush(30)
             assert left == 0, f"{left} records not delivered"
         return n
+
+    def wait_markers_written(self, transactional_id: str, timeout: float = 30.0) -> None:
+        """Until the coordinator has written the transaction's markers into every partition.
+
+        commit_transaction()/abort_transaction() return once the coordinator logged its decision
+        (PrepareCommit/PrepareAbort); it writes the markers afterwards. A record produced in that
+        window lands before the marker, so tests that lay out offsets (marker at 10, the next
+        record at 15) wait for CompleteCommit/CompleteAbort first.
+        """
+        deadline = time.monotonic() + timeout
+        with TransactionClient(self.conf) as tc:
+            while True:
+                state = tc.describe([transactional_id])[transactional_id].state
+                if state in ("CompleteCommit", "CompleteAbort", "Empty"):
+                    return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"transaction {transactional_id} still {state} after "
+                                       f"{timeout:.0f}s: its markers were not written")
+                time.sleep(0.02)
 
     def partitions(self, topic: str) -> list[int]:
         md = self.admin().list_topics(topic, timeout=10)
