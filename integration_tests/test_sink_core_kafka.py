@@ -155,6 +155,42 @@ def test_general_path_topic_column_headers_partition(kafka, tmp_path):
     assert sorted(r.value for r in got1) == [b"a", b"c"]  # each exactly once
 
 
+def test_partition_column_without_headers_explicit_and_null(kafka, tmp_path):
+    """The C produce loop's partition argument: explicit partitions land there, a null one is
+    placed by the partitioner (murmur2 of the key, as a row without the column would be)."""
+    topic = kafka.create_topic(partitions=3)
+    cfg, log, ids, committer = _setup(kafka, tmp_path, topic)
+    n = 60
+    keys = [f"k{i}" for i in range(n)]
+    parts = [None if i % 2 else i % 3 for i in range(n)]
+    batch = pa.record_batch([pa.array(keys, pa.string()),
+                             pa.array([f"v{i}".encode() for i in range(n)], pa.binary()),
+                             pa.array(parts, pa.int64())], names=["key", "value", "partition"])
+    schema = validate_input_schema({"key": "string", "value": "binary", "partition": "long"},
+                                   cfg.topic)
+    w = KafkaWriter(cfg, schema, batch_id=0, partition_id=0, attempt=0,
+                    transactional_id=ids.transactional_id(0, 0))
+    c = w.write([batch])
+    w.release()
+    committer.commit(0, [TaskResult(0, 0, 0, c, w.count)])
+    got = {r.value: r for r in kafka.read_all(topic)}
+    assert sorted(got) == sorted(f"v{i}".encode() for i in range(n))  # each exactly once
+    for i, p in enumerate(parts):
+        if p is not None:
+            assert got[f"v{i}".encode()].partition == p
+    # The null-partition rows went where the partitioner puts their keys: the same key written
+    # without a partition column (next batch) lands in the same partition.
+    nulls = [i for i, p in enumerate(parts) if p is None]
+    assert len({got[f"v{i}".encode()].partition for i in nulls}) >= 2  # spread, not all on -1/0
+    again = _task(cfg, ids, 1, 0, [pa.record_batch(
+        [pa.array([keys[i] for i in nulls], pa.string()),
+         pa.array([f"again{i}".encode() for i in nulls], pa.binary())], names=["key", "value"])])
+    committer.commit(1, [again])
+    placed = {r.value: r.partition for r in kafka.read_all(topic)}
+    for i in nulls:
+        assert placed[f"again{i}".encode()] == placed[f"v{i}".encode()], keys[i]
+
+
 def test_at_least_once_writes_without_transactions(kafka, tmp_path):
     topic = kafka.create_topic()
     cfg = SinkConfig.from_options({"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,

@@ -110,6 +110,24 @@ def test_rows_with_a_topic_column_survive_a_filling_queue_with_their_own_topics(
     assert w.producer.records == list(zip(topics, values))
 
 
+@pytest.mark.parametrize("keyed", [False, True])
+def test_rows_with_a_partition_column_survive_a_filling_queue_with_their_partitions(keyed):
+    n = 300
+    values = [b"v%d" % i for i in range(n)]
+    keys = [b"k%d" % i for i in range(n)]
+    parts = [None if i % 4 == 0 else i % 3 for i in range(n)]
+    schema = {"key": "binary", "value": "binary", "partition": "int"} if keyed else {
+        "value": "binary", "partition": "int"}
+    cols = ([pa.array(keys)] if keyed else []) + [pa.array(values), pa.array(parts, pa.int32())]
+    w = _writer({}, schema)
+    w.producer = FillingProducer(room=13, polls_to_drain=2)
+    w._produce_batch(pa.record_batch(cols, names=list(schema)))
+    assert w.producer.refusals >= n // 13
+    assert w.producer.records == [
+        ("out", v, k if keyed else None, -1 if p is None else p)
+        for v, k, p in zip(values, keys, parts)]
+
+
 def test_a_queue_that_never_drains_fails_the_write_with_a_clear_error(monkeypatch):
     w = _writer({"kafka.message.timeout.ms": "1000"}, {"value": "binary"})
     w.producer = FullQueueProducer(full=10**9)

@@ -87,7 +87,18 @@ def test_null_partitions_leave_placement_to_the_partitioner():
     batch = pa.record_batch([pa.array([b"a", b"b"]), pa.array([None, 2], pa.int32())],
                             names=["value", "partition"])
     w._produce_batch(batch)
-    assert w.producer.records == [(("out", b"a", None), {}), (("out", b"b", None), {"partition": 2})]
+    # Positional, as the C produce loop passes them: -1 is librdkafka's "unassigned" partition.
+    assert w.producer.records == [(("out", b"a", None, -1), {}), (("out", b"b", None, 2), {})]
+
+
+def test_null_partitions_with_headers_pass_no_partition_at_all():
+    w = _writer({}, {"value": "binary", "partition": "int", "headers": "headers"})
+    headers = pa.array([[{"key": "h", "value": b"1"}], None], _headers_type())
+    batch = pa.record_batch([pa.array([b"a", b"b"]), pa.array([None, 2], pa.int32()), headers],
+                            names=["value", "partition", "headers"])
+    w._produce_batch(batch)
+    assert w.producer.records == [(("out", b"a", None), {"headers": [("h", b"1")]}),
+                                  (("out", b"b", None), {"partition": 2})]
 
 
 def test_the_topic_option_overrides_a_topic_column_of_any_type():
