@@ -152,6 +152,31 @@ class KafkaTarget:
                                        f"{timeout:.0f}s: its markers were not written")
                 time.sleep(0.02)
 
+    def wait_decided_markers(self, topic: str, settle_s: float = 10.0) -> None:
+        """Until no decided transaction on ``topic`` still waits for its markers.
+
+        A commit returns once the coordinator logged PrepareCommit; the markers that make its
+        records visible to read_committed follow. A read right then stops at the last stable
+        offset before them and would report committed records as missing. Bounded: a
+        transaction stuck in Prepare* (a partition leader down) is the test's to diagnose.
+        """
+        deadline = time.monotonic() + settle_s
+        try:
+            with TransactionClient(self.conf, timeout=settle_s) as tc:
+                while True:
+                    deciding = tc.list_transactions(states=["PrepareCommit", "PrepareAbort"])
+                    if not deciding:
+                        return
+                    descs = tc.describe(t.transactional_id for t in deciding)
+                    if not any(d.state.startswith("Prepare") and topic in d.partitions
+                               for d in descs.values()):
+                        return
+                    if time.monotonic() > deadline:
+                        return
+                    time.sleep(0.02)
+        except Exception:  # noqa: BLE001 - only a wait: the read itself reports what it finds
+            return
+
     def partitions(self, topic: str) -> list[int]:
         md = self.admin().list_topics(topic, timeout=10)
         return sorted(md.topics[topic].partitions)
@@ -159,6 +184,8 @@ class KafkaTarget:
     def read_all(self, topic: str, *, isolation: str = "read_committed",
                  timeout: float = 60.0) -> list[Record]:
         """Every record of every partition from the start to the current end, in offset order."""
+        if isolation == "read_committed":
+            self.wait_decided_markers(topic)
         out = [Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1],
                       tuple(m.headers() or ()))
                for m in scan_topic(self.conf, topic, timeout, isolation)]
