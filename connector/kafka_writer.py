@@ -434,7 +434,7 @@ class KafkaWriter:
                 "a row has a null 'topic' and no option('topic', ...) is set; every row "
                 "needs a topic"
             )
-        return topic_col.to_pylist()
+        return topic_col.to_numpy(zero_copy_only=False).tolist()
 
     def _produce_all(self, produce: Callable, poll: Callable, topics: str | list, values: list,
                      keys: list | None, partitions: list | None = None) -> None:
@@ -500,12 +500,12 @@ class KafkaWriter:
         if isinstance(topics, str):
             topics = [topics] * n
         parts = (_partitions_list(_col(batch, "partition")) if self.schema.has_partition
-                 else [None] * n)
+                 else [UNASSIGNED] * n)
         headers = _headers_list(_col(batch, "headers"), n) if self.schema.has_headers else [None] * n
         keys = keys if keys is not None else [None] * n
         for t, v, k, p, h in zip(topics, values, keys, parts, headers):
             kwargs: dict[str, Any] = {}
-            if p is not None and p != UNASSIGNED:
+            if p != UNASSIGNED:
                 kwargs["partition"] = p
             if h:
                 kwargs["headers"] = h

@@ -96,8 +96,7 @@ class KafkaTarget:
     def produce(self, topic: str, records: Iterable[tuple], *, transactional: bool = False,
                 commit: bool = True, headers: Sequence | None = None) -> int:
         """Produce (key, value[, partition[, timestamp_ms]]) tuples; transactional on request."""
-        tid = unique("test-tx") if transactional else None
-        p = self.producer(tid)
+        p = self.producer(unique("test-tx") if transactional else None)
         if transactional:
             p.init_transactions(30)
             p.begin_transaction()
@@ -127,38 +126,21 @@ class KafkaTarget:
                 # aborted records (and the abort marker) really written to the log.
                 p.flush(30)
                 p.abort_transaction(30)
-            self.wait_markers_written(tid)
+            # Markers follow commit/abort: a record produced before them would land in front.
+            self.wait_decided_markers(topic)
         else:
             left = p.flush(30)
             assert left == 0, f"{left} records not delivered"
         return n
 
-    def wait_markers_written(self, transactional_id: str, timeout: float = 30.0) -> None:
-        """Until the coordinator has written the transaction's markers into every partition.
-
-        commit_transaction()/abort_transaction() return once the coordinator logged its decision
-        (PrepareCommit/PrepareAbort); it writes the markers afterwards. A record produced in that
-        window lands before the marker, so tests that lay out offsets (marker at 10, the next
-        record at 15) wait for CompleteCommit/CompleteAbort first.
-        """
-        deadline = time.monotonic() + timeout
-        with TransactionClient(self.conf) as tc:
-            while True:
-                state = tc.describe([transactional_id])[transactional_id].state
-                if state in ("CompleteCommit", "CompleteAbort", "Empty"):
-                    return
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"transaction {transactional_id} still {state} after "
-                                       f"{timeout:.0f}s: its markers were not written")
-                time.sleep(0.02)
-
     def wait_decided_markers(self, topic: str, settle_s: float = 10.0) -> None:
         """Until no decided transaction on ``topic`` still waits for its markers.
 
-        A commit returns once the coordinator logged PrepareCommit; the markers that make its
-        records visible to read_committed follow. A read right then stops at the last stable
-        offset before them and would report committed records as missing. Bounded: a
-        transaction stuck in Prepare* (a partition leader down) is the test's to diagnose.
+        A commit or abort returns once the coordinator logged PrepareCommit/PrepareAbort; the
+        markers follow. A read right then stops at the last stable offset before them and would
+        report committed records as missing, and a record produced then lands before the marker
+        (shifting the offsets a test lays out). Bounded: a transaction stuck in Prepare* (a
+        partition leader down) is the test's to diagnose.
         """
         deadline = time.monotonic() + settle_s
         try:

@@ -45,8 +45,7 @@ def test_committed_records_only_with_batch_boundaries_on_markers_and_restarts(
     assert kafka.end_offsets(topic) == {0: 25} and len(everything) == 20  # 5 markers
 
     # A long transaction timeout: the broker must not abort it while the queries run.
-    open_tid = unique("open-tx")
-    open_tx = kafka.producer(open_tid, **{"transaction.timeout.ms": 600_000})
+    open_tx = kafka.producer(unique("open-tx"), **{"transaction.timeout.ms": 600_000})
     open_tx.init_transactions(30)
     open_tx.begin_transaction()
     for i in range(3):
@@ -83,7 +82,7 @@ def test_committed_records_only_with_batch_boundaries_on_markers_and_restarts(
             pass
         raise
     open_tx.commit_transaction(30)  # F: 25-27 M28
-    kafka.wait_markers_written(open_tid)  # else G could land before M28
+    kafka.wait_decided_markers(topic)  # else G could land before M28
 
     expected_by_range = {0: (0, 6), 1: (6, 12), 2: (12, 18), 3: (18, 24), 4: (24, 25)}
     seen = {**first.batches, **second.batches}
