@@ -95,6 +95,21 @@ class FetchTask:
 _NO_OFFSETS = np.zeros(0, dtype=np.int64)
 
 
+def message_offsets(messages: list[Message]) -> np.ndarray:
+    """The offsets of data messages of one partition (delivered in increasing order).
+
+    When the last offset is the first plus ``n - 1``, increasing offsets can only be consecutive:
+    ``arange`` then skips a call per message (~45 ns of ~1.9 us of CPU a record costs in Spark).
+    Transaction markers and compaction leave gaps, and then every offset is read.
+    """
+    n = len(messages)
+    if n:
+        first = messages[0].offset()
+        if messages[-1].offset() - first == n - 1:
+            return np.arange(first, first + n, dtype=np.int64)
+    return np.fromiter(map(_OFFSET, messages), dtype=np.int64, count=n)
+
+
 # ---- building Arrow --------------------------------------------------------------------------
 
 
@@ -134,7 +149,7 @@ def build_record_batch(messages: list[Message], topic: str, partition: int,
     keys = pa.array(list(map(_KEY, messages)), type=pa.binary())
     values = pa.array(list(map(_VALUE, messages)), type=pa.binary())
     if offsets is None:
-        offsets = np.fromiter(map(_OFFSET, messages), dtype=np.int64, count=n)
+        offsets = message_offsets(messages)
     # [type0, ms0, type1, ms1, ...]; librdkafka types: 0 none, 1 CreateTime, 2 LogAppendTime;
     # Spark's (Java's) ids are -1, 0, 1.
     ts = np.fromiter(itertools.chain.from_iterable(map(_TIMESTAMP, messages)), dtype=np.int64,
@@ -448,7 +463,7 @@ class _RangeReader:
     def _take(self, seg: list[Message], msgs: list[Message],
               seg_end: int) -> tuple[list[Message], np.ndarray]:
         """Data messages of one partition in offset order: keep [pos, end), stop at end."""
-        offsets = np.fromiter(map(_OFFSET, seg), dtype=np.int64, count=len(seg))
+        offsets = message_offsets(seg)
         lo = int(np.searchsorted(offsets, self.pos)) if offsets[0] < self.pos else 0
         hi = int(np.searchsorted(offsets, self.task.end))
         if hi < len(seg):

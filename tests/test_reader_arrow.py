@@ -16,6 +16,7 @@ from txkafka.connector.arrow_fetcher import (
     arrow_schema,
     build_record_batch,
     fetch_range,
+    message_offsets,
 )
 from txkafka.connector.errors import (
     DataLossError,
@@ -70,6 +71,19 @@ def test_record_batch_columns():
     assert rows[0]["timestamp"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123000,
                                                tzinfo=dt.timezone.utc)
     assert batch.column("timestamp").cast(pa.int64()).to_pylist()[1] == 1_700_000_000_456_000
+
+
+@pytest.mark.parametrize("offsets", [[], [7], [3, 4, 5, 6], [3, 4, 6, 7], [3, 5, 6],
+                                     [10, 11, 12, 14, 15]])
+def test_message_offsets_consecutive_or_with_gaps(offsets):
+    # Consecutive offsets come from arange, gaps (markers, compaction) from every message.
+    got = message_offsets([msg(o) for o in offsets])
+    assert got.dtype.name == "int64" and got.tolist() == offsets
+
+
+def test_record_batch_offsets_after_a_gap_are_each_messages_own():
+    batch = build_record_batch([msg(o) for o in (0, 1, 2, 4, 5)], T, 0, include_headers=False)
+    assert batch.column("offset").to_pylist() == [0, 1, 2, 4, 5]
 
 
 def test_headers_column_null_when_absent():
