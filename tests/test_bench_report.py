@@ -45,6 +45,23 @@ def test_charts_draw_every_suite(tmp_path):
     assert (tmp_path / "latency.png").exists()
 
 
+def test_charts_have_one_panel_per_suite_the_run_has(tmp_path):
+    import matplotlib.image
+
+    from txkafka.bench import charts
+
+    full, read_only = tmp_path / "full", tmp_path / "read"
+    full.mkdir()
+    read_only.mkdir()
+    charts(_result(), str(full))
+    r = _result()
+    charts({"ceiling": r["ceiling"], "read": r["read"]}, str(read_only))
+    width = {d: matplotlib.image.imread(str(d / "throughput.png")).shape[1]
+             for d in (full, read_only)}
+    assert width[full] > 2.5 * width[read_only]  # three panels against one, no empty frames
+    assert not (read_only / "latency.png").exists()
+
+
 def test_rounds_rotate_each_suite_but_keep_the_ceiling_pair_in_order():
     systems = [("ceiling", "produce"), ("ceiling", "consume"), ("read", "a"), ("read", "b"),
                ("write", "x"), ("write", "y"), ("write", "z")]

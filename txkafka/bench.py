@@ -892,8 +892,13 @@ def charts(r: dict[str, Any], out: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    # One panel per suite the run has (a read-only run gets one chart, not two empty frames).
+    suites = [s for s in ("read", "write", "sink") if r.get(s)]
+    if suites:
+        fig, row = plt.subplots(1, len(suites), figsize=(5.4 * len(suites), 4.5), squeeze=False)
+        axes = dict(zip(suites, row[0]))
     if r.get("read"):
+        ax = axes["read"]
         names = list(r["read"])
         vals = [r["read"][n]["rows_s"] for n in names]
         inside = [r["read"][n].get("batch_rows_s") for n in names]
@@ -901,38 +906,39 @@ def charts(r: dict[str, Any], out: str) -> None:
             names, vals = names + ["txkafka core\n(no Spark)"], vals + [r["core"]["read"]["rows_s"]]
             inside.append(None)
         xs = list(range(len(names)))
-        axes[0].bar([x - 0.2 for x in xs], vals, width=0.4, color="#2a7", label="whole query")
+        ax.bar([x - 0.2 for x in xs], vals, width=0.4, color="#2a7", label="whole query")
         got = [(x, v) for x, v in zip(xs, inside) if v]
         if got:
-            axes[0].bar([x + 0.2 for x, _ in got], [v for _, v in got], width=0.4, color="#8cd",
-                        label="inside the data batches")
-        axes[0].set_xticks(xs, names)
-        axes[0].set_title("read (AvailableNow, noop sink)")
-        axes[0].set_ylabel("rows/s")
+            ax.bar([x + 0.2 for x, _ in got], [v for _, v in got], width=0.4, color="#8cd",
+                   label="inside the data batches")
+        ax.set_xticks(xs, names)
+        ax.set_title("read (AvailableNow, noop sink)")
+        ax.set_ylabel("rows/s")
     if r.get("write"):
+        ax = axes["write"]
         names = [n for n in r["write"] if isinstance(r["write"][n], dict)]
         vals = [r["write"][n]["rows_s"] for n in names]
         if r.get("core"):
             names, vals = names + ["core EOS\n(no Spark)"], vals + [r["core"]["write"]["rows_s"]]
-        axes[1].bar(names, vals)
-        axes[1].set_title("Kafka -> Spark -> Kafka, 1 s trigger")
-        axes[1].tick_params(axis="x", rotation=20)
+        ax.bar(names, vals)
+        ax.set_title("Kafka -> Spark -> Kafka, 1 s trigger")
+        ax.tick_params(axis="x", rotation=20)
     if r.get("sink"):
+        ax = axes["sink"]
         names = [n for n in r["sink"] if isinstance(r["sink"][n], dict)]
-        axes[2].bar(names, [r["sink"][n]["rows_s"] for n in names], color="#58a")
-        axes[2].set_title("sink: batch df.write of a cached DataFrame")
-        axes[2].set_ylabel("rows/s")
-        axes[2].tick_params(axis="x", rotation=20)
-    for ax, suite, key in ((axes[0], "read", "consume_rows_s"), (axes[1], "write", "produce_rows_s"),
-                           (axes[2], "sink", "produce_rows_s")):
-        if not r.get(suite):
-            ax.set_visible(False)
-        elif r.get("ceiling"):
-            ax.axhline(r["ceiling"][key], color="red", ls="--", label="plain client ceiling")
-            ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
-    plt.close(fig)
+        ax.bar(names, [r["sink"][n]["rows_s"] for n in names], color="#58a")
+        ax.set_title("sink: batch df.write of a cached DataFrame")
+        ax.set_ylabel("rows/s")
+        ax.tick_params(axis="x", rotation=20)
+    for suite in suites:
+        if r.get("ceiling"):
+            key = "consume_rows_s" if suite == "read" else "produce_rows_s"
+            axes[suite].axhline(r["ceiling"][key], color="red", ls="--", label="plain client ceiling")
+            axes[suite].legend(fontsize=8, loc="lower right")
+    if suites:
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "throughput.png"), dpi=110)
+        plt.close(fig)
 
     if r.get("latency"):
         fig, ax = plt.subplots(figsize=(6, 4))
