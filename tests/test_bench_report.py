@@ -60,6 +60,11 @@ def test_charts_have_one_panel_per_suite_the_run_has(tmp_path):
              for d in (full, read_only)}
     assert width[full] > 2.5 * width[read_only]  # three panels against one, no empty frames
     assert not (read_only / "latency.png").exists()
+    core_only = tmp_path / "core"
+    core_only.mkdir()
+    charts({"ceiling": r["ceiling"], "core": r["core"]}, str(core_only))
+    # the core's read and write bars, each against its plain client
+    assert matplotlib.image.imread(str(core_only / "throughput.png")).shape[1] > 1.5 * width[read_only]
 
 
 def test_rounds_rotate_each_suite_but_keep_the_ceiling_pair_in_order():

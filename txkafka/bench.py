@@ -893,37 +893,40 @@ def charts(r: dict[str, Any], out: str) -> None:
     import matplotlib.pyplot as plt
 
     # One panel per suite the run has (a read-only run gets one chart, not two empty frames).
-    suites = [s for s in ("read", "write", "sink") if r.get(s)]
+    # The core (no Spark) bars join the read and write panels, so a ceiling + core run has both.
+    suites = [s for s in ("read", "write", "sink") if r.get(s) or (s != "sink" and r.get("core"))]
     if suites:
         fig, row = plt.subplots(1, len(suites), figsize=(5.4 * len(suites), 4.5), squeeze=False)
         axes = dict(zip(suites, row[0]))
-    if r.get("read"):
+    if "read" in axes:
         ax = axes["read"]
-        names = list(r["read"])
+        names = list(r.get("read") or {})
         vals = [r["read"][n]["rows_s"] for n in names]
         inside = [r["read"][n].get("batch_rows_s") for n in names]
         if r.get("core"):
             names, vals = names + ["txkafka core\n(no Spark)"], vals + [r["core"]["read"]["rows_s"]]
             inside.append(None)
         xs = list(range(len(names)))
-        ax.bar([x - 0.2 for x in xs], vals, width=0.4, color="#2a7", label="whole query")
         got = [(x, v) for x, v in zip(xs, inside) if v]
+        shift = 0.2 if got else 0.0  # side by side only when there are in-batch bars
+        ax.bar([x - shift for x in xs], vals, width=0.4, color="#2a7", label="whole query")
         if got:
             ax.bar([x + 0.2 for x, _ in got], [v for _, v in got], width=0.4, color="#8cd",
                    label="inside the data batches")
         ax.set_xticks(xs, names)
-        ax.set_title("read (AvailableNow, noop sink)")
+        ax.set_title("read (AvailableNow, noop sink)" if r.get("read") else "read without Spark")
         ax.set_ylabel("rows/s")
-    if r.get("write"):
+    if "write" in axes:
         ax = axes["write"]
-        names = [n for n in r["write"] if isinstance(r["write"][n], dict)]
+        names = [n for n in (r.get("write") or {}) if isinstance(r["write"][n], dict)]
         vals = [r["write"][n]["rows_s"] for n in names]
         if r.get("core"):
             names, vals = names + ["core EOS\n(no Spark)"], vals + [r["core"]["write"]["rows_s"]]
         ax.bar(names, vals)
-        ax.set_title("Kafka -> Spark -> Kafka, 1 s trigger")
+        ax.set_title("Kafka -> Spark -> Kafka, 1 s trigger" if r.get("write")
+                     else "exactly-once write without Spark")
         ax.tick_params(axis="x", rotation=20)
-    if r.get("sink"):
+    if "sink" in axes:
         ax = axes["sink"]
         names = [n for n in r["sink"] if isinstance(r["sink"][n], dict)]
         ax.bar(names, [r["sink"][n]["rows_s"] for n in names], color="#58a")
