@@ -414,12 +414,11 @@ class KafkaWriter:
         produce = self.producer.produce
         poll = self.producer.poll
         topics = self._topics(batch, n)
+        parts = _partitions_list(_col(batch, "partition")) if self.schema.has_partition else None
         if not self.schema.has_headers:
-            parts = (_partitions_list(_col(batch, "partition")) if self.schema.has_partition
-                     else None)
             self._produce_all(produce, poll, topics, values, keys, parts)
         else:
-            self._produce_general(batch, topics, values, keys, produce, poll)
+            self._produce_general(batch, topics, values, keys, parts, produce, poll)
         self.count += n
         poll(0)
 
@@ -494,14 +493,14 @@ class KafkaWriter:
                     ) from None
 
     def _produce_general(self, batch: pa.RecordBatch, topics: str | list, values: list,
-                         keys: list | None, produce: Callable, poll: Callable) -> None:
+                         keys: list | None, parts: list | None, produce: Callable,
+                         poll: Callable) -> None:
         """Rows with a ``headers`` column: keyword arguments per row."""
         n = batch.num_rows
         if isinstance(topics, str):
             topics = [topics] * n
-        parts = (_partitions_list(_col(batch, "partition")) if self.schema.has_partition
-                 else [UNASSIGNED] * n)
-        headers = _headers_list(_col(batch, "headers"), n) if self.schema.has_headers else [None] * n
+        parts = parts if parts is not None else [UNASSIGNED] * n
+        headers = _headers_list(_col(batch, "headers"), n)
         keys = keys if keys is not None else [None] * n
         for t, v, k, p, h in zip(topics, values, keys, parts, headers):
             kwargs: dict[str, Any] = {}
