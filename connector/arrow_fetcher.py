@@ -18,12 +18,13 @@ Why this shape:
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import itertools
 import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +36,9 @@ from .kafka_config import describe_config
 from .range_planner import report_data_loss
 from .secrets_redaction import redact_text
 from .source_options import TopicPartitionKey
+
+if TYPE_CHECKING:
+    from .record_batch_decoder import DecodedRecords
 
 log = logging.getLogger("txkafka.reader")
 _LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
@@ -86,6 +90,7 @@ class FetchTask:
     poll_timeout_ms: int
     fail_on_data_loss: bool
     include_headers: bool
+    fetcher: str = "librdkafka"  # or "wire": txkafka's own Fetch (wire_fetcher), see SourceOptions
 
     def __repr__(self) -> str:
         return (f"FetchTask({self.topic}-{self.partition} [{self.start}, {self.end}), "
@@ -169,6 +174,32 @@ def build_record_batch(messages: list[Message], topic: str, partition: int,
     if any(isinstance(a, pa.ChunkedArray) for a in arrays):
         raise _TooLarge()
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+
+
+def decoded_batches(d: "DecodedRecords", topic: str, partition: int, include_headers: bool,
+                    batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """RecordBatches of at most ``batch_rows`` rows from one decoded Fetch response (zero-copy
+    slices: one response holds at most fetch.max.bytes, far under Arrow's 2 GiB limit)."""
+    n = len(d)
+    if not n:
+        return
+    arrays = [
+        d.keys,
+        d.values,
+        _constant_string(topic, n),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(d.offsets, type=pa.int64()),
+        pa.array(d.timestamps_ms * 1000).view(TIMESTAMP_TYPE),
+        pa.array(d.timestamp_types, type=pa.int32()),
+    ]
+    if include_headers:
+        arrays.append(_headers_array(d.headers or [None] * n))
+    whole = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+    if n <= batch_rows:
+        yield whole
+        return
+    for i in range(0, n, batch_rows):
+        yield whole.slice(i, batch_rows)
 
 
 class _TooLarge(Exception):
@@ -331,6 +362,19 @@ def fetch_range(task: FetchTask, pool: ConsumerPool = POOL, batch_rows: int = BA
     """Yield the committed records of [task.start, task.end) as RecordBatches, in offset order."""
     if task.end <= task.start:
         return
+    if task.fetcher == "wire":
+        # Imported here: the query's driver-side Python process never needs the fetch code.
+        from .wire_fetcher import WireRange, handoff_log, read_range
+
+        wr = WireRange(task.topic, task.partition, task.start, task.end, task.consumer_config,
+                       task.include_headers)
+        for decoded in read_range(wr):
+            yield from decoded_batches(decoded, task.topic, task.partition, task.include_headers,
+                                       batch_rows)
+        if wr.handoff is None:
+            return
+        handoff_log(wr)
+        task = dataclasses.replace(task, start=wr.handoff)
     pc = pool.acquire(task)
     reusable = False
     try:

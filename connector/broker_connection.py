@@ -244,6 +244,11 @@ class BrokerConnection:
     # ------------------------------------------------------------------ set-up
 
     @property
+    def closed(self) -> bool:
+        """close() was called: the connection is done for good."""
+        return self._closed
+
+    @property
     def connected(self) -> bool:
         """Logged in and not closed (a request may still find the broker gone)."""
         return self._sock is not None and not self._closed

@@ -152,6 +152,10 @@ class Reader:
             return None
         return bytes(self._take(n)).decode("utf-8")
 
+    def view(self, n: int) -> memoryview:
+        """The next ``n`` bytes without a copy (a Fetch response's record set)."""
+        return self._take(n)
+
     def bytes_(self) -> bytes | None:
         n = self.uvarint() - 1 if self.flexible else self.int32()
         if n < 0:

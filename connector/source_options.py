@@ -152,6 +152,7 @@ class SourceOptions:
     fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
     commit_offsets_to_group: bool = False
     streaming: bool = True
+    fetcher: str = "librdkafka"  # resolved: "wire" (txkafka's own Fetch) or "librdkafka"
 
     @property
     def client_conf(self) -> dict[str, str]:
@@ -488,6 +489,8 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
             "option 'commitOffsetsToGroup' needs 'kafka.group.id': the group whose committed "
             "offsets lag tools should show (offsets are published for monitoring only)")
 
+    fetcher = _parse_fetcher(opts, conf)
+
     return SourceOptions(
         client_config=tuple(sorted(conf.items())),
         strategy=strategy,
@@ -508,4 +511,50 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
                                         else DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS),
         commit_offsets_to_group=commit_to_group,
         streaming=streaming is not False,
+        fetcher=fetcher,
     )
+
+
+FETCHERS = ("auto", "wire", "librdkafka")
+# SASL mechanisms txkafka's own connections speak (broker_connection; GSSAPI is librdkafka's).
+WIRE_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+
+def wire_unsupported(conf: Mapping[str, str]) -> str | None:
+    """Why txkafka's own fetch (wire_fetcher) cannot serve this client config, or None.
+
+    String checks only: this runs in the Python process Spark starts for every query, where
+    importing the connection code (ssl, urllib, ...) would lengthen each query's start.
+    """
+    if conf.get("client.rack"):
+        return ("kafka.client.rack is set: fetching from the closest replica (KIP-392) is "
+                "librdkafka's")
+    if str(conf.get("check.crcs", "false")).strip().lower() == "true":
+        return "kafka.check.crcs=true: CRC checks of fetched batches are librdkafka's"
+    protocol = str(conf.get("security.protocol") or "PLAINTEXT").strip().upper()
+    mech = str(conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "GSSAPI").strip()
+    if protocol.startswith("SASL") and mech.upper() not in WIRE_SASL_MECHANISMS:
+        return (f"kafka.sasl.mechanism={mech!r}: txkafka's own fetch supports "
+                f"{', '.join(WIRE_SASL_MECHANISMS)} (GSSAPI/Kerberos is librdkafka's)")
+    return None
+
+
+def _parse_fetcher(opts: Mapping[str, str], conf: Mapping[str, str]) -> str:
+    """``fetcher``: ``auto`` (default) reads with txkafka's own Fetch requests unless the client
+    config needs librdkafka (GSSAPI, client.rack, check.crcs); ``wire`` insists; ``librdkafka``
+    reads through confluent-kafka's consumer."""
+    raw = opts.get("fetcher", "auto")
+    choice = raw.strip().lower()
+    if choice not in FETCHERS:
+        raise KafkaConfigError(
+            f"option 'fetcher' must be one of {', '.join(FETCHERS)}, got {raw!r}")
+    if choice == "librdkafka":
+        return choice
+    why = wire_unsupported(conf)
+    if why is None:
+        return "wire"
+    if choice == "wire":
+        raise KafkaConfigError(
+            f"option 'fetcher' is 'wire', but {why}; set fetcher to 'auto' or 'librdkafka'")
+    log.debug("fetcher=auto reads through librdkafka: %s", why)
+    return "librdkafka"

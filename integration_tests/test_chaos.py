@@ -281,7 +281,8 @@ def test_offset_lookup_never_returns_librdkafkas_invalid_offset():
         reader(_LeaderlessAdmin(leaderless_calls=10**6)).latest_offsets([("t", 0)])
 
 
-def test_pooled_consumers_never_stall_and_read_every_range_exactly(kafka):
+@pytest.mark.parametrize("fetcher", ["wire", "librdkafka"])
+def test_pooled_consumers_never_stall_and_read_every_range_exactly(kafka, fetcher):
     """Found by the soak: an executor's range read stalled for the whole pollTimeoutMs (no error)
     although the broker held its records; the batch's other transactions then timed out and the
     query failed. A pooled consumer had been paused when idle, then assigned to another offset and
@@ -289,7 +290,8 @@ def test_pooled_consumers_never_stall_and_read_every_range_exactly(kafka):
     about once in 200 such re-assignments. Pooled consumers are now unassigned when idle and
     assigned once per range. Two pools (two Python workers) read 450 ranges, contiguous ones and
     jumps back and forth as Spark's replays and the scheduler produce them; each range must
-    return exactly its committed records, at once."""
+    return exactly its committed records, at once. txkafka's own fetch (fetcher=wire) reads the
+    same ranges: aborted transactions and markers at every position a range can start or end."""
     import random
 
     from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
@@ -317,7 +319,7 @@ def test_pooled_consumers_never_stall_and_read_every_range_exactly(kafka):
                 if rng.random() < 0.1 or pos[p] + 100 > end_of[p]:
                     pos[p] = rng.randrange(0, end_of[p] - 100)  # a replay or another worker
                 start, end = pos[p], pos[p] + rng.randint(20, 100)
-                task = FetchTask(topic, p, start, end, conf, 10_000, True, False)
+                task = FetchTask(topic, p, start, end, conf, 10_000, True, False, fetcher)
                 got = [o for b in fetch_range(task, rng.choice(pools))
                        for o in b.column("offset").to_pylist()]
                 assert got == [o for o in truth[p] if start <= o < end], (p, start, end)

@@ -4,6 +4,7 @@ reuse, and consumer-group commits."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -26,14 +27,28 @@ def _options(kafka, topic, **extra):
                                 streaming=True)
 
 
-def _task(options, topic, start, end, partition=0):
+def _task(options, topic, start, end, partition=0, fetcher="librdkafka"):
     return FetchTask(topic, partition, start, end, tuple(sorted(options.consumer_config().items())),
-                     options.poll_timeout_ms, options.fail_on_data_loss, options.include_headers)
+                     options.poll_timeout_ms, options.fail_on_data_loss, options.include_headers,
+                     fetcher)
+
+
+@pytest.fixture(params=["wire", "librdkafka"])
+def fetcher(request):
+    """Both executor paths: txkafka's own Fetch (the default) and confluent-kafka's consumer."""
+    return request.param
 
 
 def _read(task, pool):
     return [(o, v) for b in fetch_range(task, pool=pool)
             for o, v in zip(b.column("offset").to_pylist(), b.column("value").to_pylist())]
+
+
+@pytest.fixture
+def handoffs(caplog):
+    """The ranges txkafka's own fetch handed to the librdkafka reader (their log lines)."""
+    caplog.set_level(logging.INFO, logger="txkafka.reader")
+    return lambda: [r.getMessage() for r in caplog.records if "hands offsets" in r.getMessage()]
 
 
 @pytest.fixture
@@ -65,19 +80,26 @@ def test_latest_is_the_last_stable_offset_under_read_committed(kafka, open_trans
     assert uncommitted.latest_offsets([(topic, 0)]) == {(topic, 0): 9}
 
 
-def test_ranges_end_on_markers_and_at_the_lso_without_waiting(kafka, open_transaction_topic):
+def test_ranges_end_on_markers_and_at_the_lso_without_waiting(kafka, open_transaction_topic,
+                                                              fetcher, handoffs):
     topic = open_transaction_topic
     options = _options(kafka, topic)
     pool = ConsumerPool()
     # A reader waiting for a record at end - 1 would stall and fail with RecordFetchTimeoutError.
     # [0,4) ends on the commit marker, [4,7) is aborted records + abort marker, up to the LSO.
-    assert _read(_task(options, topic, 0, 4), pool) == [(0, b"c0"), (1, b"c1"), (2, b"c2")]
-    assert _read(_task(options, topic, 4, 7), pool) == []
-    assert _read(_task(options, topic, 0, 7), pool) == [(0, b"c0"), (1, b"c1"), (2, b"c2")]
-    assert pool.created == 1  # one consumer reused for every range
+    started = time.monotonic()
+    assert _read(_task(options, topic, 0, 4, fetcher=fetcher), pool) == [
+        (0, b"c0"), (1, b"c1"), (2, b"c2")]
+    assert _read(_task(options, topic, 4, 7, fetcher=fetcher), pool) == []
+    assert _read(_task(options, topic, 0, 7, fetcher=fetcher), pool) == [
+        (0, b"c0"), (1, b"c1"), (2, b"c2")]
+    assert time.monotonic() - started < 10  # none waited for kafkaConsumer.pollTimeoutMs (15 s)
+    # One consumer reused for every range; txkafka's own fetch needs none.
+    assert pool.created == (1 if fetcher == "librdkafka" else 0)
     raw = _options(kafka, topic, **{"kafka.isolation.level": "read_uncommitted"})
-    assert [v for _, v in _read(_task(raw, topic, 0, 9), pool)] == [
+    assert [v for _, v in _read(_task(raw, topic, 0, 9, fetcher=fetcher), pool)] == [
         b"c0", b"c1", b"c2", b"a0", b"a1", b"o0", b"o1"]
+    assert handoffs() == []
     pool.close_all()
 
 
@@ -109,20 +131,58 @@ def test_no_match_by_timestamp_and_ending_offsets_past_the_end(kafka, open_trans
         ending(10, **{"kafka.isolation.level": "read_uncommitted"})
 
 
-def test_consecutive_ranges_continue_on_the_prefetched_consumer(kafka):
+def test_consecutive_ranges_continue_on_the_prefetched_consumer(kafka, fetcher, handoffs):
     topic = kafka.create_topic(partitions=1)
     kafka.produce(topic, [(None, f"v{i}", 0) for i in range(3000)])
     options = _options(kafka, topic)
     pool = ConsumerPool()
     seen = []
     for start in range(0, 3000, 700):
-        seen += _read(_task(options, topic, start, min(start + 700, 3000)), pool)
-    assert [o for o, _ in seen] == list(range(3000))
-    assert pool.created == 1 and pool.idle_count() == 1
+        seen += _read(_task(options, topic, start, min(start + 700, 3000), fetcher=fetcher), pool)
+    assert seen == [(i, f"v{i}".encode()) for i in range(3000)]
+    if fetcher == "librdkafka":
+        assert pool.created == 1 and pool.idle_count() == 1
+    else:
+        assert pool.created == 0
+    assert handoffs() == []
     pool.close_all()
 
 
-def test_executor_sees_retention_before_reading(kafka):
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_compressed_batches_read_alike_through_both_fetchers(kafka, codec, handoffs):
+    """librdkafka's producer compresses each batch; txkafka's own fetch decompresses it (cramjam)
+    and must return what librdkafka's consumer returns: offsets, keys, values, timestamps,
+    headers (null keys, empty and 20 KB values, records with and without headers included)."""
+    from confluent_kafka import Producer
+
+    topic = kafka.create_topic(partitions=1)
+    p = Producer({"bootstrap.servers": kafka.bootstrap, "compression.type": codec,
+                  "linger.ms": 50, "enable.idempotence": True})
+    for i in range(5000):
+        key = None if i % 7 == 0 else f"key-{i}".encode()
+        value = (b"" if i % 11 == 0 else b"x" * 20_000 if i % 500 == 0
+                 else f"value-{i}".encode() * (i % 5 + 1))
+        headers = [("h", f"{i}".encode()), ("none", None)] if i % 3 == 0 else None
+        p.produce(topic, value, key, partition=0, timestamp=1_700_000_000_000 + i,
+                  headers=headers)
+    assert p.flush(30) == 0
+    options = _options(kafka, topic, includeHeaders="true")
+
+    def rows(fetcher):
+        out = []
+        for b in fetch_range(_task(options, topic, 0, 5000, fetcher=fetcher), pool=ConsumerPool()):
+            out += b.to_pylist()
+        return out
+
+    wire = rows("wire")
+    assert len(wire) == 5000 and [r["offset"] for r in wire] == list(range(5000))
+    assert wire[3]["headers"] == [{"key": "h", "value": b"3"}, {"key": "none", "value": None}]
+    assert wire[1]["headers"] is None and wire[0]["key"] is None and wire[0]["value"] == b""
+    assert handoffs() == []
+    assert wire == rows("librdkafka")
+
+
+def test_executor_sees_retention_before_reading(kafka, fetcher, handoffs):
     topic = kafka.create_topic(partitions=1)
     kafka.produce(topic, [(None, f"v{i}", 0) for i in range(20)])
     admin = kafka.admin()
@@ -131,10 +191,14 @@ def test_executor_sees_retention_before_reading(kafka):
     pool = ConsumerPool()
     with pytest.raises(DataLossError, match=rf"topic '{topic}' partition 0: offsets \[5, 12\) "
                                             r"were deleted .*earliest available offset is 12"):
-        _read(_task(_options(kafka, topic), topic, 5, 15), pool)
+        _read(_task(_options(kafka, topic), topic, 5, 15, fetcher=fetcher), pool)
     lenient = _options(kafka, topic, failOnDataLoss="false")
-    assert [o for o, _ in _read(_task(lenient, topic, 5, 15), pool)] == [12, 13, 14]
-    assert _read(_task(lenient, topic, 2, 8), pool) == []  # all of it gone
+    # (txkafka's own fetch hands "offset out of range" to the librdkafka reader's diagnosis.)
+    assert [o for o, _ in _read(_task(lenient, topic, 5, 15, fetcher=fetcher), pool)] == [
+        12, 13, 14]
+    assert _read(_task(lenient, topic, 2, 8, fetcher=fetcher), pool) == []  # all of it gone
+    if fetcher == "wire":
+        assert len(handoffs()) == 3 and all("OFFSET_OUT_OF_RANGE" in h for h in handoffs())
     pool.close_all()
 
 

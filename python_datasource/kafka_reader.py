@@ -139,7 +139,7 @@ def _input_partitions(options: SourceOptions, ranges: list[OffsetRange],
     return [KafkaInputPartition(FetchTask(
         topic=r.topic, partition=r.partition, start=r.start, end=r.end, consumer_config=conf,
         poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
-        include_headers=options.include_headers)) for r in ranges]
+        include_headers=options.include_headers, fetcher=options.fetcher)) for r in ranges]
 
 
 def _read(partition: Optional[InputPartition]) -> Iterator[Any]:

@@ -394,3 +394,36 @@ def test_unknown_partition_event_not_confirmed_by_metadata_is_not_data_loss(meta
     assert offsets_of(fetch_range(task(0, 4, fail=fail), pool=FakePool([consumer]))) == [
         0, 1, 2, 3]
     assert consumer.assigned == [[(T, 0, 0)], [(T, 0, 2)]]  # re-assigned where it stood
+
+
+def test_decoded_records_become_spark_schema_batches_of_bounded_rows():
+    """txkafka's own fetch (record_batch_decoder) yields the same schema as the librdkafka path,
+    cut into batches of at most batch_rows rows."""
+    import numpy as np
+    import pyarrow as pa
+
+    from txkafka.connector.arrow_fetcher import SCHEMA, SCHEMA_WITH_HEADERS, decoded_batches
+    from txkafka.connector.record_batch_decoder import DecodedRecords
+
+    n = 25
+    d = DecodedRecords(
+        offsets=np.arange(100, 100 + n, dtype=np.int64),
+        timestamps_ms=np.arange(n, dtype=np.int64) + 1_700_000_000_000,
+        timestamp_types=np.array([0] * 20 + [1] * 5, dtype=np.int32),
+        keys=pa.array([None if i % 4 == 0 else b"k%d" % i for i in range(n)], pa.binary()),
+        values=pa.array([b"v%d" % i for i in range(n)], pa.binary()),
+        headers=[None] * 24 + [[("h", b"x"), ("n", None)]],
+        next_offset=100 + n)
+    batches = list(decoded_batches(d, T, 7, include_headers=False, batch_rows=10))
+    assert [b.num_rows for b in batches] == [10, 10, 5]
+    assert all(b.schema == SCHEMA for b in batches)
+    rows = [r for b in batches for r in b.to_pylist()]
+    assert [r["offset"] for r in rows] == list(range(100, 125))
+    assert rows[0]["key"] is None and rows[1]["key"] == b"k1" and rows[24]["value"] == b"v24"
+    assert {r["topic"] for r in rows} == {T} and {r["partition"] for r in rows} == {7}
+    assert rows[0]["timestamp"].timestamp() == 1_700_000_000.0
+    assert [r["timestampType"] for r in rows] == [0] * 20 + [1] * 5
+    with_headers = list(decoded_batches(d, T, 7, include_headers=True, batch_rows=100))
+    assert len(with_headers) == 1 and with_headers[0].schema == SCHEMA_WITH_HEADERS
+    hdrs = with_headers[0].column("headers").to_pylist()
+    assert hdrs[0] is None and hdrs[24] == [{"key": "h", "value": b"x"}, {"key": "n", "value": None}]

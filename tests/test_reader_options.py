@@ -341,3 +341,32 @@ def test_a_start_past_latest_names_the_start_not_ending_offsets(isolation, held)
     o = parse(streaming=False, startingOffsets='{"t":{"0":10}}', endingOffsets='{"t":{"0":7}}')
     assert "the ending offset 7 is before the starting offset 10" in \
         _ends_before_start(o, ("t", 0), 10, 7)
+
+
+def test_fetcher_defaults_to_txkafkas_own_fetch_where_the_settings_allow_it():
+    assert parse().fetcher == "wire"
+    assert parse(fetcher="librdkafka").fetcher == "librdkafka"
+    assert parse(fetcher=" WIRE ").fetcher == "wire"
+    # Settings only librdkafka applies on the fetch path: auto reads through it ...
+    assert parse(**{"kafka.client.rack": "eu-1a"}).fetcher == "librdkafka"
+    assert parse(**{"kafka.check.crcs": "true"}).fetcher == "librdkafka"
+    kerberos = {"kafka.security.protocol": "SASL_PLAINTEXT", "kafka.sasl.mechanism": "GSSAPI"}
+    assert parse(**kerberos).fetcher == "librdkafka"
+    scram = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
+             "kafka.sasl.username": "u", "kafka.sasl.password": "hunter2"}
+    assert parse(**scram).fetcher == "wire"
+    # ... and insisting on wire names the setting at start.
+    with pytest.raises(KafkaConfigError, match=r"option 'fetcher' is 'wire', but "
+                                               r"kafka.client.rack is set"):
+        parse(fetcher="wire", **{"kafka.client.rack": "eu-1a"})
+    with pytest.raises(KafkaConfigError, match=r"'fetcher' is 'wire', but kafka.sasl.mechanism="
+                                               r"'GSSAPI': txkafka's own fetch supports PLAIN"):
+        parse(fetcher="wire", **kerberos)
+    with pytest.raises(KafkaConfigError, match=r"option 'fetcher' must be one of auto, wire, "
+                                               r"librdkafka, got 'java'"):
+        parse(fetcher="java")
+
+
+def test_fetcher_choice_travels_to_executors():
+    o = parse(fetcher="librdkafka")
+    assert pickle.loads(pickle.dumps(o)).fetcher == "librdkafka"

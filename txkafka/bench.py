@@ -290,14 +290,18 @@ def core_write_run(k: BenchKafka, batches: list, rows: int, workdir: str) -> flo
     return rows / elapsed
 
 
+# Options of every txkafka reader the benchmark starts (``--fetcher``).
+TXKAFKA_READ_OPTIONS: dict[str, str] = {}
+
+
 def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
     """txkafka's range reader without Spark: every partition's range into Arrow batches, one after
     the other in one thread (as one task per partition would)."""
     from .connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
     from .connector.source_options import parse_source_options
 
-    options = parse_source_options({"kafka.bootstrap.servers": k.bootstrap, "subscribe": topic},
-                                   streaming=True)
+    options = parse_source_options({"kafka.bootstrap.servers": k.bootstrap, "subscribe": topic,
+                                    **TXKAFKA_READ_OPTIONS}, streaming=True)
     conf = tuple(sorted(options.consumer_config().items()))
     md = k.admin.list_topics(topic, timeout=30)
     parts = sorted(md.topics[topic].partitions)
@@ -307,7 +311,7 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
     started = time.monotonic()
     try:
         for p in parts:
-            task = FetchTask(topic, p, 0, ends[p], conf, 120_000, True, False)
+            task = FetchTask(topic, p, 0, ends[p], conf, 120_000, True, False, options.fetcher)
             n += sum(b.num_rows for b in fetch_range(task, pool))
     finally:
         pool.close_all()
@@ -385,7 +389,8 @@ def read_run_detailed(spark, fmt: str, bootstrap: str, topic: str, rows: int,
     """(rows/s over the whole query, rows/s inside its data batches)."""
     def start():
         src = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
-               .option("subscribe", topic).option("startingOffsets", "earliest").load())
+               .option("subscribe", topic).option("startingOffsets", "earliest")
+               .options(**(TXKAFKA_READ_OPTIONS if fmt == "txkafka" else {})).load())
         return (src.writeStream.format("noop").trigger(availableNow=True)
                 .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)).start())
     rate, q = _run_query(f"read {fmt}", start, rows, 900)
@@ -405,7 +410,8 @@ def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdi
     def start():
         src = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
                .option("subscribe", src_topic).option("startingOffsets", "earliest")
-               .option("maxOffsetsPerTrigger", str(per_batch)).load())
+               .option("maxOffsetsPerTrigger", str(per_batch)).options(**TXKAFKA_READ_OPTIONS)
+               .load())
         w = src.selectExpr("key", "value").writeStream.trigger(processingTime=trigger)
         w = w.option("checkpointLocation", tempfile.mkdtemp(dir=workdir))
         if sink == "noop":
@@ -524,7 +530,8 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
     what = f"latency at a {trigger_s} s trigger"
     src, out = k.topic("lat-in", 2), k.topic("lat-out", 2)
     q = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
-         .option("subscribe", src).option("startingOffsets", "earliest").load()
+         .option("subscribe", src).option("startingOffsets", "earliest")
+         .options(**TXKAFKA_READ_OPTIONS).load()
          .selectExpr("key", "value").writeStream.format("txkafka")
          .option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
          .option("checkpointLocation", tempfile.mkdtemp(dir=workdir))
@@ -645,6 +652,9 @@ def run_bench(ns: argparse.Namespace) -> int:
     from .embedded_kafka import EmbeddedKafka
 
     os.makedirs(ns.out, exist_ok=True)
+    TXKAFKA_READ_OPTIONS.clear()
+    if getattr(ns, "fetcher", "auto") != "auto":
+        TXKAFKA_READ_OPTIONS["fetcher"] = ns.fetcher
     workdir = tempfile.mkdtemp(prefix="txkafka-bench-")
     cluster = None
     if ns.bootstrap:
@@ -666,7 +676,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": " ".join(["txkafka", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
         "machine": machine(external_kafka=bool(ns.bootstrap)),
-        "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4},
+        "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
+                   "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto")},
     }
     needs_spark = bool({"read", "write", "sink", "latency", "scaling"} & set(ns.suites))
     spark = None
@@ -1028,6 +1039,8 @@ def register_cli(sub) -> None:
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s fed in latency runs")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--skip-builtin", action="store_true", help="no Spark built-in connector runs")
+    p.add_argument("--fetcher", choices=["auto", "wire", "librdkafka"], default="auto",
+                   help="the txkafka readers' fetcher option (how executors read)")
     p.add_argument("--pyspark-home", action="store_true",
                    help="run Spark from `txkafka pyspark-home`'s Spark home (pyspark.zip with "
                         "bytecode) instead of the installed one")

@@ -1,0 +1,197 @@
+"""txkafka's own fetch without a broker: a scripted connection answers Metadata and Fetch, so the
+retry, hand-off and shutdown rules are checked one by one (the real broker runs in
+integration_tests/test_reader_kafka.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from tests.record_batch_encoding import batch, records_of
+from txkafka.connector import wire_fetcher
+from txkafka.connector.errors import KafkaProtocolError
+from txkafka.connector.kafka_wire import Reader, Writer
+from txkafka.connector.wire_fetcher import WireRange, _Links, read_range
+
+TOPIC = "orders"
+CONFIG = (("bootstrap.servers", "seed:9092"), ("group.id", "g-1"),
+          ("isolation.level", "read_committed"))
+
+
+def fetch_response(records: bytes | None, *, error: int = 0,
+                   aborted: list[tuple[int, int]] | None = None) -> bytes:
+    w = Writer(False).int32(0).int16(0).int32(0)
+    w.int32(1).string(TOPIC).int32(1)
+    w.int32(0).int16(error).int64(100).int64(100).int64(0)
+    if aborted is None:
+        w.int32(-1)
+    else:
+        w.int32(len(aborted))
+        for pid, first in aborted:
+            w.int64(pid).int64(first)
+    w.int32(-1).bytes_(records)
+    return w.build()
+
+
+def metadata_response(leader_host: str) -> bytes:
+    w = Writer(True).int32(0)
+    w.array([(1, leader_host, 9093)], lambda ww, b: ww.int32(b[0]).string(b[1]).int32(b[2])
+            .string(None).tags())
+    w.string("cluster").int32(1)
+
+    def part(ww, _):
+        ww.int16(0).int32(0).int32(1).int32(5)
+        for _ in range(3):
+            ww.array([1], lambda x, n: x.int32(n))
+        ww.tags()
+
+    def topic(ww, _):
+        ww.int16(0).string(TOPIC).int64(0).int64(0).boolean(False).array([0], part).int32(0).tags()
+
+    w.array([TOPIC], topic).tags()
+    return w.build()
+
+
+class ScriptedConn:
+    """Answers Metadata with the leader, Fetch from ``script`` (bytes, or an exception raised)."""
+
+    def __init__(self, script: list, host: str) -> None:
+        self.script = script
+        self.host = host
+        self.fetch_offsets: list[int] = []
+        self.metadata_calls = 0
+        self.closed = False
+        self.connected = True
+
+    def connect(self, deadline=None):
+        return self
+
+    def version_for(self, api_key: int, lo: int, hi: int) -> int:
+        return hi
+
+    def close(self) -> None:
+        self.closed = True
+
+    def request(self, api_key, version, body, *, flexible, deadline=None):
+        if api_key == wire_fetcher.METADATA:
+            self.metadata_calls += 1
+            return Reader(metadata_response("leader"), True)
+        r = Reader(body, False)
+        for _ in range(7):  # replica, wait, min, max bytes, isolation, session id, epoch
+            r.int8() if _ == 4 else r.int32()
+        r.int32(), r.string(), r.int32(), r.int32(), r.int32()
+        self.fetch_offsets.append(r.int64())
+        if not self.script:
+            raise AssertionError("fetched more than the script holds")
+        item = self.script.pop(0)
+        if isinstance(item, BaseException):
+            raise item
+        return Reader(item, False)
+
+
+class ScriptedLinks(_Links):
+    def __init__(self, conn: ScriptedConn) -> None:
+        super().__init__()
+        self.conn = conn
+        self.hosts: list[str] = []
+
+    def connection(self, config, host, port):
+        self.hosts.append(host)
+        return self.conn
+
+
+@pytest.fixture(autouse=True)
+def no_backoff(monkeypatch):
+    monkeypatch.setattr(wire_fetcher, "_BACKOFF_S", 0.0)
+
+
+def run(script, start=0, end=10):
+    conn = ScriptedConn(script, "leader")
+    links = ScriptedLinks(conn)
+    wr = WireRange(TOPIC, 0, start, end, CONFIG, links=links)
+    offsets = [int(o) for d in read_range(wr) for o in d.offsets]
+    return wr, conn, links, offsets
+
+
+def test_reads_the_range_from_the_leader_one_response_at_a_time():
+    first = batch(0, records_of([b"a"] * 6))
+    second = batch(6, records_of([b"b"] * 6))  # 10 and 11 are past the range
+    wr, conn, links, offsets = run([fetch_response(first), fetch_response(second)])
+    assert offsets == list(range(10))
+    assert wr.handoff is None
+    assert conn.fetch_offsets == [0, 6]
+    assert links.hosts[0] == "seed" and set(links.hosts[1:]) == {"leader"}
+    assert conn.metadata_calls == 1  # the leader is remembered
+    # group.id is per query: connections and leaders are keyed without it.
+    assert "group.id" not in dict(wr.config)
+
+
+@pytest.mark.parametrize("code", [6, 74, 5])  # NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...
+def test_a_leader_move_looks_the_leader_up_again_and_retries(code):
+    data = batch(0, records_of([b"a"] * 10))
+    wr, conn, _, offsets = run([fetch_response(None, error=code), fetch_response(data)])
+    assert offsets == list(range(10)) and wr.handoff is None
+    assert conn.fetch_offsets == [0, 0] and conn.metadata_calls == 2
+
+
+def test_a_broken_connection_is_retried_then_handed_over():
+    data = batch(0, records_of([b"a"] * 4))
+    down = KafkaProtocolError("connection to leader:9093 failed during API 1: reset")
+    wr, conn, _, offsets = run([fetch_response(data)] + [down] * (wire_fetcher._RETRIES + 1))
+    assert offsets == [0, 1, 2, 3]
+    assert wr.handoff == 4 and "reset" in wr.handoff_reason
+    assert conn.fetch_offsets == [0] + [4] * (wire_fetcher._RETRIES + 1)
+
+
+def test_offset_out_of_range_goes_to_the_librdkafka_reader_at_once():
+    wr, conn, _, offsets = run([fetch_response(None, error=1)], start=3)
+    assert offsets == [] and wr.handoff == 3
+    assert "OFFSET_OUT_OF_RANGE" in wr.handoff_reason and conn.fetch_offsets == [3]
+
+
+def test_no_records_where_the_range_expects_them_is_handed_over():
+    wr, _, _, offsets = run([fetch_response(batch(0, records_of([b"a"] * 5))),
+                             fetch_response(None)])
+    assert offsets == [0, 1, 2, 3, 4]
+    assert wr.handoff == 5 and wr.handoff_reason == "no records where the range expects them"
+
+
+def test_a_corrupt_response_is_handed_over_not_raised():
+    bad = bytearray(batch(0, records_of([b"a"] * 5)))
+    bad[16] = 1  # magic v1
+    wr, _, _, offsets = run([fetch_response(bytes(bad))])
+    assert offsets == [] and wr.handoff == 0 and "message format v1" in wr.handoff_reason
+
+
+def test_aborted_transactions_of_the_response_are_dropped():
+    from tests.record_batch_encoding import control_batch
+
+    records = (batch(0, records_of([b"x"] * 3), transactional=True, producer_id=7)
+               + control_batch(3, 7, commit=False)
+               + batch(4, records_of([b"y"] * 6)))
+    wr, _, _, offsets = run([fetch_response(records, aborted=[(7, 0)])])
+    assert offsets == [4, 5, 6, 7, 8, 9] and wr.handoff is None
+
+
+def test_closing_the_reader_early_stops_the_fetch_thread():
+    responses = [fetch_response(batch(i * 2, records_of([b"a"] * 2))) for i in range(50)]
+    conn = ScriptedConn(responses, "leader")
+    wr = WireRange(TOPIC, 0, 0, 100, CONFIG, links=ScriptedLinks(conn))
+    before = {t.name for t in threading.enumerate()}
+    it = read_range(wr)
+    next(it)
+    it.close()
+    assert not [t for t in threading.enumerate()
+                if t.name.startswith("txkafka-fetch") and t.name not in before]
+    assert len(conn.fetch_offsets) < 50  # it stopped asking
+
+
+def test_connections_are_kept_per_broker_and_capped():
+    links = _Links()
+    links.MAX_CONNS = 2
+    made = [links.connection(CONFIG, f"h{i}", 9092) for i in range(3)]
+    assert made[0].closed and not made[1].closed and not made[2].closed
+    assert links.connection(CONFIG, "h2", 9092) is made[2]
+    links.close_all()
+    assert made[2].closed
