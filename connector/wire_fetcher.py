@@ -309,24 +309,25 @@ def read_range(wr: WireRange) -> Iterator[DecodedRecords]:
     stop = threading.Event()
     failure: list[BaseException] = []
 
+    def hand_over(item: object) -> bool:
+        """Queue ``item`` unless the reader stopped (it then takes nothing more)."""
+        while not stop.is_set():
+            try:
+                ahead.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def fetch_loop() -> None:
         try:
             for resp in wr.responses(stop):
-                while not stop.is_set():
-                    try:
-                        ahead.put(resp, timeout=0.2)
-                        break
-                    except queue.Full:
-                        continue
+                if not hand_over(resp):
+                    return
         except BaseException as e:  # noqa: BLE001 - re-raised in the reading thread
             failure.append(e)
         finally:
-            while not stop.is_set():
-                try:
-                    ahead.put(_DONE, timeout=0.2)
-                    return
-                except queue.Full:
-                    continue
+            hand_over(_DONE)
 
     thread = threading.Thread(target=fetch_loop, name=f"txkafka-fetch-{wr.topic}-{wr.partition}",
                               daemon=True)

@@ -653,3 +653,60 @@ def test_no_secret_in_logs_errors_or_reprs(secure_kafka, reader_groups, caplog):
     assert "Invalid username or password" in everything
     assert "TransactionalId 'not-ours'" in everything
     _assert_no_secret(everything, [*sk.secret_values(), WRONG_PASSWORD])
+
+
+# ------------------------------------------------------------------ the executors' own fetch
+
+
+@pytest.mark.parametrize("protocol, mechanism", TRANSPORTS,
+                         ids=[_label(p, m) for p, m in TRANSPORTS])
+def test_executor_fetch_speaks_every_transport(secure_kafka, protocol, mechanism, caplog):
+    """fetcher=wire (the default) reads a range over TLS and SASL itself, with the reader's
+    principal and its topic ACLs only, and hands nothing over to librdkafka."""
+    from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
+    from txkafka.connector.source_options import parse_source_options
+
+    sk = secure_kafka
+    topic = sk.admin_target.create_topic(unique("wire"))
+    sk.admin_target.produce(topic, [(f"k{i}", f"v{i}", 0) for i in range(300)])
+    sk.grant_reader("reader", topic)
+    options = parse_source_options({**sk.kafka_options("reader", protocol, mechanism),
+                                    "subscribe": topic}, streaming=True)
+    assert options.fetcher == "wire"
+    caplog.set_level(logging.INFO, logger="txkafka.reader")
+    task = FetchTask(topic, 0, 10, 300, tuple(sorted(options.consumer_config().items())), 15_000,
+                     True, False, options.fetcher)
+    pool = ConsumerPool()
+    rows = [r for b in fetch_range(task, pool) for r in b.to_pylist()]
+    assert [(r["offset"], r["value"]) for r in rows] == [(i, f"v{i}".encode())
+                                                         for i in range(10, 300)]
+    assert pool.created == 0
+    assert not [r for r in caplog.records if "hands offsets" in r.getMessage()]
+
+
+def test_executor_fetch_without_read_on_the_topic_fails_as_librdkafka_would(secure_kafka,
+                                                                            caplog):
+    """TOPIC_AUTHORIZATION_FAILED on txkafka's own Fetch: the range goes to the librdkafka
+    reader, whose error names the topic and the ACL, exactly as with fetcher=librdkafka."""
+    from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
+    from txkafka.connector.source_options import parse_source_options
+
+    sk = secure_kafka
+    topic = sk.admin_target.create_topic(unique("wire"))
+    sk.admin_target.produce(topic, [("k", "v", 0)])
+    # (The group ACL the query's start check asks for, so librdkafka's consumer closes at once.)
+    sk.grant_reader("reader", topic, "spark-kafka-source-", read=False)
+    options = parse_source_options({**sk.kafka_options("reader", "SASL_SSL", "SCRAM-SHA-512"),
+                                    "subscribe": topic}, streaming=True)
+    caplog.set_level(logging.INFO, logger="txkafka.reader")
+    task = FetchTask(topic, 0, 0, 1, tuple(sorted(options.consumer_config().items())), 15_000,
+                     True, False, options.fetcher)
+    pool = ConsumerPool()
+    try:
+        with pytest.raises(KafkaAuthorizationError) as info:
+            list(fetch_range(task, pool))
+    finally:
+        pool.close_all()
+    assert repr(topic) in str(info.value) and "READ and DESCRIBE" in str(info.value)
+    handed = [r.getMessage() for r in caplog.records if "hands offsets" in r.getMessage()]
+    assert len(handed) == 1 and "TOPIC_AUTHORIZATION_FAILED" in handed[0]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 import cramjam
 
+from txkafka.connector.kafka_wire import Writer
+
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODECS = (NONE, GZIP, SNAPPY, LZ4, ZSTD)
 
@@ -41,18 +43,10 @@ HEADER_SIZE = 61
 # -- varints -----------------------------------------------------------------------------------
 
 def uvarint(value: int) -> bytes:
-    """Unsigned LEB128 varint of a non-negative int."""
+    """Unsigned LEB128 varint of a non-negative int (the wire module's request encoder)."""
     if value < 0:
         raise ValueError("uvarint of a negative value")
-    out = bytearray()
-    while True:
-        b = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    return Writer(False).uvarint(value).build()
 
 
 def zigzag(value: int, bits: int = 64) -> int:

@@ -50,14 +50,14 @@ def _ref_decompress(codec: int, data: bytes) -> bytes:
     if codec == 1:
         return gzip.decompress(data)
     if codec == 2:
-        if data.startswith(XERIAL_MAGIC):
-            out, pos = [], 16
-            while pos < len(data):
-                (n,) = struct.unpack_from(">i", data, pos)
-                out.append(bytes(cramjam.snappy.decompress_raw(data[pos + 4:pos + 4 + n])))
-                pos += 4 + n
-            return b"".join(out)
-        return bytes(cramjam.snappy.decompress_raw(data))
+        if not data.startswith(XERIAL_MAGIC):
+            return bytes(cramjam.snappy.decompress_raw(data))
+        chunks, rest = [], memoryview(data)[16:]  # after magic, version, compatible version
+        while rest:
+            size = int.from_bytes(rest[:4], "big")
+            chunks.append(bytes(cramjam.snappy.decompress_raw(bytes(rest[4:4 + size]))))
+            rest = rest[4 + size:]
+        return b"".join(chunks)
     if codec == 3:
         return bytes(cramjam.lz4.decompress(data))
     if codec == 4:
