@@ -34,6 +34,7 @@ from .client_errors import translate_kafka_error
 from .errors import KafkaConfigError, KafkaProtocolError, RecordFetchTimeoutError
 from .kafka_config import describe_config
 from .range_planner import report_data_loss
+from .record_batch_decoder import HEADER_STRUCT, HEADERS_TYPE
 from .secrets_redaction import redact_text
 from .source_options import TopicPartitionKey
 
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("txkafka.reader")
 _LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
 
-HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
-HEADERS_TYPE = pa.list_(pa.field("element", HEADER_STRUCT))
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
 # Unbound accessors: list(map(_VALUE, msgs)) runs the loop in C, ~20-40 % faster than a
 # comprehension calling m.value() per message.
@@ -193,7 +192,7 @@ def decoded_batches(d: "DecodedRecords", topic: str, partition: int, include_hea
         pa.array(d.timestamp_types, type=pa.int32()),
     ]
     if include_headers:
-        arrays.append(_headers_array(d.headers or [None] * n))
+        arrays.append(d.headers)
     whole = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
     if n <= batch_rows:
         yield whole

@@ -39,6 +39,10 @@ _CONTROL = 0x20
 _CODECS = {1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+# Spark's ``headers`` column: array<struct<key: string, value: binary>>.
+HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS_TYPE = pa.list_(pa.field("element", HEADER_STRUCT))
 _INLINE = 12            # binary_view: values of at most 12 bytes live in the view itself
 
 
@@ -51,7 +55,7 @@ class DecodedRecords:
     timestamp_types: np.ndarray  # int32: 0 CreateTime, 1 LogAppendTime (Java's ids, as Spark's)
     keys: pa.Array               # binary
     values: pa.Array             # binary
-    headers: list | None         # per record: None or [(key str, value bytes | None)]; if asked
+    headers: pa.Array | None     # HEADERS_TYPE, null for a record without headers; if asked
     next_offset: int             # fetch position after this response (markers included)
 
     def __len__(self) -> int:
@@ -374,7 +378,8 @@ def _columns(joined: bytes, starts: list[np.ndarray], batches: list[_Batch], sta
     if not starts:
         empty = pa.array([], type=pa.binary())
         return DecodedRecords(np.zeros(0, np.int64), np.zeros(0, np.int64),
-                              np.zeros(0, np.int32), empty, empty, [] if include_headers else None,
+                              np.zeros(0, np.int32), empty, empty,
+                              pa.array([], type=HEADERS_TYPE) if include_headers else None,
                               next_offset)
     buf = np.frombuffer(joined, dtype=np.uint8)
     data = pa.py_buffer(joined)
@@ -418,46 +423,53 @@ def _columns(joined: bytes, starts: list[np.ndarray], batches: list[_Batch], sta
         kstart, klen, vstart, vlen = kstart[keep], klen[keep], vstart[keep], vlen[keep]
         if len(offsets) and offsets[-1] + 1 >= end:
             next_offset = end
+    words = _words(buf)
     headers = None
     if include_headers:
-        hstart = vstart + np.maximum(vlen, 0)
-        headers = _headers(joined, buf, hstart)
-    words = _words(buf)
+        headers = _headers(buf, words, data, vstart + np.maximum(vlen, 0))
     return DecodedRecords(offsets, timestamps, ts_types, _binary(words, data, kstart, klen),
                           _binary(words, data, vstart, vlen), headers, next_offset)
 
 
-def _headers(joined: bytes, buf: np.ndarray, hstart: np.ndarray) -> list:
-    """Per record, None (no headers, as librdkafka and Spark) or [(key, value)]; headers are
-    rare and variable, so the records that have them are read one by one."""
-    if not len(hstart):
-        return []
-    nheaders, size = _uvarints(buf, hstart)
-    nheaders = _zigzag(nheaders)
-    out: list = [None] * len(hstart)
-    for i in np.flatnonzero(nheaders > 0).tolist():
-        pos = int(hstart[i] + size[i])
-        items = []
-        for _ in range(int(nheaders[i])):
-            klen, pos = _varint_at(joined, pos)
-            key = joined[pos:pos + klen].decode("utf-8")
-            pos += klen
-            vlen, pos = _varint_at(joined, pos)
-            if vlen < 0:
-                items.append((key, None))
-            else:
-                items.append((key, joined[pos:pos + vlen]))
-                pos += vlen
-        out[i] = items
-    return out
+def _headers(buf: np.ndarray, words: np.ndarray, data: pa.Buffer,
+             hstart: np.ndarray) -> pa.Array:
+    """The ``headers`` column: null for a record without headers (as librdkafka and Spark).
 
-
-def _varint_at(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        c = buf[pos]
-        value |= (c & 0x7F) << shift
-        pos += 1
-        if c < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
+    Decoded header by header: pass j reads the j-th header (key length, key, value length,
+    value) of every record that has more than j, so the Python loop runs once per header of the
+    record with the most, not once per header.
+    """
+    n = len(hstart)
+    count, size = _uvarints(buf, hstart)
+    count = _zigzag(count)
+    if n and count.min() < 0:
+        raise KafkaProtocolError("a record has a negative header count: the fetch response is "
+                                 "corrupt")
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(count, out=offsets[1:])
+    total = int(offsets[-1])
+    k_start = np.zeros(total, dtype=np.int64)
+    k_len = np.zeros(total, dtype=np.int64)
+    v_start = np.zeros(total, dtype=np.int64)
+    v_len = np.zeros(total, dtype=np.int64)
+    active = np.flatnonzero(count > 0)
+    pos = (hstart + size)[active]
+    j = 0
+    while len(active):
+        at = offsets[active] + j
+        klen, size = _uvarints(buf, pos)
+        klen = _zigzag(klen)
+        k_start[at], k_len[at] = pos + size, klen
+        pos = pos + size + np.maximum(klen, 0)
+        vlen, size = _uvarints(buf, pos)
+        vlen = _zigzag(vlen)
+        v_start[at], v_len[at] = pos + size, vlen
+        pos = pos + size + np.maximum(vlen, 0)
+        j += 1
+        more = count[active] > j
+        active, pos = active[more], pos[more]
+    keys = _binary(words, data, k_start, k_len).cast(pa.string())  # checks UTF-8
+    values = _binary(words, data, v_start, v_len)
+    structs = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_STRUCT))
+    return pa.ListArray.from_arrays(pa.array(offsets), structs, type=HEADERS_TYPE,
+                                    mask=pa.array(count == 0))

@@ -45,6 +45,7 @@ _LEADER_MOVED = {
 _RETRIES = 8
 _BACKOFF_S = 0.1
 
+
 @dataclass
 class _Response:
     records: DecodedRecords | None  # None: hand the range over at ``position``
@@ -303,8 +304,8 @@ _DONE = object()
 
 
 def read_range(wr: WireRange) -> Iterator[DecodedRecords]:
-    """The range's decoded records, fetched one response ahead on a thread; sets ``wr.handoff``
-    when the rest of the range is left to the librdkafka reader."""
+    """The range's decoded records, fetched up to two responses ahead on a thread; sets
+    ``wr.handoff`` when the rest of the range is left to the librdkafka reader."""
     ahead: queue.Queue = queue.Queue(maxsize=2)
     stop = threading.Event()
     failure: list[BaseException] = []

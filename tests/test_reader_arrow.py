@@ -403,7 +403,7 @@ def test_decoded_records_become_spark_schema_batches_of_bounded_rows():
     import pyarrow as pa
 
     from txkafka.connector.arrow_fetcher import SCHEMA, SCHEMA_WITH_HEADERS, decoded_batches
-    from txkafka.connector.record_batch_decoder import DecodedRecords
+    from txkafka.connector.record_batch_decoder import HEADERS_TYPE, DecodedRecords
 
     n = 25
     d = DecodedRecords(
@@ -412,7 +412,8 @@ def test_decoded_records_become_spark_schema_batches_of_bounded_rows():
         timestamp_types=np.array([0] * 20 + [1] * 5, dtype=np.int32),
         keys=pa.array([None if i % 4 == 0 else b"k%d" % i for i in range(n)], pa.binary()),
         values=pa.array([b"v%d" % i for i in range(n)], pa.binary()),
-        headers=[None] * 24 + [[("h", b"x"), ("n", None)]],
+        headers=pa.array([None] * 24 + [[{"key": "h", "value": b"x"},
+                                         {"key": "n", "value": None}]], type=HEADERS_TYPE),
         next_offset=100 + n)
     batches = list(decoded_batches(d, T, 7, include_headers=False, batch_rows=10))
     assert [b.num_rows for b in batches] == [10, 10, 5]
@@ -426,4 +427,5 @@ def test_decoded_records_become_spark_schema_batches_of_bounded_rows():
     with_headers = list(decoded_batches(d, T, 7, include_headers=True, batch_rows=100))
     assert len(with_headers) == 1 and with_headers[0].schema == SCHEMA_WITH_HEADERS
     hdrs = with_headers[0].column("headers").to_pylist()
-    assert hdrs[0] is None and hdrs[24] == [{"key": "h", "value": b"x"}, {"key": "n", "value": None}]
+    assert hdrs[0] is None
+    assert hdrs[24] == [{"key": "h", "value": b"x"}, {"key": "n", "value": None}]
