@@ -518,6 +518,11 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
 FETCHERS = ("auto", "wire", "librdkafka")
 # SASL mechanisms txkafka's own connections speak (broker_connection; GSSAPI is librdkafka's).
 WIRE_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+# TLS settings only librdkafka (OpenSSL) applies: txkafka's connections would ignore them, and a
+# CRL or a cipher restriction must never be dropped silently.
+LIBRDKAFKA_TLS_KEYS = ("ssl.crl.location", "ssl.cipher.suites", "ssl.curves.list",
+                       "ssl.sigalgs.list", "ssl.providers", "ssl.engine.location", "ssl.engine.id",
+                       "ssl.ca.certificate.stores")
 
 
 def wire_unsupported(conf: Mapping[str, str]) -> str | None:
@@ -532,6 +537,10 @@ def wire_unsupported(conf: Mapping[str, str]) -> str | None:
     if str(conf.get("check.crcs", "false")).strip().lower() == "true":
         return "kafka.check.crcs=true: CRC checks of fetched batches are librdkafka's"
     protocol = str(conf.get("security.protocol") or "PLAINTEXT").strip().upper()
+    if "SSL" in protocol:
+        tls = [k for k in LIBRDKAFKA_TLS_KEYS if conf.get(k)]
+        if tls:
+            return f"kafka.{tls[0]} is set: only librdkafka's TLS (OpenSSL) applies it"
     mech = str(conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "GSSAPI").strip()
     if protocol.startswith("SASL") and mech.upper() not in WIRE_SASL_MECHANISMS:
         return (f"kafka.sasl.mechanism={mech!r}: txkafka's own fetch supports "

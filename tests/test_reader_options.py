@@ -355,6 +355,14 @@ def test_fetcher_defaults_to_txkafkas_own_fetch_where_the_settings_allow_it():
     scram = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "SCRAM-SHA-512",
              "kafka.sasl.username": "u", "kafka.sasl.password": "hunter2"}
     assert parse(**scram).fetcher == "wire"
+    tls = {"kafka.security.protocol": "SSL", "kafka.ssl.ca.location": "/ca.pem"}
+    assert parse(**tls).fetcher == "wire"
+    assert parse(**tls, **{"kafka.ssl.crl.location": "/crl.pem"}).fetcher == "librdkafka"
+    assert parse(**tls, **{"kafka.ssl.cipher.suites": "ECDHE-RSA-AES256-GCM-SHA384"}
+                 ).fetcher == "librdkafka"
+    with pytest.raises(KafkaConfigError, match=r"'fetcher' is 'wire', but kafka.ssl.crl.location "
+                                               r"is set: only librdkafka's TLS"):
+        parse(fetcher="wire", **tls, **{"kafka.ssl.crl.location": "/crl.pem"})
     # ... and insisting on wire names the setting at start.
     with pytest.raises(KafkaConfigError, match=r"option 'fetcher' is 'wire', but "
                                                r"kafka.client.rack is set"):
