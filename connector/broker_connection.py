@@ -88,6 +88,7 @@ class SecurityConfig:
     sasl_password: str | None = field(default=None, repr=False)
     ssl_ca_location: str | None = None
     ssl_ca_pem: str | None = field(default=None, repr=False)
+    ssl_crl_location: str | None = None
     ssl_certificate_location: str | None = None
     ssl_certificate_pem: str | None = field(default=None, repr=False)
     ssl_key_location: str | None = None
@@ -143,6 +144,7 @@ class SecurityConfig:
             sasl_password=get("sasl.password"),
             ssl_ca_location=get("ssl.ca.location"),
             ssl_ca_pem=get("ssl.ca.pem"),
+            ssl_crl_location=get("ssl.crl.location"),
             ssl_certificate_location=get("ssl.certificate.location"),
             ssl_certificate_pem=get("ssl.certificate.pem"),
             ssl_key_location=get("ssl.key.location"),
@@ -171,6 +173,16 @@ class SecurityConfig:
             ctx.verify_mode = ssl.CERT_NONE
         else:
             ctx.check_hostname = self.check_hostname
+            if self.ssl_crl_location:
+                # librdkafka's ssl.crl.location: the broker's certificate is checked against the
+                # CA's revocation list (X509_V_FLAG_CRL_CHECK, the leaf), like OpenSSL there.
+                try:
+                    ctx.load_verify_locations(cafile=self.ssl_crl_location)
+                except (OSError, ssl.SSLError) as e:
+                    raise KafkaConfigError(
+                        f"kafka.ssl.crl.location={self.ssl_crl_location!r} could not be read as "
+                        f"a PEM certificate revocation list: {e}") from None
+                ctx.verify_flags |= ssl.VERIFY_CRL_CHECK_LEAF
         if self.ssl_keystore_location:
             # librdkafka hands the file to OpenSSL; Python's ssl reads PEM only.
             ident = read_pkcs12_keystore(self.ssl_keystore_location, self.ssl_keystore_password)

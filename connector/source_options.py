@@ -519,8 +519,8 @@ FETCHERS = ("auto", "wire", "librdkafka")
 # SASL mechanisms txkafka's own connections speak (broker_connection; GSSAPI is librdkafka's).
 WIRE_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # TLS settings only librdkafka (OpenSSL) applies: txkafka's connections would ignore them, and a
-# CRL or a cipher restriction must never be dropped silently.
-LIBRDKAFKA_TLS_KEYS = ("ssl.crl.location", "ssl.cipher.suites", "ssl.curves.list",
+# cipher restriction must never be dropped silently. (ssl.crl.location they apply.)
+LIBRDKAFKA_TLS_KEYS = ("ssl.cipher.suites", "ssl.curves.list",
                        "ssl.sigalgs.list", "ssl.providers", "ssl.engine.location", "ssl.engine.id",
                        "ssl.ca.certificate.stores")
 

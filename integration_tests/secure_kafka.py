@@ -94,6 +94,8 @@ class Pki:
     key_password: str
     keystore_password: str
     truststore_jks: Path   # the CA as a JKS trust store (keytool), password Pki.keystore_password
+    crl_clean: Path        # the CA's certificate revocation list, revoking nothing
+    crl_broker_revoked: Path  # ... revoking the broker's certificate
 
 
 def _openssl(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
@@ -204,11 +206,34 @@ def make_pki(directory: Path, users: Iterable[str], key_password: str,
     truststore_jks = directory / "truststore.jks"
     _keytool(["-importcert", "-noprompt", "-alias", "caroot", "-file", str(ca), "-keystore",
               str(truststore_jks), "-storetype", "JKS", "-storepass", keystore_password], directory)
+    crl_clean = _crl(ca_key, ca, [], directory / "crl-clean.pem")
+    crl_revoked = _crl(ca_key, ca, [b_cert], directory / "crl-broker-revoked.pem")
     ca_key.unlink()  # nothing else gets signed
     for p in directory.iterdir():
         p.chmod(0o600)
     return Pki(directory, ca, other_ca, keystore, clients, key_password, keystore_password,
-               truststore_jks)
+               truststore_jks, crl_clean, crl_revoked)
+
+
+def _crl(ca_key: Path, ca_cert: Path, revoked: list[Path], out: Path) -> Path:
+    """A CRL signed by the CA (PEM), revoking the certificates in ``revoked``."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+
+    key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
+    ca = x509.load_pem_x509_certificate(ca_cert.read_bytes())
+    now = dt.datetime.now(dt.timezone.utc)
+    builder = (x509.CertificateRevocationListBuilder().issuer_name(ca.subject)
+               .last_update(now - dt.timedelta(minutes=5)).next_update(now + dt.timedelta(days=3)))
+    for path in revoked:
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(cert.serial_number)
+            .revocation_date(now - dt.timedelta(minutes=1)).build())
+    out.write_bytes(builder.sign(key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM))
+    return out
 
 
 # ------------------------------------------------------------------------------------ cluster

@@ -710,3 +710,20 @@ def test_executor_fetch_without_read_on_the_topic_fails_as_librdkafka_would(secu
     assert repr(topic) in str(info.value) and "READ and DESCRIBE" in str(info.value)
     handed = [r.getMessage() for r in caplog.records if "hands offsets" in r.getMessage()]
     assert len(handed) == 1 and "TOPIC_AUTHORIZATION_FAILED" in handed[0]
+
+
+def test_a_crl_revoking_the_broker_certificate_refuses_the_connection(secure_kafka):
+    """kafka.ssl.crl.location holds for txkafka's own connections (the driver's transaction
+    client, the executors' fetch) as for librdkafka: checked against the CA's revocation list,
+    the broker's certificate is refused once revoked."""
+    sk = secure_kafka
+    conf = sk.client_config("writer", "SASL_SSL", "SCRAM-SHA-512")
+    with TransactionClient({**conf, "ssl.crl.location": str(sk.pki.crl_clean)}, timeout=10) as tc:
+        assert tc.brokers()
+    revoked = {**conf, "ssl.crl.location": str(sk.pki.crl_broker_revoked)}
+    e = _raises(KafkaAuthenticationError, TransactionClient(revoked, timeout=10).describe,
+                ["any-id"])
+    assert "TLS handshake" in str(e) and "certificate revoked" in str(e)
+    bad = {**conf, "ssl.crl.location": str(sk.pki.ca.parent / "no-such-crl.pem")}
+    e = _raises(KafkaConfigError, TransactionClient(bad, timeout=10).brokers)
+    assert "kafka.ssl.crl.location=" in str(e) and "revocation list" in str(e)

@@ -357,12 +357,12 @@ def test_fetcher_defaults_to_txkafkas_own_fetch_where_the_settings_allow_it():
     assert parse(**scram).fetcher == "wire"
     tls = {"kafka.security.protocol": "SSL", "kafka.ssl.ca.location": "/ca.pem"}
     assert parse(**tls).fetcher == "wire"
-    assert parse(**tls, **{"kafka.ssl.crl.location": "/crl.pem"}).fetcher == "librdkafka"
+    assert parse(**tls, **{"kafka.ssl.crl.location": "/crl.pem"}).fetcher == "wire"  # applied
     assert parse(**tls, **{"kafka.ssl.cipher.suites": "ECDHE-RSA-AES256-GCM-SHA384"}
                  ).fetcher == "librdkafka"
-    with pytest.raises(KafkaConfigError, match=r"'fetcher' is 'wire', but kafka.ssl.crl.location "
+    with pytest.raises(KafkaConfigError, match=r"'fetcher' is 'wire', but kafka.ssl.curves.list "
                                                r"is set: only librdkafka's TLS"):
-        parse(fetcher="wire", **tls, **{"kafka.ssl.crl.location": "/crl.pem"})
+        parse(fetcher="wire", **tls, **{"kafka.ssl.curves.list": "P-256"})
     # ... and insisting on wire names the setting at start.
     with pytest.raises(KafkaConfigError, match=r"option 'fetcher' is 'wire', but "
                                                r"kafka.client.rack is set"):
