@@ -158,21 +158,30 @@ def build_record_batch(messages: list[Message], topic: str, partition: int,
     # Spark's (Java's) ids are -1, 0, 1.
     ts = np.fromiter(itertools.chain.from_iterable(map(_TIMESTAMP, messages)), dtype=np.int64,
                      count=2 * n)
-    ts_type = (ts[0::2] - 1).astype(np.int32)
+    headers = _headers_array(list(map(_HEADERS, messages))) if include_headers else None
+    if any(isinstance(a, pa.ChunkedArray) for a in (keys, values, headers)):
+        raise _TooLarge()
+    return _record_batch(keys, values, topic, partition, offsets, ts[1::2],
+                         (ts[0::2] - 1).astype(np.int32), headers)
+
+
+def _record_batch(keys: pa.Array, values: pa.Array, topic: str, partition: int,
+                  offsets: np.ndarray, timestamps_ms: np.ndarray, timestamp_types: np.ndarray,
+                  headers: pa.Array | None) -> pa.RecordBatch:
+    """Spark's source schema from the per-record columns (headers None: without them)."""
+    n = len(offsets)
     arrays = [
         keys,
         values,
         _constant_string(topic, n),
         pa.array(np.full(n, partition, dtype=np.int32)),
         pa.array(offsets, type=pa.int64()),
-        pa.array(ts[1::2] * 1000).view(TIMESTAMP_TYPE),
-        pa.array(ts_type),
+        pa.array(timestamps_ms * 1000).view(TIMESTAMP_TYPE),
+        pa.array(timestamp_types, type=pa.int32()),
     ]
-    if include_headers:
-        arrays.append(_headers_array(list(map(_HEADERS, messages))))
-    if any(isinstance(a, pa.ChunkedArray) for a in arrays):
-        raise _TooLarge()
-    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+    if headers is not None:
+        arrays.append(headers)
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(headers is not None))
 
 
 def decoded_batches(d: "DecodedRecords", topic: str, partition: int, include_headers: bool,
@@ -182,18 +191,8 @@ def decoded_batches(d: "DecodedRecords", topic: str, partition: int, include_hea
     n = len(d)
     if not n:
         return
-    arrays = [
-        d.keys,
-        d.values,
-        _constant_string(topic, n),
-        pa.array(np.full(n, partition, dtype=np.int32)),
-        pa.array(d.offsets, type=pa.int64()),
-        pa.array(d.timestamps_ms * 1000).view(TIMESTAMP_TYPE),
-        pa.array(d.timestamp_types, type=pa.int32()),
-    ]
-    if include_headers:
-        arrays.append(d.headers)
-    whole = pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(include_headers))
+    whole = _record_batch(d.keys, d.values, topic, partition, d.offsets, d.timestamps_ms,
+                          d.timestamp_types, d.headers if include_headers else None)
     if n <= batch_rows:
         yield whole
         return

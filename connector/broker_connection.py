@@ -25,7 +25,7 @@ from typing import Iterator, Mapping
 
 from .errors import KafkaProtocolError, KafkaAuthenticationError, KafkaConfigError
 from .java_keystores import read_pkcs12_keystore
-from .kafka_config import refuse_two_client_identities
+from .kafka_config import TXKAFKA_SASL_MECHANISMS, refuse_two_client_identities
 from .kafka_wire import Reader, Writer, request_header
 from .oauthbearer_token import (
     CLIENT_ERROR_ACK,
@@ -42,7 +42,7 @@ SASL_AUTHENTICATE = 36
 
 _SCRAM = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
 _PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-_MECHANISMS = ("PLAIN", *_SCRAM, "OAUTHBEARER")
+_MECHANISMS = TXKAFKA_SASL_MECHANISMS
 # A login whose broker session (KIP-368 connections.max.reauth.ms, or the OAUTHBEARER token's
 # lifetime) is this far through is replaced by a new login before the next request.
 SESSION_RENEW_FRACTION = 0.85
@@ -697,3 +697,16 @@ def scram_client_final(mech: str, password: str, client_first_bare: str,
     server_key = hmac.new(salted, b"Server Key", digest).digest()
     server_sig = base64.b64encode(hmac.new(server_key, auth_message, digest).digest()).decode()
     return f"{final_no_proof},p={base64.b64encode(proof).decode()}", f"v={server_sig}"
+
+
+def split_host_port(server: str) -> tuple[str, int]:
+    """One ``bootstrap.servers`` entry (``host:port``, ``[v6]:port``, an optional
+    ``PROTOCOL://``) as (host, port)."""
+    s = server.strip()
+    for scheme in ("PLAINTEXT://", "SSL://", "SASL_PLAINTEXT://", "SASL_SSL://"):
+        if s.upper().startswith(scheme):
+            s = s[len(scheme):]
+    host, _, port = s.rpartition(":")
+    if not host or not port.isdigit():
+        raise KafkaProtocolError(f"bootstrap server {server!r} is not host:port")
+    return host.strip("[]"), int(port)

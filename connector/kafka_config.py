@@ -26,6 +26,10 @@ KAFKA_PREFIX = "kafka."
 # 100 ms. Java's client default is 50 ms. A user's kafka.reconnect.backoff.ms wins.
 RECONNECT_BACKOFF_MS = 20
 
+# SASL mechanisms txkafka's own connections speak (broker_connection: the driver's transaction
+# client, the executors' fetch); GSSAPI/Kerberos is librdkafka's only.
+TXKAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
 # Java client keys with no librdkafka key of the same name: what to use instead.
 _JAVA_ONLY: dict[str, str] = {
     "ssl.key.password.location": "kafka.ssl.key.password",

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
 from .errors import KafkaConfigError
-from .kafka_config import check_client_config, describe_config, kafka_client_config
+from .kafka_config import (
+    TXKAFKA_SASL_MECHANISMS,
+    check_client_config,
+    describe_config,
+    kafka_client_config,
+)
 
 log = logging.getLogger("txkafka.reader")
 
@@ -516,8 +521,6 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
 
 
 FETCHERS = ("auto", "wire", "librdkafka")
-# SASL mechanisms txkafka's own connections speak (broker_connection; GSSAPI is librdkafka's).
-WIRE_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 # TLS settings only librdkafka (OpenSSL) applies: txkafka's connections would ignore them, and a
 # cipher restriction must never be dropped silently. (ssl.crl.location they apply.)
 LIBRDKAFKA_TLS_KEYS = ("ssl.cipher.suites", "ssl.curves.list",
@@ -542,9 +545,9 @@ def wire_unsupported(conf: Mapping[str, str]) -> str | None:
         if tls:
             return f"kafka.{tls[0]} is set: only librdkafka's TLS (OpenSSL) applies it"
     mech = str(conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "GSSAPI").strip()
-    if protocol.startswith("SASL") and mech.upper() not in WIRE_SASL_MECHANISMS:
+    if protocol.startswith("SASL") and mech.upper() not in TXKAFKA_SASL_MECHANISMS:
         return (f"kafka.sasl.mechanism={mech!r}: txkafka's own fetch supports "
-                f"{', '.join(WIRE_SASL_MECHANISMS)} (GSSAPI/Kerberos is librdkafka's)")
+                f"{', '.join(TXKAFKA_SASL_MECHANISMS)} (GSSAPI/Kerberos is librdkafka's)")
     return None
 
 

@@ -24,7 +24,9 @@ from .broker_connection import (
     current_deadline,
     deadline_scope,
     error_name,
+    split_host_port,
 )
+from .cluster_metadata import request_metadata
 from .errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
@@ -33,7 +35,6 @@ from .errors import (
 )
 from .kafka_wire import Reader, Writer
 
-METADATA = 3
 FIND_COORDINATOR = 10
 END_TXN = 26
 DESCRIBE_TRANSACTIONS = 65
@@ -141,7 +142,7 @@ class TransactionClient:
         servers = str(kafka_config.get("bootstrap.servers") or "")
         if not servers:
             raise KafkaProtocolError("kafka.bootstrap.servers is empty")
-        self.bootstrap = [_split_host_port(s) for s in servers.split(",") if s.strip()]
+        self.bootstrap = [split_host_port(s) for s in servers.split(",") if s.strip()]
         self.security = SecurityConfig.from_kafka_config(kafka_config)
         self.timeout = timeout
         self.client_id = client_id
@@ -257,25 +258,12 @@ class TransactionClient:
 
     def _brokers_once(self) -> list[tuple[int, str, int]]:
         conn = self._any_broker()
-        v = conn.version_for(METADATA, 9, 12)
-        w = Writer(True).array([], lambda ww, t: None).boolean(False)
-        if v <= 10:
-            w.boolean(False)  # include_cluster_authorized_operations
-        w.boolean(False).tags()
         try:
-            r = conn.request(METADATA, v, w.build(), flexible=True)
+            md = request_metadata(conn, [])
         except KafkaProtocolError:
             self._drop(conn.host, conn.port, conn)
             raise
-        r.int32()  # throttle
-
-        def broker(rr: Reader) -> tuple[int, str, int]:
-            node, host, port = rr.int32(), rr.string() or "", rr.int32()
-            rr.string()  # rack
-            rr.tags()
-            return node, host, port
-
-        return r.array(broker)
+        return [(node, host, port) for node, (host, port) in md.brokers.items()]
 
     # ----------------------------------------------------------- coordinators
 
@@ -613,14 +601,3 @@ class TransactionClient:
                         for t in again}
                 codes.update({tid: f.result() for tid, f in futs.items()})
         return codes
-
-
-def _split_host_port(server: str) -> tuple[str, int]:
-    s = server.strip()
-    for scheme in ("PLAINTEXT://", "SSL://", "SASL_PLAINTEXT://", "SASL_SSL://"):
-        if s.upper().startswith(scheme):
-            s = s[len(scheme):]
-    host, _, port = s.rpartition(":")
-    if not host or not port.isdigit():
-        raise KafkaProtocolError(f"bootstrap server {server!r} is not host:port")
-    return host.strip("[]"), int(port)

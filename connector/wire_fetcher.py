@@ -22,15 +22,15 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
-from .broker_connection import BrokerConnection, SecurityConfig, error_name
+from .broker_connection import BrokerConnection, SecurityConfig, error_name, split_host_port
+from .cluster_metadata import request_metadata
 from .errors import KafkaProtocolError
-from .kafka_wire import ProtocolError, Reader, Writer
+from .kafka_wire import ProtocolError, Writer
 from .record_batch_decoder import DecodedRecords, decode
 
 log = logging.getLogger("txkafka.reader")
 
 FETCH = 1
-METADATA = 3
 FETCH_VERSION = 11  # v11: KIP-320 leader epochs, KIP-392 rack id; non-flexible, topic names
 
 # Partition errors after which the leader is looked up again and the fetch retried.
@@ -104,11 +104,6 @@ LINKS = _Links()
 atexit.register(LINKS.close_all)
 
 
-def _split(server: str) -> tuple[str, int]:
-    host, _, port = server.strip().rpartition(":")
-    return host.strip("[]"), int(port)
-
-
 class WireRange:
     """Reads [start, end) of one partition; ``handoff`` is where the librdkafka reader takes
     over (None when the range was read to its end)."""
@@ -150,7 +145,7 @@ class WireRange:
         for server in str(self.conf.get("bootstrap.servers", "")).split(","):
             if not server.strip():
                 continue
-            host, port = _split(server)
+            host, port = split_host_port(server)
             try:
                 found = self._metadata(self.links.connection(self.config, host, port).connect())
             except KafkaProtocolError as e:
@@ -164,56 +159,9 @@ class WireRange:
         raise KafkaProtocolError(f"no leader found for {self._where()}: " + "; ".join(errors))
 
     def _metadata(self, conn: BrokerConnection) -> tuple[str, int] | None:
-        v = conn.version_for(METADATA, 9, 12)
-        w = Writer(True)
-
-        def topic(ww: Writer, name: str) -> None:
-            if v >= 10:
-                ww.int64(0).int64(0)  # topic id: unknown
-            ww.string(name).tags()
-
-        w.array([self.topic], topic).boolean(False)
-        if v <= 10:
-            w.boolean(False)  # include_cluster_authorized_operations
-        w.boolean(False).tags()
-        r = conn.request(METADATA, v, w.build(), flexible=True)
-        r.int32()  # throttle
-
-        def broker(rr: Reader) -> tuple[int, str, int]:
-            node, host, port = rr.int32(), rr.string() or "", rr.int32()
-            rr.string()
-            rr.tags()
-            return node, host, port
-
-        brokers = {node: (host, port) for node, host, port in r.array(broker)}
-        r.string()  # cluster id
-        r.int32()   # controller
-        leader: list[int] = []
-
-        def part(rr: Reader) -> None:
-            err, index, node = rr.int16(), rr.int32(), rr.int32()
-            rr.int32()  # leader epoch
-            for _ in range(3):
-                rr.array(lambda x: x.int32())
-            rr.tags()
-            if index == self.partition and err == 0:
-                leader.append(node)
-
-        def topic_md(rr: Reader) -> None:
-            rr.int16()
-            rr.string()
-            if v >= 10:
-                rr.int64()
-                rr.int64()
-            rr.boolean()
-            rr.array(part)
-            rr.int32()
-            rr.tags()
-
-        r.array(topic_md)
-        if leader and leader[0] in brokers:
-            return brokers[leader[0]]
-        return None
+        md = request_metadata(conn, [self.topic])
+        node = md.leaders.get((self.topic, self.partition))
+        return md.brokers.get(node) if node is not None else None
 
     # ------------------------------------------------------------------- fetch
 

@@ -10,6 +10,7 @@ import pytest
 
 from tests.record_batch_encoding import batch, records_of
 from txkafka.connector import wire_fetcher
+from txkafka.connector.cluster_metadata import METADATA
 from txkafka.connector.errors import KafkaProtocolError
 from txkafka.connector.kafka_wire import Reader, Writer
 from txkafka.connector.wire_fetcher import WireRange, _Links, read_range
@@ -74,7 +75,7 @@ class ScriptedConn:
         self.closed = True
 
     def request(self, api_key, version, body, *, flexible, deadline=None):
-        if api_key == wire_fetcher.METADATA:
+        if api_key == METADATA:
             self.metadata_calls += 1
             return Reader(metadata_response("leader"), True)
         r = Reader(body, False)

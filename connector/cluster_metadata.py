@@ -1,0 +1,73 @@
+"""Metadata requests (v9-12) on a :class:`BrokerConnection`: the brokers, and partition leaders.
+
+Why: the driver's transaction client needs the live brokers (to reach coordinators when the
+bootstrap ones are down) and the executors' own fetch needs a partition's leader; one request
+shape and one parser serve both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .broker_connection import BrokerConnection
+from .kafka_wire import Reader, Writer
+
+METADATA = 3
+
+
+@dataclass
+class ClusterMetadata:
+    brokers: dict[int, tuple[str, int]]    # node id -> (host, port), in the answer's order
+    leaders: dict[tuple[str, int], int]    # (topic, partition) -> leader node, error-free ones
+
+
+def request_metadata(conn: BrokerConnection, topics: list[str]) -> ClusterMetadata:
+    """Ask ``conn`` for the brokers and the partitions of ``topics`` (none: brokers only)."""
+    v = conn.version_for(METADATA, 9, 12)
+
+    def topic(w: Writer, name: str) -> None:
+        if v >= 10:
+            w.int64(0).int64(0)  # topic id: unknown, the name says which
+        w.string(name).tags()
+
+    w = Writer(True).array(topics, topic).boolean(False)  # no auto-creation
+    if v <= 10:
+        w.boolean(False)  # include_cluster_authorized_operations
+    w.boolean(False).tags()
+    r = conn.request(METADATA, v, w.build(), flexible=True)
+    r.int32()  # throttle
+
+    def broker(rr: Reader) -> tuple[int, str, int]:
+        node, host, port = rr.int32(), rr.string() or "", rr.int32()
+        rr.string()  # rack
+        rr.tags()
+        return node, host, port
+
+    brokers = {node: (host, port) for node, host, port in r.array(broker)}
+    r.string()  # cluster id
+    r.int32()   # controller
+    leaders: dict[tuple[str, int], int] = {}
+
+    def topic_md(rr: Reader) -> None:
+        rr.int16()
+        name = rr.string() or ""
+        if v >= 10:
+            rr.int64()
+            rr.int64()
+        rr.boolean()  # internal
+
+        def part(p: Reader) -> None:
+            err, index, node = p.int16(), p.int32(), p.int32()
+            p.int32()  # leader epoch
+            for _ in range(3):  # replicas, in-sync replicas, offline replicas
+                p.array(lambda x: x.int32())
+            p.tags()
+            if err == 0:
+                leaders[(name, index)] = node
+
+        rr.array(part)
+        rr.int32()  # topic authorized operations
+        rr.tags()
+
+    r.array(topic_md)
+    return ClusterMetadata(brokers, leaders)
