@@ -62,3 +62,29 @@ class OffsetsUnavailableError(TxKafkaError):
 
 class RecordFetchTimeoutError(TxKafkaError, TimeoutError):
     """An executor got no records of its offset range for ``kafkaConsumer.pollTimeoutMs``."""
+
+
+class CheckpointMismatchError(TxKafkaError):
+    """Spark's checkpoint and the sink's commit log disagree about what a batch read.
+
+    Spark planned a batch id the sink already decided or committed, with other source offsets than
+    the sink recorded (a checkpoint rolled back, partly deleted, edited or copied from another
+    query). Writing would duplicate or skip records, so nothing is written; the message names the
+    batch, both offset sets and the recovery path (docs/operations.md).
+    """
+
+
+class TaskLayoutChangedError(TransactionError):
+    """A batch whose decided transactions the broker aborted was re-run with another task layout
+    (task partitions, or rows per partition): re-writing only some partitions would lose or repeat
+    records, so nothing of the re-run is committed. The message names the setting to restore."""
+
+
+class ConcurrentWriterError(CommitLogError):
+    """Another driver wrote a record this driver was about to write (two live queries on one
+    checkpoint): this one stops without deciding or committing anything."""
+
+
+class UnsupportedBrokerError(KafkaConfigError):
+    """The cluster lacks a broker feature the exactly-once sink depends on (for example transaction
+    partition verification, Kafka 3.6+); raised when the query starts."""

@@ -33,7 +33,8 @@ import pyarrow.fs as pafs
 
 from .errors import CommitLogError
 from .kafka_committable import KafkaCommittable
-from .secrets_redaction import redact_uri, redact_uri_text
+from .secrets_redaction import redact_uri
+from .spark_checkpoint import SparkCheckpoint
 
 SINK_DIR = "txkafka-sink"
 _RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome|unresolved)\.json$")
@@ -95,34 +96,12 @@ def _fsync(path: str, flags: int) -> None:
         os.close(fd)
 
 
-# Hadoop's names for its S3 connectors; pyarrow's S3 filesystem answers to s3 only.
-_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
-
-
-def checkpoint_filesystem(location: str, *, error: type[Exception] = CommitLogError,
-                          name: str = "checkpoint location") -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and path of a checkpoint URI or local path.
-
-    A URI's credentials never reach the error (pyarrow echoes the URI). ``error``/``name`` let a
-    command line say which of its arguments was wrong.
-    """
-    if "://" in location or location.startswith("file:"):
-        scheme, sep, rest = location.partition("://")
-        uri = f"{_SCHEME_ALIASES.get(scheme.lower(), scheme)}{sep}{rest}" if sep else location
-        try:
-            return pafs.FileSystem.from_uri(uri)
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several types
-            raise error(
-                f"cannot open {name} {redact_uri(location)!r}: "
-                f"{redact_uri_text(str(e), location)}") from None
-    return pafs.LocalFileSystem(), os.path.abspath(location)
-
-
 class SinkCommitLog:
     def __init__(self, checkpoint_location: str) -> None:
         self.location = checkpoint_location
-        self.fs, root = checkpoint_filesystem(checkpoint_location)
-        self.checkpoint_root = root.rstrip("/")
+        self.spark = SparkCheckpoint(checkpoint_location)
+        self.fs = self.spark.fs
+        self.checkpoint_root = self.spark.root
         self.root = f"{self.checkpoint_root}/{SINK_DIR}"
         self.log_dir = f"{self.root}/log"
         self._atomic_put = self.fs.type_name in ("s3", "gcs")
@@ -139,12 +118,8 @@ class SinkCommitLog:
         driver's local disk for pyarrow. A commit log there would not follow the query to another
         driver host, and a restart there would commit a batch twice.
         """
-        path = f"{self.checkpoint_root}/metadata"
-        try:
-            found = self.fs.get_file_info(path).type != pafs.FileType.NotFound
-        except OSError as e:
-            raise CommitLogError(f"cannot read {redact_uri(path)}: {e}") from None
-        if not found:
+        if not self.spark.has_metadata():
+            path = f"{self.checkpoint_root}/metadata"
             shown = redact_uri(self.location)
             raise CommitLogError(
                 f"option 'checkpointLocation' ({shown!r}): Spark's checkpoint metadata is not at "
@@ -324,11 +299,7 @@ class SinkCommitLog:
 
     def spark_source_offsets(self, batch_id: int) -> str | None:
         """The source offsets Spark logged for a batch (``offsets/N``), for error messages."""
-        path = f"{self.checkpoint_root}/offsets/{batch_id}"
         try:
-            with self.fs.open_input_stream(path) as f:
-                lines = f.read().decode(errors="replace").splitlines()
-        except OSError:
+            return self.spark.describe_offsets(batch_id)
+        except CommitLogError:
             return None
-        # Line 1 is the format version, line 2 the batch metadata, then one line per source.
-        return " | ".join(lines[2:]) or None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Iterator, List, Optional
 
 import pyarrow as pa
@@ -39,7 +40,7 @@ from txkafka.connector.kafka_writer import KafkaWriter, SinkSchema, validate_inp
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import SinkConfig
 from txkafka.connector.sink_validation import validate_at_start
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.transactional_id_factory import TransactionalIdFactory, run_tag
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +83,23 @@ def _results(messages: List[Optional[WriterCommitMessage]]) -> list[TaskResult |
     return [m.result if isinstance(m, TxKafkaCommitMessage) else None for m in messages]
 
 
-def _task_context() -> tuple[int, int, int | None]:
+@dataclass(frozen=True)
+class _TaskInfo:
+    partition_id: int
+    attempt: int
+    batch_id: int | None
+    run: str = "000000"
+
+
+def _task_context() -> _TaskInfo:
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
     if ctx is None:
-        return 0, 0, None
+        return _TaskInfo(0, 0, None)
     raw = ctx.getLocalProperty("streaming.sql.batchId")
-    return ctx.partitionId(), ctx.attemptNumber(), int(raw) if raw is not None else None
+    return _TaskInfo(ctx.partitionId(), ctx.attemptNumber(), int(raw) if raw is not None else None,
+                     run_tag(ctx.getLocalProperty("spark.jobGroup.id")))
 
 
 _CHECKPOINTS_SEEN: set[str] = set()
@@ -151,7 +161,8 @@ class _KafkaWrite:
     # ------------------------------------------------------------------ task side
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxKafkaCommitMessage:
-        partition_id, attempt, batch_id = _task_context()
+        task = _task_context()
+        partition_id, attempt, batch_id = task.partition_id, task.attempt, task.batch_id
         if batch_id is None and self.streaming and self.cfg.exactly_once:
             # Guessing batch 0 would let should_write() skip rows of a later batch.
             raise TransactionError(
@@ -168,7 +179,8 @@ class _KafkaWrite:
             for b in iterator:  # drain: the input must be consumed even when nothing is written
                 skipped += b.num_rows
             return TxKafkaCommitMessage(TaskResult(partition_id, attempt, batch, None, 0, True))
-        tid = self.ids.transactional_id(partition_id, attempt) if self.ids else None
+        tid = (self.ids.transactional_id(partition_id, attempt, run=task.run, batch_id=batch)
+               if self.ids else None)
         writer = KafkaWriter(self.cfg, self.sink_schema, batch_id=batch, partition_id=partition_id,
                              attempt=attempt, transactional_id=tid)
         try:

@@ -7,7 +7,9 @@ import pytest
 
 from txkafka.connector import sink_commit_log
 from txkafka.connector.errors import CommitLogError
-from txkafka.connector.sink_commit_log import SinkCommitLog, checkpoint_filesystem
+from txkafka.connector import spark_checkpoint
+from txkafka.connector.sink_commit_log import SinkCommitLog
+from txkafka.connector.spark_checkpoint import checkpoint_filesystem
 
 
 def test_a_checkpoint_spark_wrote_is_accepted(tmp_path):
@@ -35,7 +37,7 @@ def test_hadoop_s3_schemes_open_pyarrows_s3(monkeypatch):
         return pafs.LocalFileSystem(), "/bucket/ck"
 
     # (pyarrow's S3 would look for AWS credentials and a region: record the URI it is given)
-    monkeypatch.setattr(sink_commit_log, "pafs", SimpleNamespace(
+    monkeypatch.setattr(spark_checkpoint, "pafs", SimpleNamespace(
         FileSystem=SimpleNamespace(from_uri=from_uri), LocalFileSystem=pafs.LocalFileSystem))
     checkpoint_filesystem("s3a://bucket/ck")
     checkpoint_filesystem("S3N://bucket/ck")

@@ -183,14 +183,16 @@ def test_a_setting_librdkafka_cannot_take_is_refused_naming_it(fake):
 def test_checkpoint_uri_credentials_never_printed(tmp_path, monkeypatch, command):
     import pyarrow.fs as pafs
 
-    real = scl.checkpoint_filesystem
+    from txkafka.connector import spark_checkpoint
+
+    real = spark_checkpoint.checkpoint_filesystem
 
     def local(location, **kw):  # an s3:// URI with inline keys, served from local disk
         if location.startswith("s3://"):
             return pafs.LocalFileSystem(), str(tmp_path / "bucket" / "ck")
         return real(location, **kw)
 
-    monkeypatch.setattr(scl, "checkpoint_filesystem", local)
+    monkeypatch.setattr(spark_checkpoint, "checkpoint_filesystem", local)
     uri = "s3://AKIAEXAMPLE:wJalrXUtnFEMI-SECRET@bucket/ck?session_token=TOKEN-SECRET"
     with pytest.raises(SystemExit) as exc:
         main([*command, "--checkpoint", uri])

@@ -30,7 +30,12 @@ from txkafka.connector.transaction_client import (
     TransactionDescription,
     TransactionListing,
 )
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.transactional_id_factory import (
+    LEGACY_RUN,
+    IdParts,
+    TransactionalIdFactory,
+    run_tag,
+)
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "topic": "out", "checkpointLocation": "/tmp/x"}
 
@@ -122,13 +127,27 @@ def test_schema_rules():
 
 def test_ids_are_bounded_and_parse_back():
     f = TransactionalIdFactory("app", "ab12cd34")
-    assert f.transactional_id(3, 1) == "app-ab12cd34-3-1"
-    assert f.parse("app-ab12cd34-3-1") == (3, 1)
+    run = run_tag("run-uuid-1")
+    tid = f.transactional_id(3, 1, run=run, batch_id=7)
+    assert tid == f"app-ab12cd34-{run}-1-3-1"
+    assert f.parse(tid) == IdParts(run, 1, 3, 1)
+    assert f.parse("app-ab12cd34-3-1") == IdParts(LEGACY_RUN, -1, 3, 1)  # pre-0.2 checkpoints
     assert f.parse("app-ab12cd34-3") is None
+    assert f.parse(f"app-ab12cd34-{run}-2-3-0") is None  # parity is 0 or 1
     assert not f.owns("app-other-3-1")
     assert not f.owns("app-ab12cd34-x-1")
-    ids = {f.transactional_id(p, a) for p in range(4) for a in range(2) for _batch in range(50)}
-    assert len(ids) == 8  # reused every batch
+    ids = {f.transactional_id(p, a, run=run, batch_id=b) for p in range(4) for a in range(2)
+           for b in range(50)}
+    assert len(ids) == 16  # reused every other batch within a run
+
+
+def test_ids_differ_across_runs_and_consecutive_batches():
+    f = TransactionalIdFactory("app", "ab12cd34")
+    base = f.transactional_id(0, 0, run=run_tag("a"), batch_id=4)
+    assert base != f.transactional_id(0, 0, run=run_tag("b"), batch_id=4)
+    assert base != f.transactional_id(0, 0, run=run_tag("a"), batch_id=5)
+    assert base == f.transactional_id(0, 0, run=run_tag("a"), batch_id=6)
+    assert run_tag(None) == "000000" and len(run_tag("x")) == 6
 
 
 # ----------------------------------------------------------------------------- commit log

@@ -37,13 +37,13 @@ def _rows():
 
 
 def test_streaming_task_without_a_batch_id_fails_instead_of_dropping_rows(monkeypatch):
-    monkeypatch.setattr(adapter, "_task_context", lambda: (3, 1, None))
+    monkeypatch.setattr(adapter, "_task_context", lambda: adapter._TaskInfo(3, 1, None))
     with pytest.raises(TransactionError, match=r"task partition 3 attempt 1: .*streaming\.sql\.batchId"):
         _write_object({}, streaming=True).write(_rows())
 
 
 def test_a_batch_write_is_batch_0(monkeypatch):
-    monkeypatch.setattr(adapter, "_task_context", lambda: (3, 0, None))
+    monkeypatch.setattr(adapter, "_task_context", lambda: adapter._TaskInfo(3, 0, None))
     w = _write_object({}, streaming=False)
     w.plan = WritePlan()
     written = []

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from .connector.errors import TxKafkaError
-from .connector.sink_commit_log import checkpoint_filesystem
+from .connector.spark_checkpoint import SparkCheckpoint
 
 _quiet = logging.getLogger("txkafka.verify.librdkafka")
 _quiet.addHandler(logging.NullHandler())
@@ -308,10 +308,6 @@ class CheckpointError(TxKafkaError):
     """The query's checkpoint location (Spark's offset log) cannot be opened."""
 
 
-def _checkpoint_fs(location: str):
-    return checkpoint_filesystem(location, error=CheckpointError, name="--checkpoint")
-
-
 def read_offset_log(checkpoint: str, topic: str) -> tuple[list[tuple[int, dict[int, int]]], set[int]]:
     """Spark's offset log for one Kafka topic: [(batch, {partition: end offset})] and the batches
     that have a commit entry. The end offsets of batch N-1 are the start offsets of batch N."""
@@ -321,34 +317,16 @@ def read_offset_log(checkpoint: str, topic: str) -> tuple[list[tuple[int, dict[i
 
 def _offset_log(checkpoint: str, topic: str):
     """(batches with end offsets, committed batch ids, {batch: batchWatermarkMs})."""
-    import pyarrow.fs as pafs
-
-    fs, root = _checkpoint_fs(checkpoint)
-    root = root.rstrip("/")
-
-    def numbered(folder: str) -> list[int]:
-        infos = fs.get_file_info(pafs.FileSelector(f"{root}/{folder}", allow_not_found=True))
-        return sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
-
+    ck = SparkCheckpoint(checkpoint, error=CheckpointError, name="--checkpoint")
     batches: list[tuple[int, dict[int, int]]] = []
     marks: dict[int, int] = {}
-    for b in numbered("offsets"):
-        with fs.open_input_stream(f"{root}/offsets/{b}") as f:
-            lines = f.read().decode().splitlines()
-        try:
-            marks[b] = int(json.loads(lines[1]).get("batchWatermarkMs", 0))
-        except (IndexError, ValueError, AttributeError):
-            marks[b] = 0
-        ends: dict[int, int] = {}
-        for line in lines[2:]:  # version, batch metadata, then one line per source
-            try:
-                src = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(src, dict) and isinstance(src.get(topic), dict):
-                ends = {int(p): int(o) for p, o in src[topic].items()}
-        batches.append((b, ends))
-    return batches, set(numbered("commits")), marks
+    for b in ck.batch_ids("offsets"):
+        entry = ck.read_offsets(b)
+        if entry is None:
+            continue
+        marks[b] = entry.watermark_ms
+        batches.append((b, entry.topic_offsets(topic)))
+    return batches, set(ck.batch_ids("commits")), marks
 
 
 def _parse_count(raw: bytes | None) -> int | None:
