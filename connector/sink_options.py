@@ -14,6 +14,7 @@ from typing import Mapping
 
 from .errors import KafkaConfigError
 from .kafka_config import describe_config, kafka_client_config
+from .option_names import WRITER, check_option_names
 
 DEFAULT_PREFIX = "txkafka"
 # librdkafka's own default; the broker caps it with transaction.max.timeout.ms (15 min default).
@@ -98,6 +99,7 @@ class SinkConfig:
 
     @classmethod
     def from_options(cls, options: Mapping[str, str], *, streaming: bool) -> "SinkConfig":
+        check_option_names(options, WRITER)
         kafka = kafka_client_config(options, owned=_SINK_OWNED)
         for name in ("acks", "request.required.acks"):  # librdkafka's alias
             acks = kafka.get(name)
@@ -133,9 +135,12 @@ class SinkConfig:
 
         checkpoint = _get(options, "checkpointLocation")
         if streaming and guarantee is DeliveryGuarantee.EXACTLY_ONCE and not checkpoint:
+            # Spark hands a Python sink the option only: a checkpoint it derives from
+            # spark.sql.streaming.checkpointLocation and queryName never reaches the sink.
             raise KafkaConfigError(
                 "the exactly-once sink keeps its commit log under the query's checkpoint: set "
-                "option('checkpointLocation', ...) on writeStream"
+                "option('checkpointLocation', ...) on writeStream (Spark does not pass the "
+                "spark.sql.streaming.checkpointLocation setting to a Python data source)"
             )
 
         return cls(

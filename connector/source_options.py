@@ -23,6 +23,7 @@ from .kafka_config import (
     describe_config,
     kafka_client_config,
 )
+from .option_names import READER, check_option_names
 
 log = logging.getLogger("txkafka.reader")
 
@@ -217,23 +218,7 @@ def _lower(options: Mapping[str, Any]) -> dict[str, str]:
 
 def _opt_name(lname: str) -> str:
     """The documented (camelCase) name of an option, for error messages."""
-    names = {
-        "subscribe": "subscribe", "subscribepattern": "subscribePattern", "assign": "assign",
-        "startingoffsets": "startingOffsets", "endingoffsets": "endingOffsets",
-        "startingtimestamp": "startingTimestamp", "endingtimestamp": "endingTimestamp",
-        "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
-        "endingoffsetsbytimestamp": "endingOffsetsByTimestamp",
-        "startingoffsetsbytimestampstrategy": "startingOffsetsByTimestampStrategy",
-        "failondataloss": "failOnDataLoss", "maxoffsetspertrigger": "maxOffsetsPerTrigger",
-        "minoffsetspertrigger": "minOffsetsPerTrigger", "maxtriggerdelay": "maxTriggerDelay",
-        "minpartitions": "minPartitions", "maxrecordsperpartition": "maxRecordsPerPartition",
-        "includeheaders": "includeHeaders", "groupidprefix": "groupIdPrefix",
-        "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs",
-        "fetchoffset.numretries": "fetchOffset.numRetries",
-        "fetchoffset.retryintervalms": "fetchOffset.retryIntervalMs",
-        "commitoffsetstogroup": "commitOffsetsToGroup",
-    }
-    return names.get(lname, lname)
+    return READER.documented_name(lname)
 
 
 def parse_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
@@ -433,6 +418,7 @@ def validate_common(options: Mapping[str, Any]) -> dict[str, str]:
 def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool]) -> SourceOptions:
     """Parse and validate the reader options of a streaming (``streaming=True``) or batch query;
     ``streaming=None`` skips the rules that depend on which (used at ``load()``)."""
+    check_option_names(options, READER)
     opts = _lower(options)
     conf = kafka_client_config(opts, owned=READER_OWNED_KEYS)
     iso = conf.get("isolation.level", "read_committed")

@@ -3,9 +3,18 @@ expected, and nothing hangs."""
 
 from __future__ import annotations
 
+import os
+import re
+
 import pytest
 
-from integration_tests.reader_support import QUERY_TIMEOUT_S, batch, reader_options, stream
+from integration_tests.reader_support import (
+    QUERY_TIMEOUT_S,
+    batch,
+    reader_options,
+    start_memory_query,
+    stream,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -31,6 +40,34 @@ def test_bad_options_fail_at_load(spark, kafka, options, needle):
         spark.readStream.format("txkafka").options(**reader_options(kafka, **options)).load()
     with pytest.raises(Exception, match=needle.replace("(", r"\(").replace(")", r"\)")):
         spark.read.format("txkafka").options(**reader_options(kafka, **options)).load()
+
+
+def test_a_mistyped_option_fails_the_stream_before_any_batch(spark, kafka, checkpoint_dir):
+    """Issue 28: with 'startingOffset' (no s) a new stream used to start at latest and skip every
+    record already in the topic. Spark passes keys lower-cased, so the message shows them so."""
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, [(f"k{i}", f"v{i}") for i in range(20)])
+    opts = reader_options(kafka, subscribe=topic, startingOffset="earliest")
+    needle = re.escape("unknown option 'startingoffset'; did you mean 'startingOffsets'?")
+    with pytest.raises(Exception, match=needle):  # load() asks the source for its schema
+        spark.readStream.format("txkafka").options(**opts).load()
+    with pytest.raises(Exception, match=needle):
+        spark.read.format("txkafka").options(**opts).load()
+    # Given a schema, Spark skips schema(): the stream reader refuses the key at the query's start.
+    schema = batch(spark, kafka, subscribe=topic).schema
+    df = spark.readStream.format("txkafka").schema(schema).options(**opts).load()
+    q, _ = start_memory_query(df, checkpoint_dir)
+    try:
+        with pytest.raises(Exception, match=needle):
+            q.awaitTermination(QUERY_TIMEOUT_S)
+    finally:
+        q.stop()
+    assert q.recentProgress == []
+    offsets = os.path.join(checkpoint_dir, "offsets")
+    assert not os.path.isdir(offsets) or os.listdir(offsets) == []  # no batch was ever planned
+    # The same query spelled right reads the topic (so the failure above is the typo's alone).
+    fixed = {k: v for k, v in opts.items() if k != "startingOffset"}
+    assert batch(spark, kafka, **{**fixed, "startingOffsets": "earliest"}).count() == 20
 
 
 def test_mode_specific_errors(spark, kafka, checkpoint_dir):

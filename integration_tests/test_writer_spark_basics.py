@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from integration_tests.kafka_helpers import unique
@@ -43,6 +45,21 @@ def test_start_errors_name_the_problem(spark, kafka, tmp_path):
     assert "deliveryGuarantee" in _stream_error(spark, kafka, tmp_path, topic=topic,
                                                 deliveryGuarantee="maybe")
     assert kafka.read_all(topic) == []
+
+
+def test_a_mistyped_option_fails_the_write_and_writes_nothing(spark, kafka, tmp_path):
+    """Issue 28: 'topik' for 'topic', on rows carrying a topic column (as rows read from Kafka
+    do), would have sent every row back to the column's topic instead of failing."""
+    src, out = kafka.create_topic(), kafka.create_topic()
+    needle = "unknown option 'topik'; did you mean 'topic'?"
+    rows = spark.createDataFrame([(src, f"v{i}") for i in range(10)], "topic string, value string")
+    with pytest.raises(Exception, match=re.escape(needle)):
+        rows.write.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap) \
+            .option("topik", out).mode("append").save()
+    rate = spark.readStream.format("rate").load().selectExpr(
+        f"'{src}' AS topic", "CAST(value AS STRING) AS value")
+    assert needle in _stream_error(spark, kafka, tmp_path, df=rate, topik=out)
+    assert kafka.read_all(out) == [] and kafka.read_all(src) == []
 
 
 def test_batch_write_commits_all_rows_in_one_set_of_transactions(spark, kafka):
