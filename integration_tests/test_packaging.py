@@ -12,8 +12,9 @@ from pathlib import Path
 
 import yaml
 
+from txkafka.installed_pyspark import PTH_NAME as PTH
+
 REPO = Path(__file__).resolve().parent.parent
-PTH = "txkafka-installed-pyspark.pth"
 
 
 def test_wheel_installs_under_txkafka_and_registers_by_scan(tmp_path):
