@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 .PHONY: install demo test unit bench soak broker clean
 
-$(STAMP): pyproject.toml setup.py .ci/editable_toplevel.py txkafka-installed-pyspark.pth
+$(STAMP): pyproject.toml .ci/editable_toplevel.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,bench]'

@@ -6,13 +6,9 @@ install puts ``pyspark_txkafka.py`` in site-packages, where the scan sees it; an
 (needed here because the package maps top-level folders to ``txkafka.*``) serves it through an import
 hook that the scan cannot see. A one-entry path directory with a link to the real file fixes that
 without exposing anything else.
-
-An editable install also lacks the ``txkafka-installed-pyspark.pth`` a wheel puts at the top of
-site-packages (setup.py; why in txkafka/installed_pyspark.py), so this copies it there.
 """
 
 import os
-import shutil
 import site
 import sys
 
@@ -28,7 +24,11 @@ with open(os.path.join(site.getsitepackages()[0], "txkafka-toplevel.pth"), "w") 
     fh.write(shim + "\n")
 print(f"pyspark_txkafka visible to Spark's data source scan via {shim}")
 
-repo = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
-pth = "txkafka-installed-pyspark.pth"
-shutil.copyfile(os.path.join(repo, pth), os.path.join(site.getsitepackages()[0], pth))
-print(f"{pth} installed: Spark's Python processes import pyspark with its bytecode")
+# Installs before the pyspark import hook became opt-in copied it here unasked; such a copy (and only
+# such a copy: `txkafka pyspark-bytecode enable` writes another line) is removed.
+ALWAYS_ON = ("import sys; any(isinstance(p, str) and p.endswith('pyspark.zip') for p in sys.path) "
+             "and __import__('txkafka.installed_pyspark', fromlist=['_']).prefer_installed_pyspark()\n")
+old = os.path.join(site.getsitepackages()[0], "txkafka-installed-pyspark.pth")
+if os.path.isfile(old) and open(old).read() == ALWAYS_ON:
+    os.unlink(old)
+    print(f"removed {old}: the pyspark import hook is opt-in (txkafka pyspark-bytecode enable)")

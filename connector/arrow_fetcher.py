@@ -147,7 +147,7 @@ def build_record_batch(messages: list[Message], topic: str, partition: int,
     The per-message accessors are confluent-kafka's and cannot be avoided; everything else runs in
     C: ``map`` over the unbound accessors, timestamps as (type, ms) tuples flattened straight into
     one int64 buffer by ``np.fromiter`` (building pairs through pyarrow cost twice as much), and
-    topic/partition columns made from buffers. Measured ~1.9x faster than comprehensions.
+    topic/partition columns made from buffers, which beats list comprehensions by far.
     """
     n = len(messages)
     keys = pa.array(list(map(_KEY, messages)), type=pa.binary())
@@ -252,8 +252,8 @@ class ConsumerPool:
     An idle consumer is unassigned, never paused: librdkafka's pause, assign and resume race on the
     partition's op version (librdkafka issues #2190, #5591) and a pooled consumer paused, then
     assigned elsewhere and resumed, sometimes never fetched again (a range stalled for the whole
-    pollTimeoutMs although the broker had its records; found by the chaos suite, about one range
-    in 200 re-assigned this way). Every hand-out is one plain assign().
+    pollTimeoutMs although the broker had its records; found by the chaos suite). Every hand-out
+    is one plain assign().
     """
 
     def __init__(self, max_idle: int = 16, idle_timeout_s: float = 300.0,

@@ -18,12 +18,11 @@ from .secrets_redaction import redact_config, redact_text
 
 KAFKA_PREFIX = "kafka."
 # librdkafka pauses half of reconnect.backoff.ms (its "sparse connection" pause) before connecting
-# to the broker the bootstrap metadata names, which a new producer or admin client does before its
-# first real request: with librdkafka's 100 ms default a transactional producer's start took ~60
-# ms and an admin client's first ListOffsets ~57 ms; with 20 ms, ~20 ms and ~17 ms (measured on
-# the benchmark machine). It is also the first step of the exponential reconnect backoff (up to
-# reconnect.backoff.max.ms, 10 s), so a broker that is down sees a few more attempts in its first
-# 100 ms. Java's client default is 50 ms. A user's kafka.reconnect.backoff.ms wins.
+# to the broker the bootstrap metadata names, which every new producer and admin client does before
+# its first real request: every task's transactional producer and every query start paid librdkafka's
+# 100 ms default. It is also the first step of the exponential reconnect backoff (up to
+# reconnect.backoff.max.ms), so a broker that is down only sees a few more attempts at first.
+# Java's client default is 50 ms. A user's kafka.reconnect.backoff.ms wins.
 RECONNECT_BACKOFF_MS = 20
 
 # SASL mechanisms txkafka's own connections speak (broker_connection: the driver's transaction

@@ -271,9 +271,8 @@ def _connect_to_cluster(producer: Any, cfg: SinkConfig) -> None:
 
     librdkafka drops its bootstrap connection once the first metadata answer names the real
     brokers; an InitProducerId falling into that gap finds "no brokers available for
-    transactions" and is retried by a 500 ms timer. Measured on the 2-core benchmark machine, one
-    task producer in three paid those 500 ms, every batch (exactly_once at 0.81 of at_least_once).
-    Two metadata requests for the sink's topic close the gap: the first is answered on the
+    transactions" and is retried by a 500 ms timer, which under CPU load many task producers paid,
+    every batch. Two metadata requests for the sink's topic close the gap: the first is answered on the
     bootstrap connection, the second on an advertised broker's, which InitProducerId then uses.
     Without a fixed topic there is nothing cheap to ask for, and the retry stays possible.
     """

@@ -1,8 +1,8 @@
 """Kafka record batches (message format v2) straight into Arrow columns, vectorised.
 
-Why: through confluent-kafka a record costs ~1.2 us of Python-process CPU (a ``Message`` object
-per record, ~0.7 us; librdkafka's fetch thread, ~0.26 us; Arrow from the messages, ~0.3 us). Read
-from a Fetch response, the only per-record Python is one step of a loop that finds where each
+Why: through confluent-kafka most of a record's Python-process CPU is the ``Message`` object made
+for it, then its fetch thread and building Arrow from the messages. Read from a Fetch response, the
+only per-record Python is one step of a loop that finds where each
 record starts (records are length-prefixed, so that step cannot be vectorised); every field is then
 decoded for all records at once with numpy, and keys and values become Arrow binary arrays through
 ``binary_view`` views into the response buffer, one C++ cast copying the bytes.

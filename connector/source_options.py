@@ -174,16 +174,14 @@ class SourceOptions:
         """Config of the executors' consumers: assign-only, no commits, EOF events, no resets."""
         conf = self.client_conf
         conf.setdefault("isolation.level", "read_committed")
-        # 8 MB per partition and fetch: fewer round trips to a remote broker (on loopback 1 MB
-        # and 8 MB measure alike once fetch.queue.backoff.ms is short; the 5x gain measured
-        # for 8 MB before was mostly fewer backoffs). A pooled consumer prefetches at most 32 MB.
+        # 8 MB per partition and fetch: fewer round trips to a remote broker (on loopback it makes
+        # no difference). A pooled consumer prefetches at most 32 MB.
         if "fetch.message.max.bytes" not in conf:  # librdkafka's own name for the same setting
             conf.setdefault("max.partition.fetch.bytes", str(8 * 1024 * 1024))
         conf.setdefault("queued.max.messages.kbytes", "32768")
         # Once its queue holds queued.min.messages (100k), librdkafka postpones the partition's
-        # next fetch by fetch.queue.backoff.ms, 1000 ms by default: a consumer drained in 0.2 s
-        # then idles 0.8 s, every 100k records. 10 ms keeps fetching: a plain loop read one
-        # partition at 140k records/s with the default, 760-880k/s with 10 ms (100 B values).
+        # next fetch by fetch.queue.backoff.ms, 1000 ms by default, however fast the queue is
+        # drained: small records would idle a reader most of the time. 10 ms keeps fetching.
         conf.setdefault("fetch.queue.backoff.ms", str(FETCH_QUEUE_BACKOFF_MS))
         # A range that ends on a transaction marker finishes on partition EOF, which needs one
         # empty fetch at the log end: keep the broker's long-poll short.

@@ -1,8 +1,9 @@
 """Executor side, fast path: read an offset range with Fetch requests of txkafka's own, decoded
 into Arrow by :mod:`record_batch_decoder`.
 
-Why: through librdkafka a record costs the Python worker ~1.2 us of CPU, most of it in creating a
-``Message`` per record; decoded from the Fetch response it costs ~0.25 us (docs/benchmarks.md).
+Why: through librdkafka most of a record's CPU in the Python worker goes into creating a
+``Message`` per record; decoded from the Fetch response it costs a fraction of that
+(docs/benchmarks.md).
 The happy path only lives here: Fetch from the leader, leader moves retried. A thread fetches and
 decodes up to two responses ahead of what Spark takes (socket waits and numpy release the GIL), so
 the broker's answer is coming while the previous one goes to Spark. Anything else (offset

@@ -5,4 +5,6 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
 WORKDIR /opt/txkafka
 COPY . .
 RUN pip install --no-cache-dir .
+# This image only runs Spark: opt in to importing pyspark's bytecode in Spark's Python processes.
+RUN txkafka pyspark-bytecode enable
 ENV PYSPARK_PYTHON=python

@@ -2,8 +2,10 @@
 streaming source's driver-side runner (started fresh per query), and the txkafka reader reading every
 record through them.
 
-- The stock installation: the txkafka-installed-pyspark.pth hook makes them import the installed
-  package (with its bytecode) instead of pyspark.zip; TXKAFKA_KEEP_PYSPARK_ZIP=1 restores the zip.
+- The stock installation: they import Spark's pyspark.zip, as without txkafka.
+- `txkafka pyspark-bytecode enable`: its hook makes them import the installed package (with its
+  bytecode) instead. Enabled in a venv of its own that sees this environment's packages, so no other
+  test's processes see it.
 - `txkafka pyspark-home`: they import the mirrored home's bytecode zip.
 """
 
@@ -21,7 +23,7 @@ import pytest
 
 from integration_tests import jvm_archive
 from integration_tests.kafka_helpers import unique
-from txkafka.installed_pyspark import OPT_OUT_ENV
+from txkafka.installed_pyspark import enable, state
 from txkafka.pyspark_home import ZIP_RELATIVE
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -79,14 +81,14 @@ spark.stop()
 """
 
 
-def _drive(kafka, env: dict) -> dict:
+def _drive(kafka, env: dict, python: str = sys.executable) -> dict:
     topic = unique("py-imports")
     kafka.create_topic(topic, partitions=2)
     kafka.produce(topic, [(f"k{i}", f"v{i:03d}") for i in range(50)])
     jvm_archive.ready()
-    env = {**{k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", OPT_OUT_ENV)},
-           "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **env}
-    run = subprocess.run([sys.executable, "-c", DRIVER, kafka.bootstrap, topic], env=env,
+    env = {**{k: v for k, v in os.environ.items() if k != "SPARK_HOME"},
+           "PYSPARK_PYTHON": python, "PYSPARK_DRIVER_PYTHON": python, **env}
+    run = subprocess.run([python, "-c", DRIVER, kafka.bootstrap, topic], env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(run.stdout.split("RESULT ", 1)[1].splitlines()[0])
@@ -94,16 +96,30 @@ def _drive(kafka, env: dict) -> dict:
     return result
 
 
-def test_stock_installation_imports_the_installed_package(kafka):
-    installed = pyspark.__file__  # site-packages/pyspark/__init__.py, compiled once by pip
-    result = _drive(kafka, {})
-    assert (result["worker"], result["runner"], result["reader"]) == (installed,) * 3
+def _venv_with_hook(root: Path) -> str:
+    """A venv whose first .pth adds this environment's site-packages as a site directory (its .pth
+    files run too: the editable txkafka), then the pyspark-bytecode hook, as `enable` writes it."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
+    py = root / "bin" / "python"
+    site_dir = subprocess.run([str(py), "-c", "import site; print(site.getsitepackages()[0])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    ours = Path(pyspark.__file__).parent.parent
+    (Path(site_dir) / "00-txkafka-test-env.pth").write_text(f"import site; site.addsitedir({str(ours)!r})\n")
+    enable(site_dir)
+    return str(py)
 
 
-def test_opt_out_keeps_spark_s_zip(kafka):
+def test_stock_installation_imports_spark_s_zip(kafka):
+    assert state() == "disabled", "this environment has `txkafka pyspark-bytecode` enabled"
     zipped = str(Path(pyspark.__file__).parent / ZIP_RELATIVE / "pyspark" / "__init__.py")
-    result = _drive(kafka, {OPT_OUT_ENV: "1"})
+    result = _drive(kafka, {})
     assert (result["worker"], result["runner"], result["reader"]) == (zipped,) * 3
+
+
+def test_pyspark_bytecode_enabled_imports_the_installed_package(kafka, tmp_path):
+    installed = pyspark.__file__  # site-packages/pyspark/__init__.py, compiled once by pip
+    result = _drive(kafka, {}, python=_venv_with_hook(tmp_path / "venv"))
+    assert (result["worker"], result["runner"], result["reader"]) == (installed,) * 3
 
 
 def test_spark_workers_and_streaming_source_run_from_the_bytecode_zip(kafka, tmp_path):

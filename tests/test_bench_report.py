@@ -1,6 +1,6 @@
 """The benchmark's arithmetic: ratios against targets, interleaving order, the markdown report."""
 
-from txkafka.bench import _rotated, ratios, report_markdown
+from txkafka.bench import _rotated, pyspark_bytecode_setting, ratios, report_markdown
 
 
 def _result():
@@ -127,3 +127,17 @@ def test_runs_without_spark_repeat_within_each_round():
     assert order[:2 * k] == [("ceiling", "produce"), ("ceiling", "consume")] * k
     assert order[2 * k:4 * k] == [("core", "read"), ("core", "write")] * k  # rotated by 1
     assert order[4 * k:] == [("read", "b"), ("read", "a")]  # Spark suites once per round
+
+
+def test_report_states_the_python_start_up_setting():
+    m = {"pyspark_bytecode": "enabled", "spark_home": "(the installed pyspark)",
+         "spark_python_imports_pyspark_from": "/v/site-packages/pyspark/__init__.py"}
+    text = report_markdown({**_result(), "machine": m})
+    assert text.splitlines()[0] == ("Python start-up: `txkafka pyspark-bytecode` enabled (Spark's Python "
+                                    "processes imported pyspark from `/v/site-packages/pyspark/__init__.py`)")
+    # results from before the field: read from where Spark's Python imported pyspark
+    del m["pyspark_bytecode"]
+    assert pyspark_bytecode_setting(m) == "enabled"
+    m["spark_python_imports_pyspark_from"] = "/v/pyspark/python/lib/pyspark.zip/pyspark/__init__.py"
+    assert pyspark_bytecode_setting(m) == "disabled"
+    assert "pyspark-home" in pyspark_bytecode_setting({**m, "spark_home": "/c/spark-home"})

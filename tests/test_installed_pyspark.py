@@ -1,10 +1,10 @@
-"""The .pth hook that lets Spark's Python processes import the installed pyspark's bytecode: it drops
-``pyspark.zip`` only where the zip holds the same files as the package that then gets imported."""
+"""The opt-in .pth hook that lets Spark's Python processes import the installed pyspark's bytecode
+(``txkafka pyspark-bytecode``): it drops ``pyspark.zip`` only where the zip holds the same files as
+the package that then gets imported, and it is there only after ``enable``."""
 
 from __future__ import annotations
 
 import os
-import site
 import subprocess
 import sys
 import zipfile
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from txkafka import installed_pyspark
-from txkafka.installed_pyspark import OPT_OUT_ENV, PTH_NAME, prefer_installed_pyspark
-
-REPO = Path(__file__).resolve().parent.parent
+from txkafka.cli import main as txkafka_main
+from txkafka.installed_pyspark import (PTH_LINE, PTH_NAME, PysparkBytecodeError, disable, enable,
+                                       hook_site_dir, prefer_installed_pyspark, state)
 
 
 def _fake_install(root: Path, version: str = "4.3.0", zip_version: str | None = None) -> tuple[Path, Path]:
@@ -30,11 +30,6 @@ def _fake_install(root: Path, version: str = "4.3.0", zip_version: str | None = 
         z.writestr("pyspark/__init__.py", "")
         z.writestr("pyspark/version.py", f'__version__ = "{zip_version or version}"\n')
     return site_dir, zpath
-
-
-@pytest.fixture(autouse=True)
-def _no_opt_out(monkeypatch):
-    monkeypatch.delenv(OPT_OUT_ENV, raising=False)
 
 
 def test_drops_the_packages_own_zip_and_its_importer(tmp_path):
@@ -60,7 +55,7 @@ def test_same_package_through_a_symlinked_site_dir(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["distribution", "version", "other_dir_first", "archive_first",
-                                  "no_package", "opt_out"])
+                                  "no_package"])
 def test_leaves_spark_s_path_alone(tmp_path, monkeypatch, case):
     site_dir, zpath = _fake_install(tmp_path, zip_version="4.3.1" if case == "version" else None)
     path = [str(zpath), str(site_dir)]
@@ -81,8 +76,6 @@ def test_leaves_spark_s_path_alone(tmp_path, monkeypatch, case):
         path = [str(zpath), str(egg), str(site_dir)]
     elif case == "no_package":
         path = [str(zpath)]
-    elif case == "opt_out":
-        monkeypatch.setenv(OPT_OUT_ENV, "1")
     before = list(path)
     assert prefer_installed_pyspark(path) is None
     assert path == before
@@ -100,44 +93,80 @@ def test_never_raises(tmp_path, monkeypatch):
     assert path == [str(zpath), str(site_dir), 42]
 
 
-def test_wheel_build_and_editable_install_carry_the_same_pth():
-    """setup.py puts this file at the top of a wheel; .ci/editable_toplevel.py copies it into an
-    editable install's site-packages (make install runs it)."""
-    text = (REPO / PTH_NAME).read_text()
-    assert text.startswith("import ") and text.count("\n") == 1  # site runs 'import' lines only
-    installed = Path(site.getsitepackages()[0]) / PTH_NAME
-    assert installed.read_text() == text, f"run .ci/editable_toplevel.py ({installed} differs)"
+def test_enable_disable_status_in_a_site_dir(tmp_path, monkeypatch):
+    monkeypatch.setattr(installed_pyspark, "_site_dirs", lambda: [str(tmp_path)])
+    assert state() == "disabled"
+    written = enable(str(tmp_path))
+    assert written == str(tmp_path / PTH_NAME)
+    text = (tmp_path / PTH_NAME).read_text()
+    assert text == PTH_LINE and text.startswith("import ") and text.count("\n") == 1  # site runs it
+    assert state() == "enabled"
+    (tmp_path / PTH_NAME).write_text("import sys\n")  # another version's line
+    assert state() == "outdated"
+    assert disable() == [str(tmp_path / PTH_NAME)]
+    assert state() == "disabled" and disable() == []
 
 
-def _spark_like_import(extra_env: dict) -> str:
-    """Start Python the way Spark starts its workers: pyspark's own zip first on PYTHONPATH."""
+def test_the_hook_goes_beside_the_installed_pyspark():
+    import pyspark
+
+    assert os.path.realpath(hook_site_dir()) == os.path.realpath(Path(pyspark.__file__).parent.parent)
+
+
+def test_a_pyspark_outside_site_packages_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "pyspark").mkdir()
+    (tmp_path / "pyspark" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "pyspark", raising=False)
+    with pytest.raises(PysparkBytecodeError, match="txkafka pyspark-home"):
+        hook_site_dir()
+
+
+def test_command_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(installed_pyspark, "_site_dirs", lambda: [str(tmp_path)])
+    monkeypatch.setattr(installed_pyspark, "hook_site_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(installed_pyspark, "spark_python_imports_from", lambda: "/x/pyspark/__init__.py")
+    assert txkafka_main(["pyspark-bytecode", "status"]) == 0
+    assert "pyspark-bytecode: disabled" in capsys.readouterr().out
+    assert txkafka_main(["pyspark-bytecode", "enable"]) == 0
+    assert (tmp_path / PTH_NAME).read_text() == PTH_LINE
+    assert txkafka_main(["pyspark-bytecode", "status"]) == 0
+    assert f"pyspark-bytecode: enabled ({tmp_path / PTH_NAME})" in capsys.readouterr().out
+    assert txkafka_main(["pyspark-bytecode", "disable"]) == 0
+    assert not (tmp_path / PTH_NAME).exists()
+
+
+def _spark_like_import(hook_dir: Path | None = None) -> str:
+    """Start Python the way Spark starts its workers: pyspark's own zip first on PYTHONPATH. A
+    ``hook_dir`` is added as a site directory first thing, as site adds site-packages at start-up."""
     import pyspark
 
     lib = Path(pyspark.__file__).parent / "python" / "lib"
     py4j = next(lib.glob("py4j-*-src.zip"))
-    env = {k: v for k, v in os.environ.items() if k != OPT_OUT_ENV}
-    env.update(PYTHONPATH=os.pathsep.join([str(lib / "pyspark.zip"), str(py4j)]), **extra_env)
-    out = subprocess.run([sys.executable, "-c", "import pyspark.sql, pyspark; print(pyspark.__file__)"],
-                         capture_output=True, text=True, env=env, timeout=120)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(lib / "pyspark.zip"), str(py4j)]))
+    code = "import pyspark.sql, pyspark; print(pyspark.__file__)"
+    if hook_dir is not None:
+        code = f"import site; site.addsitedir({str(hook_dir)!r}); " + code
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stderr == "", out.stderr  # the .pth line prints nothing, even on a failed check
     return out.stdout.strip()
 
 
-def test_spark_started_python_imports_the_installed_package():
+def test_spark_started_python_imports_the_installed_package_once_enabled(tmp_path):
     import pyspark
 
-    assert _spark_like_import({}) == pyspark.__file__
-    zipped = _spark_like_import({OPT_OUT_ENV: "1"})
+    zipped = _spark_like_import()
     assert zipped.endswith(os.path.join("pyspark.zip", "pyspark", "__init__.py")), zipped
+    enable(str(tmp_path))
+    assert _spark_like_import(tmp_path) == pyspark.__file__
+    disable([str(tmp_path)])
+    assert _spark_like_import(tmp_path) == zipped
 
 
 def test_benchmarks_record_where_spark_python_imports_pyspark(monkeypatch):
-    import pyspark
-
     from txkafka.installed_pyspark import spark_python_imports_from
 
     monkeypatch.delenv("SPARK_HOME", raising=False)
-    assert spark_python_imports_from() == pyspark.__file__
-    monkeypatch.setenv(OPT_OUT_ENV, "1")
     assert spark_python_imports_from().endswith(os.path.join("pyspark.zip", "pyspark", "__init__.py"))

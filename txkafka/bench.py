@@ -679,6 +679,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
                    "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto")},
     }
+    say(f"Python start-up: pyspark-bytecode {pyspark_bytecode_setting(result['machine'])} (Spark's "
+        f"Python processes import pyspark from {result['machine']['spark_python_imports_pyspark_from']})")
     needs_spark = bool({"read", "write", "sink", "latency", "scaling"} & set(ns.suites))
     spark = None
     try:
@@ -873,7 +875,7 @@ def machine(external_kafka: bool = False) -> dict[str, Any]:
     import pyspark
 
     from .embedded_kafka import KAFKA_VERSION
-    from .installed_pyspark import spark_python_imports_from
+    from .installed_pyspark import spark_python_imports_from, state
 
     try:
         import confluent_kafka
@@ -893,7 +895,9 @@ def machine(external_kafka: bool = False) -> dict[str, Any]:
             "kafka": ("external cluster (--bootstrap), version unknown" if external_kafka
                       else KAFKA_VERSION),
             "spark_home": os.environ.get("SPARK_HOME") or "(the installed pyspark)",
-            # the installed package (bytecode) or a pyspark.zip (compiled in every new process)
+            # `txkafka pyspark-bytecode` (enabled/disabled) and its effect: the installed package
+            # (bytecode) or a pyspark.zip (compiled again in every new Python process)
+            "pyspark_bytecode": state(),
             "spark_python_imports_pyspark_from": spark_python_imports_from()}
 
 
@@ -985,8 +989,25 @@ def charts(r: dict[str, Any], out: str) -> None:
         plt.close(fig)
 
 
+def pyspark_bytecode_setting(m: dict[str, Any]) -> str:
+    """How the run's Spark-started Python processes imported pyspark. Results written before the
+    ``pyspark_bytecode`` field are read from where those processes imported it."""
+    if m.get("pyspark_bytecode"):
+        return m["pyspark_bytecode"]
+    if m.get("spark_home", "(the installed pyspark)") != "(the installed pyspark)":
+        return "a Spark home built by `txkafka pyspark-home`"
+    imported = m.get("spark_python_imports_pyspark_from", "?")
+    if imported == "?":
+        return "unknown"
+    return "disabled" if "pyspark.zip" in imported else "enabled"
+
+
 def report_markdown(r: dict[str, Any]) -> str:
     lines = ["| comparison | value | target | met |", "|---|---|---|---|"]
+    if r.get("machine"):
+        lines = [f"Python start-up: `txkafka pyspark-bytecode` {pyspark_bytecode_setting(r['machine'])} "
+                 f"(Spark's Python processes imported pyspark from "
+                 f"`{r['machine'].get('spark_python_imports_pyspark_from', '?')}`)", ""] + lines
     for name, v in r.get("ratios", {}).items():
         lines.append(f"| {name} | {v['value']} | {v['target']} | {'yes' if v['met'] else 'no'} |")
     if r.get("read") or r.get("write") or r.get("core") or r.get("sink"):

@@ -1,21 +1,19 @@
-"""Spark's Python processes import the installed pyspark, with its bytecode, instead of compiling
-the same sources again from ``pyspark.zip``.
+"""``txkafka pyspark-bytecode enable|disable|status``: Spark's Python processes may import the
+installed pyspark, with its bytecode, instead of compiling the same sources again from ``pyspark.zip``.
 
 Why: Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the PYTHONPATH of every Python
 process it starts (PythonUtils.sparkPythonPath). With pip's pyspark, SPARK_HOME is the installed
-package itself, and the wheel ships that zip beside the very files it holds (pyspark 4.3: the 386
-files both have are byte-for-byte equal; the zip adds test suites and six files no module loads).
-Python's zipimport never caches what it compiles, so each such process compiles pyspark again:
-0.6-0.9 s of a streaming query's start on the machine of docs/benchmarks.md, paid on every query
-because Spark starts the Python streaming source's driver-side runner fresh for each one.
+package itself, and the wheel ships that zip beside the very files it holds. Python's zipimport never
+caches what it compiles, so each such process compiles pyspark again; a Python streaming source pays
+it on every query start, since Spark starts its driver-side runner fresh for each query.
 
-The ``txkafka-installed-pyspark.pth`` file that pip installs with txkafka calls
-:func:`prefer_installed_pyspark` at interpreter start, before anything imports pyspark. It drops the
-zip from ``sys.path`` only when the zip lies inside the pyspark package the process would import
-without it, and both carry the same ``pyspark/version.py``; the code that runs is the same, read
-from its compiled bytecode. Any other layout (a Spark distribution's SPARK_HOME, another pyspark
-first on the path, a version mismatch) is left alone, as is every process whose path has no
-``pyspark.zip`` (the check is one scan of ``sys.path``). ``TXKAFKA_KEEP_PYSPARK_ZIP=1`` turns it off.
+Off by default: installing txkafka changes no other program. ``enable`` writes one ``.pth`` line
+into the site directory that holds pyspark; Python's ``site`` runs it at every interpreter start of
+that environment, and it calls :func:`prefer_installed_pyspark` only in a process whose path has a
+``pyspark.zip``. That drops the zip only when it lies inside the pyspark package the process would
+import without it and both carry the same ``pyspark/version.py``: the code that runs is the same,
+read from its compiled bytecode. Any other layout (a Spark distribution's SPARK_HOME, another
+pyspark first on the path, a version mismatch) is left alone. ``disable`` removes the line.
 """
 
 from __future__ import annotations
@@ -24,8 +22,12 @@ import os
 import sys
 from typing import Optional
 
-OPT_OUT_ENV = "TXKAFKA_KEEP_PYSPARK_ZIP"
 PTH_NAME = "txkafka-installed-pyspark.pth"
+# One line: site runs lines that start with "import". Processes without a pyspark.zip on their path
+# pay one scan of sys.path; a txkafka uninstalled while the file stays makes it a no-op, not an error.
+PTH_LINE = ("import sys; any(isinstance(p, str) and p.endswith('pyspark.zip') for p in sys.path) "
+            "and __import__('importlib.util').util.find_spec('txkafka') is not None "
+            "and __import__('txkafka.installed_pyspark', fromlist=['_']).prefer_installed_pyspark()\n")
 _ZIP_IN_PACKAGE = os.path.join("pyspark", "python", "lib", "pyspark.zip")
 
 
@@ -41,8 +43,6 @@ def prefer_installed_pyspark(path: Optional[list] = None) -> Optional[str]:
 
 
 def _prefer(path: list) -> Optional[str]:
-    if os.environ.get(OPT_OUT_ENV, "").strip() not in ("", "0"):
-        return None
     for i, entry in enumerate(path):
         if not isinstance(entry, str) or not entry.endswith("pyspark.zip"):
             continue
@@ -117,3 +117,110 @@ def spark_python_imports_from(spark_home: Optional[str] = None) -> str:
     except (OSError, subprocess.SubprocessError):
         return "?"
     return out.stdout.strip() if out.returncode == 0 else "?"
+
+
+# ----------------------------------------------------------------- txkafka pyspark-bytecode
+
+
+class PysparkBytecodeError(RuntimeError):
+    """The hook cannot be switched here (no pip-installed pyspark, or an unwritable site directory)."""
+
+
+def _site_dirs() -> list[str]:
+    import site
+
+    dirs = list(site.getsitepackages())
+    if site.ENABLE_USER_SITE:
+        dirs.append(site.getusersitepackages())
+    return dirs
+
+
+def hook_site_dir() -> str:
+    """The site directory holding the pyspark this interpreter imports: where the hook must live,
+    since it only ever serves that pyspark's own zip."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise PysparkBytecodeError("pyspark is not installed in this Python; pip install 'pyspark>=4.3'")
+    parent = os.path.dirname(os.path.abspath(next(iter(spec.submodule_search_locations))))
+    for d in _site_dirs():
+        if os.path.realpath(d) == os.path.realpath(parent):
+            return d
+    raise PysparkBytecodeError(
+        f"pyspark is imported from {parent}, not from a site directory of {sys.executable}: the hook "
+        "serves only a pip-installed pyspark. With a Spark distribution's SPARK_HOME, build a Spark "
+        "home with bytecode instead: txkafka pyspark-home")
+
+
+def hook_files() -> list[str]:
+    """Every hook file of this environment (normally none, or one beside pyspark)."""
+    return [os.path.join(d, PTH_NAME) for d in _site_dirs() if os.path.isfile(os.path.join(d, PTH_NAME))]
+
+
+def enable(site_dir: Optional[str] = None) -> str:
+    """Write the hook into ``site_dir`` (default: beside pyspark); returns the file written."""
+    target = os.path.join(site_dir or hook_site_dir(), PTH_NAME)
+    try:
+        tmp = target + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(PTH_LINE)
+        os.replace(tmp, target)
+    except OSError as e:
+        raise PysparkBytecodeError(f"cannot write {target}: {e}; run the command as the user that "
+                                   "installed this Python environment") from e
+    return target
+
+
+def disable(site_dirs: Optional[list[str]] = None) -> list[str]:
+    """Remove the hook from ``site_dirs`` (default: every site directory); returns the files removed."""
+    removed = []
+    for d in site_dirs if site_dirs is not None else _site_dirs():
+        path = os.path.join(d, PTH_NAME)
+        if os.path.isfile(path):
+            try:
+                os.unlink(path)
+            except OSError as e:
+                raise PysparkBytecodeError(f"cannot remove {path}: {e}") from e
+            removed.append(path)
+    return removed
+
+
+def state(files: Optional[list[str]] = None) -> str:
+    """``enabled``, ``disabled`` or ``outdated`` (a hook file written by another txkafka version)."""
+    files = hook_files() if files is None else files
+    if not files:
+        return "disabled"
+    for f in files:
+        with open(f) as fh:
+            if fh.read() != PTH_LINE:
+                return "outdated"
+    return "enabled"
+
+
+def cmd_pyspark_bytecode(args) -> int:
+    try:
+        if args.action == "enable":
+            print(f"enabled: {enable()}")
+        elif args.action == "disable":
+            removed = disable()
+            print("disabled" + (f": removed {', '.join(removed)}" if removed else " (it was off)"))
+        files = hook_files()
+        if args.action == "status":
+            print(f"pyspark-bytecode: {state(files)}" + (f" ({', '.join(files)})" if files else ""))
+            if state(files) == "outdated":
+                print("  the hook file differs from this txkafka's: run `txkafka pyspark-bytecode enable`")
+        print(f"Spark's Python processes import pyspark from: {spark_python_imports_from()}")
+    except PysparkBytecodeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser(
+        "pyspark-bytecode",
+        help="let the Python processes Spark starts import the installed pyspark's bytecode instead "
+             "of compiling pyspark.zip again (faster streaming query starts); off by default")
+    p.add_argument("action", choices=["enable", "disable", "status"])
+    p.set_defaults(func=cmd_pyspark_bytecode)

@@ -1,10 +1,9 @@
 """Faster Spark driver start-up through a class-data-sharing (CDS) archive of Spark's JVM.
 
-Why: a local Spark driver spends most of its 6-20 s start loading and verifying the same ~20,000
-classes every time. The tests, the chaos suite and the demo start dozens of drivers (every crash
-is a restart), so the JDK's dynamic CDS archive (JDK 13+: ``-XX:ArchiveClassesAtExit`` once, then
-``-XX:SharedArchiveFile``) halves each start: measured here 7.5 s -> 4.5 s to a session and
-3.3 s -> 2.2 s for its first job.
+Why: a local Spark driver spends most of its start loading and verifying the same ~20,000 classes
+every time. The tests, the chaos suite and the demo start dozens of drivers (every crash is a
+restart), so the JDK's dynamic CDS archive (JDK 13+: ``-XX:ArchiveClassesAtExit`` once, then
+``-XX:SharedArchiveFile``) saves a large part of each start and of its first job.
 
 The archive is made once per JDK and Spark installation by a short warm-up driver that runs the
 kinds of queries txkafka runs (a Python data source, batch and streaming), and is cached with the

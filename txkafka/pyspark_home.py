@@ -3,28 +3,26 @@
 Why: Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on the PYTHONPATH of every Python
 process it starts (PythonUtils.sparkPythonPath), ahead of the installed pyspark package. The zip
 that pip's pyspark (and Spark's own distribution) ships holds sources only, and Python's zipimport
-never caches what it compiles, so each such process compiles the pyspark modules it imports again:
-importing what the streaming source's runner imports takes 0.9-1.1 s from the stock zip and 0.3 s
-from this one on the machine of docs/benchmarks.md. Executors' pooled workers pay it once per
-daemon, but a Python streaming source pays it on every query start: Spark starts its driver-side
-reader process (PythonStreamingSourceRunner) fresh for each query.
+never caches what it compiles, so each such process compiles the pyspark modules it imports again.
+Executors' pooled workers pay it once per daemon, but a Python streaming source pays it on every
+query start: Spark starts its driver-side reader process (PythonStreamingSourceRunner) fresh for
+each query.
 
-With pip's pyspark, where SPARK_HOME is the installed package, txkafka's
-``txkafka-installed-pyspark.pth`` already avoids the compiling (txkafka/installed_pyspark.py); this
-module is for the other layouts, chiefly a Spark distribution's SPARK_HOME (``/opt/spark``), whose
-zip belongs to no installed package.
+With pip's pyspark, where SPARK_HOME is the installed package, ``txkafka pyspark-bytecode enable``
+avoids the compiling too (txkafka/installed_pyspark.py); this module is for the other layouts,
+chiefly a Spark distribution's SPARK_HOME (``/opt/spark``), whose zip belongs to no installed
+package.
 
 Nothing installed is modified: this builds a separate directory that links everything of the
 installed SPARK_HOME except ``python/lib/pyspark.zip``, which it copies with an unchecked-hash
 ``.pyc`` beside each ``.py``. Use it by exporting ``SPARK_HOME`` before Spark starts. A Python of
 another version ignores the bytecode (zipimport checks the magic number) and compiles as before.
 
-The copy leaves out pyspark's own test suites (``.../tests/...``: 1,041 of the 1,485 entries of
-pyspark 4.3's zip), which no Spark process imports. Entries cost time of their own: Python 3.11's
+The copy leaves out pyspark's own test suites (``.../tests/...``: most of the zip's entries), which
+no Spark process imports. Entries cost time of their own: Python 3.11's
 ``importlib.invalidate_caches()``, which every new worker calls once Spark has put its files
 directory on ``sys.path``, re-reads the whole zip directory in pure Python once per package
-imported from it (17 times in the streaming source's runner): 0.15 s for the stock zip, 0.22 s
-with bytecode added to all of it, 0.06 s without the tests.
+imported from it.
 """
 
 from __future__ import annotations
@@ -184,8 +182,8 @@ def register_cli(sub) -> None:
     p = sub.add_parser(
         "pyspark-home",
         help="build a SPARK_HOME whose pyspark.zip has bytecode (faster Python worker and "
-             "streaming-source starts with a Spark distribution; pip's pyspark gets this from "
-             "txkafka's .pth hook already); prints the export line")
+             "streaming-source starts with a Spark distribution; with pip's pyspark, "
+             "`txkafka pyspark-bytecode enable` does the same); prints the export line")
     p.add_argument("--spark-home", help="the Spark home to mirror (default: $SPARK_HOME, else "
                                         "the installed pyspark)")
     p.add_argument("--out", help="where to build it (default: ~/.cache/txkafka/spark-home-...)")
