@@ -1,20 +1,69 @@
-"""Run the test suite; "no tests collected" (pytest exit 5) is a failure, not a pass.
+"""Run the test suite, then its Kafka version matrix; "no tests collected" (pytest exit 5) is a
+failure, not a pass.
 
-The suite runs on two xdist workers, a test file at a time on one worker (``--dist loadfile``:
-the chaos campaigns and the summary test after them stay together, in order). The tests' drivers
+1. Every test against the newest Apache Kafka tested (or ``TXKAFKA_KAFKA_VERSION`` when set).
+2. The tests marked ``kafka_matrix`` (single-broker exactly-once, reader transactions, recovery)
+   again against the oldest Apache Kafka tested, the oldest the exactly-once sink supports.
+   ``TXKAFKA_KAFKA_MATRIX=0`` leaves this run out, and so does ``TXKAFKA_BOOTSTRAP`` (the tests
+   then use that cluster, whatever its version). With arguments that select other tests, a
+   matrix run that selects none is no error; without arguments it must select some.
+
+Each run uses two xdist workers, a test file at a time on one worker (``--dist loadfile``: the
+chaos campaigns and the summary test after them stay together, in order). The tests' drivers
 spend much of their time waiting on Spark and Kafka, so two streams share the machine's two cores
 well. ``-n 0`` (or another ``-n``) in the arguments overrides this.
 """
 
+import os
+import subprocess
 import sys
+import time
 
-import pytest
+from txkafka.embedded_kafka import KAFKA_VERSION, OLDEST_TESTED_KAFKA
 
-args = sys.argv[1:]
-if not any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args):
-    args = ["-n", "2", "--dist", "loadfile", *args]
-code = pytest.main(["-q", *args])
-if code == pytest.ExitCode.NO_TESTS_COLLECTED:
-    print("error: pytest collected no tests", file=sys.stderr)
-    code = 1
-sys.exit(int(code))
+NO_TESTS_COLLECTED = 5
+
+
+def _pytest(args: list[str], env: dict[str, str]) -> int:
+    """One pytest run in a fresh process (the Kafka version is read at import time)."""
+    if not any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args):
+        args = ["-n", "2", "--dist", "loadfile", *args]
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", *args], env=env).returncode
+
+
+def _say(msg: str) -> None:
+    print(f"[pytest-gate] {msg}", flush=True)
+
+
+def main(args: list[str]) -> int:
+    started = time.monotonic()
+    _say(f"all tests, Apache Kafka {KAFKA_VERSION}")
+    code = _pytest(args, dict(os.environ))
+    if code == NO_TESTS_COLLECTED:
+        print("error: pytest collected no tests", file=sys.stderr)
+        return 1
+    _say(f"all tests: exit {code} after {time.monotonic() - started:.0f}s")
+    skip = ("TXKAFKA_KAFKA_MATRIX=0" if os.environ.get("TXKAFKA_KAFKA_MATRIX") == "0"
+            else "TXKAFKA_BOOTSTRAP names the cluster" if os.environ.get("TXKAFKA_BOOTSTRAP")
+            else f"the run above used Kafka {KAFKA_VERSION}" if KAFKA_VERSION == OLDEST_TESTED_KAFKA
+            else "")
+    if skip:
+        _say(f"version matrix: not run ({skip})")
+        return code
+    matrix_started = time.monotonic()
+    _say(f"version matrix: tests marked kafka_matrix, Apache Kafka {OLDEST_TESTED_KAFKA}")
+    matrix = _pytest([*(args or ["integration_tests"]), "-m", "kafka_matrix"],
+                     {**os.environ, "TXKAFKA_KAFKA_VERSION": OLDEST_TESTED_KAFKA})
+    if matrix == NO_TESTS_COLLECTED:
+        if not args:
+            print("error: the version matrix collected no tests (marker kafka_matrix)",
+                  file=sys.stderr)
+            return 1
+        _say("version matrix: the arguments select none of its tests")
+        matrix = 0
+    _say(f"version matrix: exit {matrix} after {time.monotonic() - matrix_started:.0f}s")
+    return code or matrix
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,9 @@
 """Fixtures: a real Apache Kafka (testcontainers, the native embedded broker, or TXKAFKA_BOOTSTRAP),
 a 3-node cluster, one shared SparkSession, and separate driver processes that tests can kill.
 
+Every broker runs Apache Kafka ``TXKAFKA_KAFKA_VERSION`` (default: the newest tested); the
+``kafka_matrix`` tests run again on the oldest tested in ``make test`` (.ci/pytest_gate.py).
+
 Nothing here skips: if a broker or Spark cannot start, the tests that need them fail with the reason
 (and the broker's log tail). CI sets CI=true; locally the behaviour is the same.
 """
@@ -15,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests import jvm_archive
+from integration_tests import jvm_archive, kafka_container
 from integration_tests.conftest_secure import secure_kafka  # noqa: F401  (session fixture)
 from integration_tests.kafka_helpers import KafkaTarget
-from txkafka.embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
+from txkafka.embedded_kafka import KAFKA_VERSION, EmbeddedKafka, EmbeddedKafkaError
 
 # Executors start "python3" from PATH unless told: make them use this interpreter (it has txkafka).
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -52,24 +55,16 @@ def _docker_answers() -> bool:
         return False
 
 
-def _testcontainers_kafka():
-    # testcontainers 4.15's Kafka module drives Confluent's images (Apache Kafka inside; 7.9 = 3.9).
-    from testcontainers.community.kafka import KafkaContainer  # type: ignore[import-not-found]
-
-    image = os.environ.get("TXKAFKA_KAFKA_IMAGE", "confluentinc/cp-kafka:7.9.0")
-    container = KafkaContainer(image).with_kraft()
-    for k, v in {
-        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
-        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
-        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
-        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR": "1",
-        "KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR": "1",
-        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
-        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
-    }.items():
-        container.with_env(k, v)
-    container.start()
-    return container
+def _docker_image() -> str | None:
+    """The apache/kafka image of the suite's Kafka version, if Docker should run the broker."""
+    if BROKER_MODE == "native" or (BROKER_MODE == "auto" and not _docker_answers()):
+        return None
+    image = kafka_container.image_for(KAFKA_VERSION)
+    if image is None and BROKER_MODE == "testcontainers":
+        pytest.fail(f"TXKAFKA_BROKER=testcontainers: Apache publishes no apache/kafka image for "
+                    f"Kafka {KAFKA_VERSION} (the first is 3.7.0); set TXKAFKA_KAFKA_IMAGE to an "
+                    "image of that version or use TXKAFKA_BROKER=native", pytrace=False)
+    return image  # None in auto mode: the native broker runs that version
 
 
 def native_kafka(cluster: EmbeddedKafka, what: str, timeout: float):
@@ -88,15 +83,17 @@ def native_kafka(cluster: EmbeddedKafka, what: str, timeout: float):
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory) -> KafkaTarget:
-    """A single-node Apache Kafka with transactions working."""
+    """A single-node Apache Kafka (version ``TXKAFKA_KAFKA_VERSION``) with transactions working."""
     external = os.environ.get("TXKAFKA_BOOTSTRAP")
     if external:
         yield KafkaTarget(external, "external")
         return
-    if BROKER_MODE == "testcontainers" or (BROKER_MODE == "auto" and _docker_answers()):
-        container = _testcontainers_kafka()
+    image = _docker_image()
+    if image:
+        container = kafka_container.ApacheKafkaContainer(image)
         try:
-            yield KafkaTarget(container.get_bootstrap_server(), "testcontainers")
+            bootstrap = container.start(timeout=240)
+            yield KafkaTarget(bootstrap, "testcontainers")
         finally:
             container.stop()
         return

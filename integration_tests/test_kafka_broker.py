@@ -13,7 +13,35 @@ from confluent_kafka import KafkaException
 
 from integration_tests.kafka_helpers import KafkaTarget, unique
 from integration_tests.pipeline_helpers import wait_until
-from txkafka.embedded_kafka import EmbeddedKafka
+from txkafka.connector.transaction_client import END_TXN, TransactionClient
+from txkafka.embedded_kafka import (
+    KAFKA_VERSION,
+    NEWEST_TESTED_KAFKA,
+    OLDEST_TESTED_KAFKA,
+    EmbeddedKafka,
+)
+
+# The highest EndTxn version each tested release answers: 3.6 has v3 (flexible), 4.0 added v5
+# (KIP-890's new protocol, which the driver never sends).
+_END_TXN_MAX = {OLDEST_TESTED_KAFKA: 3, NEWEST_TESTED_KAFKA: 5}
+
+
+@pytest.mark.kafka_matrix
+def test_the_broker_runs_the_release_the_run_names(kafka):
+    """The version matrix tests what it says: the broker is the release TXKAFKA_KAFKA_VERSION
+    names, and the driver's protocol client negotiates EndTxn down to what that release has."""
+    if kafka.kind == "external":
+        pytest.skip("TXKAFKA_BOOTSTRAP: the cluster's release is not this run's to name")
+    if kafka.kind == "native":
+        log = kafka.cluster.node_infos[0].log_path.read_text(errors="replace")
+        assert f"Kafka version: {KAFKA_VERSION} " in log  # AppInfoParser, at broker start
+    host, port = kafka.bootstrap.split(",")[0].rsplit(":", 1)
+    with TransactionClient({"bootstrap.servers": kafka.bootstrap}) as client:
+        conn = client._conn(host, int(port))
+        broker_max = conn.api_versions[END_TXN][1]
+        assert conn.version_for(END_TXN, 0, 4) == min(broker_max, 4)
+    if KAFKA_VERSION in _END_TXN_MAX:
+        assert broker_max == _END_TXN_MAX[KAFKA_VERSION]
 
 
 def test_committed_visible_aborted_hidden(kafka):

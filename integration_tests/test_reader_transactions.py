@@ -20,7 +20,7 @@ from integration_tests.reader_support import (
     stream,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.kafka_matrix]
 
 
 def _txn(kafka, topic, n, tag, commit=True):

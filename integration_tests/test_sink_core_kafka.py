@@ -16,6 +16,9 @@ from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import SinkConfig
 from txkafka.connector.transactional_id_factory import TransactionalIdFactory
 
+# The protocol client's commit, validation, sweep and loss detection on every Kafka tested.
+pytestmark = [pytest.mark.kafka, pytest.mark.kafka_matrix]
+
 
 def _setup(kafka, tmp_path, topic, **opts):
     options = {"kafka.bootstrap.servers": kafka.bootstrap, "topic": topic,

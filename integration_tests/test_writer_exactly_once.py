@@ -39,6 +39,7 @@ def _query(spark, kafka, topics, checkpoint, fault=None, max_offsets=1000, **opt
     return w.start()
 
 
+@pytest.mark.kafka_matrix
 def test_records_are_visible_to_read_committed_only_after_the_driver_commits(spark, kafka, tmp_path):
     topics = make_input(kafka, records=1500)
     # Hold every batch between its decision and its EndTxn calls for 3 s.
@@ -66,6 +67,7 @@ def test_records_are_visible_to_read_committed_only_after_the_driver_commits(spa
     assert_exactly_once(kafka, topics, str(tmp_path / "ck"))
 
 
+@pytest.mark.kafka_matrix
 def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark, kafka, tmp_path):
     topics = make_input(kafka, records=2000)
     fault = ("point=after_precommit,partition=0,attempt=0,action=raise;"
@@ -105,6 +107,7 @@ def _run_until_injected_failure(spark, kafka, topics, ck, marker, point, max_off
     assert marker.exists()
 
 
+@pytest.mark.kafka_matrix
 def test_failing_batch_commit_fails_the_query_and_the_restart_is_exactly_once(spark, kafka, tmp_path):
     topics = make_input(kafka, records=3000)
     ck = str(tmp_path / "ck")
@@ -127,6 +130,7 @@ def _txkafka_cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.kafka_matrix
 def test_driver_killed_between_two_endtxn_calls_recovers_exactly_once(kafka, driver_processes,
                                                                       tmp_path):
     topics = make_input(kafka, records=3000)
@@ -159,6 +163,7 @@ def test_driver_killed_between_two_endtxn_calls_recovers_exactly_once(kafka, dri
     assert len(SinkCommitLog(ck).batch_state(2).rounds) == 1  # rolled forward, nothing lost
 
 
+@pytest.mark.kafka_matrix
 def test_commit_lost_after_sink_commit_rerun_writes_nothing_twice(spark, kafka, tmp_path):
     """The sink committed batch 1 but Spark never wrote commits/1 (the commit call failed right
     after the EndTxn calls; the chaos suite does the same with a SIGKILL): the restart re-runs

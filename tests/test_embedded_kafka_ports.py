@@ -12,7 +12,7 @@ def test_free_ports_are_distinct():
 
 def _cluster(tmp_path, monkeypatch, outcomes):
     c = embedded_kafka.EmbeddedKafka("ports-test", root=tmp_path / "c", progress=lambda m: None)
-    monkeypatch.setattr(embedded_kafka, "kafka_jars", lambda progress: tmp_path)
+    monkeypatch.setattr(embedded_kafka, "kafka_jars", lambda progress, version: tmp_path)
     calls = []
 
     def start_once(lib, timeout):

@@ -18,6 +18,7 @@ def _broker_cluster(args: argparse.Namespace):
         args.name,
         nodes=getattr(args, "nodes", 1) or 1,
         transaction_version=getattr(args, "transaction_version", None),
+        version=getattr(args, "kafka_version", None),
     )
 
 
@@ -25,7 +26,11 @@ def cmd_broker(args: argparse.Namespace) -> int:
     from .embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
 
     if args.action == "start":
-        cluster = _broker_cluster(args)
+        try:
+            cluster = _broker_cluster(args)
+        except ValueError as e:  # a version that cannot run, or a feature it lacks
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         try:
             bootstrap = cluster.start(timeout=args.timeout)
         except EmbeddedKafkaError as e:
@@ -57,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--name", default="default", help="cluster name (several can run at once)")
     b.add_argument("--nodes", type=int, choices=[1, 3], default=1)
     b.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
-                   help="KRaft feature transaction.version at format time (default: Kafka's)")
+                   help="KRaft feature transaction.version at format time (default: Kafka's; "
+                        "Kafka 4.0+)")
+    b.add_argument("--kafka-version", default=None, metavar="X.Y.Z",
+                   help="Apache Kafka release to fetch and run (default: $TXKAFKA_KAFKA_VERSION, "
+                        "else the newest release the test suite runs on)")
     b.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
     b.add_argument("--clean", action="store_true", help="with stop: also delete the data")
     b.add_argument("--lines", type=int, default=40, help="with logs: lines per node")

@@ -25,8 +25,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-KAFKA_VERSION = os.environ.get("TXKAFKA_KAFKA_VERSION", "4.3.1")
+# The suite's version matrix: the newest Apache Kafka tested (the default) and the oldest (the
+# sink's exactly_once needs transaction partition verification, Kafka 3.6+). Every test runs on
+# the newest; the exactly-once subset (pytest marker ``kafka_matrix``) also on the oldest.
+NEWEST_TESTED_KAFKA = "4.3.1"
+OLDEST_TESTED_KAFKA = "3.6.2"
+KAFKA_VERSION = os.environ.get("TXKAFKA_KAFKA_VERSION") or NEWEST_TESTED_KAFKA
 LOG4J_VERSION = "2.25.2"
+# Kafka 3.x logs through SLF4J 1.7 and log4j 1.x: its own distribution ships these two.
+SLF4J_VERSION = "1.7.36"
+RELOAD4J_VERSION = "1.2.25"
 SCALA_BINARY = "2.13"
 
 Progress = Callable[[str], None]
@@ -72,14 +80,12 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <dependencies>
     <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_{scala}</artifactId>
       <version>{kafka}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-api</artifactId>
-      <version>{log4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-core</artifactId>
-      <version>{log4j}</version></dependency>
-    <dependency><groupId>org.apache.logging.log4j</groupId><artifactId>log4j-slf4j-impl</artifactId>
-      <version>{log4j}</version></dependency>
-  </dependencies>
+{logging}  </dependencies>
 </project>
+"""
+
+_DEPENDENCY = """    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>
+      <version>{version}</version></dependency>
 """
 
 _LOG4J2 = """status = warn
@@ -96,9 +102,87 @@ logger.statechange.name = state.change.logger
 logger.statechange.level = WARN
 """
 
+_LOG4J1 = """log4j.rootLogger=INFO, file
+log4j.appender.file=org.apache.log4j.FileAppender
+log4j.appender.file.File=${kafka.logs.dir}/server.log
+log4j.appender.file.layout=org.apache.log4j.PatternLayout
+log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n
+log4j.logger.kafka.request.logger=WARN
+log4j.logger.state.change.logger=WARN
+"""
+
+
+@dataclass(frozen=True)
+class KafkaRelease:
+    """What differs between the Apache Kafka releases the embedded broker runs (3.3 and later).
+
+    Kafka 4.0 moved the broker to log4j2 and added the ``transaction.version`` feature (KIP-890)
+    and share groups; 3.9 added dynamic KRaft quorums (``--standalone``,
+    ``controller.quorum.bootstrap.servers``); before that a quorum is a static voter list.
+    """
+
+    version: str
+
+    def __post_init__(self) -> None:
+        parts = self.version.split(".")
+        if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            raise ValueError(f"Kafka version {self.version!r}: expected MAJOR.MINOR.PATCH as "
+                             "published on Maven Central, for example 4.3.1 or 3.6.2")
+        if self.minor_version < (3, 3):
+            raise ValueError(f"Kafka {self.version}: the embedded broker runs KRaft (no "
+                             "ZooKeeper), production-ready from Kafka 3.3")
+
+    @property
+    def minor_version(self) -> tuple[int, int]:
+        major, minor, _ = self.version.split(".")
+        return int(major), int(minor)
+
+    @property
+    def log4j2(self) -> bool:
+        return self.minor_version >= (4, 0)
+
+    @property
+    def dynamic_quorum(self) -> bool:
+        return self.minor_version >= (3, 9)
+
+    @property
+    def transaction_version_feature(self) -> bool:
+        return self.minor_version >= (4, 0)
+
+    @property
+    def share_groups(self) -> bool:
+        return self.minor_version >= (4, 0)
+
+    def pom(self) -> str:
+        """The Maven project whose dependencies are the broker's runtime classpath."""
+        if self.log4j2:
+            # Kafka's pom names no logging backend: SLF4J 1.7's binding to log4j2.
+            deps = [("org.apache.logging.log4j", a, LOG4J_VERSION)
+                    for a in ("log4j-api", "log4j-core", "log4j-slf4j-impl")]
+        else:
+            deps = [("org.slf4j", "slf4j-reload4j", SLF4J_VERSION),
+                    ("ch.qos.reload4j", "reload4j", RELOAD4J_VERSION)]
+        logging_deps = "".join(_DEPENDENCY.format(group=g, artifact=a, version=v)
+                               for g, a, v in deps)
+        return _POM.format(scala=SCALA_BINARY, kafka=self.version, logging=logging_deps)
+
+    @property
+    def log_config_name(self) -> str:
+        return "log4j2.properties" if self.log4j2 else "log4j.properties"
+
+    def log_config(self) -> str:
+        return _LOG4J2 if self.log4j2 else _LOG4J1
+
+    def log_jvm_options(self, node_dir: Path) -> list[str]:
+        config = node_dir / self.log_config_name
+        flag = (f"-Dlog4j2.configurationFile={config}" if self.log4j2
+                else f"-Dlog4j.configuration=file:{config}")
+        return [flag, f"-Dkafka.logs.dir={node_dir / 'logs'}"]
+
 
 def kafka_jars(progress: Progress = _stderr_progress, version: str = KAFKA_VERSION) -> Path:
     """Return the folder of Kafka's runtime jars, fetching them from Maven Central the first time."""
+    release = KafkaRelease(version)
     home = cache_dir() / f"kafka-{version}"
     lib = home / "lib"
     done = home / ".complete"
@@ -113,9 +197,7 @@ def kafka_jars(progress: Progress = _stderr_progress, version: str = KAFKA_VERSI
                 "(Debian: apt-get install maven), or point TXKAFKA_BOOTSTRAP at an existing cluster."
             )
         home.mkdir(parents=True, exist_ok=True)
-        (home / "pom.xml").write_text(
-            _POM.format(scala=SCALA_BINARY, kafka=version, log4j=LOG4J_VERSION)
-        )
+        (home / "pom.xml").write_text(release.pom())
         if lib.exists():
             shutil.rmtree(lib)
         progress(f"fetching Apache Kafka {version} jars from Maven Central (once, about 45 MB)")
@@ -223,8 +305,11 @@ class NodeInfo:
 class EmbeddedKafka:
     """One local KRaft cluster of 1 or 3 combined broker+controller nodes.
 
-    ``listeners`` maps extra listener names to security protocols (for secured-cluster tests); their
-    settings go in ``extra_config``. The PLAINTEXT listener always exists: it is the inter-broker
+    ``version`` is the Apache Kafka release (default: ``TXKAFKA_KAFKA_VERSION``, else the newest
+    tested). ``transaction_version`` (a Kafka 4.0+ feature) formats the cluster with that
+    ``transaction.version``; 0 on Kafka 3.x is what the broker speaks anyway. ``listeners`` maps
+    extra listener names to security protocols (for secured-cluster tests); their settings go in
+    ``extra_config``. The PLAINTEXT listener always exists: it is the inter-broker
     listener and the one the readiness check uses. ``format_args`` are appended to StorageTool's
     ``format`` command (for example ``["--add-scram", "SCRAM-SHA-512=[name=u,password=p]"]``).
     """
@@ -236,6 +321,7 @@ class EmbeddedKafka:
         *,
         root: Path | str | None = None,
         transaction_version: int | None = None,
+        version: str | None = None,
         extra_config: dict[str, str] | None = None,
         listeners: dict[str, str] | None = None,
         format_args: list[str] | None = None,
@@ -246,6 +332,13 @@ class EmbeddedKafka:
             raise ValueError(f"nodes must be 1 or 3, got {nodes}")
         if transaction_version not in (None, 0, 1, 2):
             raise ValueError(f"transaction_version must be 0, 1 or 2, got {transaction_version}")
+        self.release = KafkaRelease(version or KAFKA_VERSION)
+        if not self.release.transaction_version_feature:
+            if transaction_version not in (None, 0):
+                raise ValueError(f"transaction.version {transaction_version} needs Kafka 4.0+; "
+                                 f"Kafka {self.release.version} speaks only the protocol of "
+                                 "transaction.version 0")
+            transaction_version = None  # nothing to format: 3.x has only that protocol
         self.name = name
         self.nodes = nodes
         self.root = Path(root) if root else cache_dir() / "clusters" / name
@@ -256,6 +349,8 @@ class EmbeddedKafka:
         self.heap = heap
         self.progress = progress
         self.node_infos: list[NodeInfo] = []
+        # The release that formatted the data on disk (restarting a node must use the same jars).
+        self._state_version: str | None = None
         # Nodes started by this process (the CLI lets them outlive it; fixtures reap them).
         self._children: dict[int, subprocess.Popen] = {}
         self._load_state()
@@ -270,12 +365,13 @@ class EmbeddedKafka:
         if self._state_path.exists():
             state = json.loads(self._state_path.read_text())
             self.node_infos = [NodeInfo(**n) for n in state["nodes"]]
+            self._state_version = state.get("kafka_version")
 
     def _save_state(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         state = {
             "name": self.name,
-            "kafka_version": KAFKA_VERSION,
+            "kafka_version": self._state_version,
             "transaction_version": self.transaction_version,
             "bootstrap_servers": self.bootstrap_servers if self.node_infos else None,
             "nodes": [asdict(n) for n in self.node_infos],
@@ -304,6 +400,7 @@ class EmbeddedKafka:
         return {
             "name": self.name,
             "root": str(self.root),
+            "kafka_version": self._state_version,
             "bootstrap_servers": self.bootstrap_servers if self.node_infos else None,
             "nodes": [
                 {
@@ -320,12 +417,13 @@ class EmbeddedKafka:
 
     def start(self, timeout: float = 180.0) -> str:
         """Start the cluster (or return the running one) and wait until transactions work."""
-        if self.is_running() and len(self.node_infos) == self.nodes:
+        if (self.is_running() and len(self.node_infos) == self.nodes
+                and self._state_version == self.release.version):
             self.progress(f"cluster '{self.name}' already running at {self.bootstrap_servers}")
             self.wait_ready(timeout)
             return self.bootstrap_servers
         self.stop(quiet=True)
-        lib = kafka_jars(self.progress)
+        lib = kafka_jars(self.progress, self.release.version)
         for attempt in range(1, _START_ATTEMPTS + 1):
             try:
                 return self._start_once(lib, timeout)
@@ -343,6 +441,7 @@ class EmbeddedKafka:
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True)
         self.node_infos = []
+        self._state_version = self.release.version
         per_node = 2 + len(self.listeners)
         ports = free_ports(per_node * self.nodes)
         for i in range(1, self.nodes + 1):
@@ -354,8 +453,10 @@ class EmbeddedKafka:
         cluster_id = _random_cluster_id()
         for node in self.node_infos:
             node.config_path.write_text(self._server_properties(node))
-            (Path(node.directory) / "log4j2.properties").write_text(_LOG4J2)
-        self.progress(f"formatting KRaft storage for {self.nodes} node(s)")
+            (Path(node.directory) / self.release.log_config_name).write_text(
+                self.release.log_config())
+        self.progress(f"formatting KRaft storage for {self.nodes} node(s) "
+                      f"(Apache Kafka {self.release.version})")
         formats = [self._format(lib, node, cluster_id) for node in self.node_infos]
         for node, proc in zip(self.node_infos, formats):
             out, _ = proc.communicate(timeout=120)
@@ -369,7 +470,8 @@ class EmbeddedKafka:
         self.progress(f"ready: bootstrap servers {self.bootstrap_servers}")
         return self.bootstrap_servers
 
-    def _java_cmd(self, lib: Path, node: NodeInfo | None) -> list[str]:
+    def _java_cmd(self, lib: Path, node: NodeInfo | None,
+                  release: KafkaRelease | None = None) -> list[str]:
         java = os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get(
             "JAVA_HOME") else "java"
         cmd = [
@@ -377,25 +479,26 @@ class EmbeddedKafka:
             "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
         ]
         if node is not None:
-            cmd += [
-                f"-Dlog4j2.configurationFile={Path(node.directory) / 'log4j2.properties'}",
-                f"-Dkafka.logs.dir={Path(node.directory) / 'logs'}",
-            ]
+            cmd += (release or self.release).log_jvm_options(Path(node.directory))
         return cmd + ["-cp", str(lib / "*")]
 
     def _format(self, lib: Path, node: NodeInfo, cluster_id: str) -> subprocess.Popen:
-        cmd = self._java_cmd(lib, None) + [
-            "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(node.config_path),
-        ]
-        if self.nodes == 1:
-            cmd.append("--standalone")
-        if self.transaction_version is not None:
-            cmd += ["--feature", f"transaction.version={self.transaction_version}"]
-        cmd += self.format_args
+        cmd = self._java_cmd(lib, None) + self._format_args(node, cluster_id)
         return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
-    def _launch(self, lib: Path, node: NodeInfo) -> None:
-        cmd = self._java_cmd(lib, node) + ["kafka.Kafka", str(node.config_path)]
+    def _format_args(self, node: NodeInfo, cluster_id: str) -> list[str]:
+        """StorageTool's arguments: ``--standalone`` bootstraps a one-node dynamic quorum (3.9+);
+        older releases and three nodes take the static voters in server.properties."""
+        args = ["kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+                "-c", str(node.config_path)]
+        if self.nodes == 1 and self.release.dynamic_quorum:
+            args.append("--standalone")
+        if self.transaction_version is not None:
+            args += ["--feature", f"transaction.version={self.transaction_version}"]
+        return args + self.format_args
+
+    def _launch(self, lib: Path, node: NodeInfo, release: KafkaRelease | None = None) -> None:
+        cmd = self._java_cmd(lib, node, release) + ["kafka.Kafka", str(node.config_path)]
         with open(node.stdout_path, "ab") as out:
             proc = subprocess.Popen(
                 cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -438,8 +541,6 @@ class EmbeddedKafka:
             "transaction.state.log.replication.factor": str(rf),
             "transaction.state.log.min.isr": str(min_isr),
             "transaction.state.log.num.partitions": "4",
-            "share.coordinator.state.topic.replication.factor": str(rf),
-            "share.coordinator.state.topic.min.isr": str(min_isr),
             "group.initial.rebalance.delay.ms": "0",
             "num.network.threads": "2",
             "num.io.threads": "2",
@@ -456,8 +557,13 @@ class EmbeddedKafka:
             "transaction.abort.timed.out.transaction.cleanup.interval.ms": "2000",
             "transaction.remove.expired.transaction.cleanup.interval.ms": "60000",
         }
-        if self.nodes == 1:
+        if self.release.share_groups:
+            props["share.coordinator.state.topic.replication.factor"] = str(rf)
+            props["share.coordinator.state.topic.min.isr"] = str(min_isr)
+        if self.nodes == 1 and self.release.dynamic_quorum:
             props["controller.quorum.bootstrap.servers"] = f"127.0.0.1:{node.controller_port}"
+        elif self.nodes == 1:
+            props["controller.quorum.voters"] = f"{node.node_id}@127.0.0.1:{node.controller_port}"
         else:
             voters = ",".join(
                 f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.node_infos
@@ -551,7 +657,9 @@ class EmbeddedKafka:
         node = self._node(node_id)
         if _pid_alive(node.pid, self._marker(node)):
             return
-        self._launch(kafka_jars(self.progress), node)
+        # The release that formatted the node's data, whatever this object would start afresh.
+        release = KafkaRelease(self._state_version) if self._state_version else self.release
+        self._launch(kafka_jars(self.progress, release.version), node, release)
         self._save_state()
         deadline = time.monotonic() + timeout
         while not _port_open(node.broker_port):
