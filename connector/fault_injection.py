@@ -14,7 +14,9 @@ Armed by the option ``txkafka.faultInjection`` or the environment variable
 - filters: ``batch``, ``partition``, ``attempt``, ``nth`` (the nth time the point is reached in
   this process, from 1); a rule fires only when all given filters match.
 - ``once=PATH``: fire at most once across processes and restarts (the marker file is created
-  atomically when it fires).
+  atomically when it fires). It holds one line, ``POINT TIME pid=PID batch=B partition=P
+  attempt=A``: which process fired and in which task, so a test can find and kill the executor
+  that runs it.
 """
 
 from __future__ import annotations
@@ -127,19 +129,20 @@ class FaultInjector:
             return
         ctx = {"batch": batch, "partition": partition, "attempt": attempt}
         for rule in self.rules:
-            if rule.matches(point, ctx) and self._claim(rule):
+            if rule.matches(point, ctx) and self._claim(rule, ctx):
                 self._fire(rule, ctx)
 
     @staticmethod
-    def _claim(rule: FaultRule) -> bool:
+    def _claim(rule: FaultRule, ctx: dict[str, int | None]) -> bool:
         if not rule.once:
             return True
         try:
             fd = os.open(rule.once, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
+        where = " ".join(f"{k}={ctx.get(k)}" for k in ("batch", "partition", "attempt"))
         with os.fdopen(fd, "w") as fh:
-            fh.write(f"{rule.point} {time.time()}\n")
+            fh.write(f"{rule.point} {time.time()} pid={os.getpid()} {where}\n")
         return True
 
     @staticmethod
@@ -184,3 +187,21 @@ def _kill_session() -> None:
         except OSError:
             pass
     os.kill(me, signal.SIGKILL)
+
+
+def read_marker(path: str) -> dict[str, object]:
+    """A ``once`` marker's line as {"point", "time", "pid", "batch", "partition", "attempt"}
+    (values None where the marker does not say); {} while it is still being written."""
+    try:
+        with open(path) as fh:
+            line = fh.read()
+    except OSError:
+        return {}
+    words = line.split()
+    if not line.endswith("\n") or len(words) < 2:
+        return {}
+    out: dict[str, object] = {"point": words[0], "time": float(words[1])}
+    for word in words[2:]:
+        k, _, v = word.partition("=")
+        out[k] = int(v) if v.lstrip("-").isdigit() else None
+    return out

@@ -3,6 +3,7 @@ admission control, AvailableNow, headers, new partitions and topics, consumer-gr
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 
@@ -175,10 +176,20 @@ def test_max_offsets_per_trigger_with_available_now_and_group_commits(spark, kaf
     assert committed == {0: 60, 1: 30, 2: 10}
 
 
+def _trigger_start(progress: dict) -> float:
+    """A progress event's trigger start, in seconds since the epoch."""
+    return dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
 def test_min_offsets_per_trigger_waits_for_data_or_the_delay(spark, kafka, checkpoint_dir):
+    """Fewer offsets than minOffsetsPerTrigger wait for more data (a batch of 10 runs as soon as
+    they are there) or for maxTriggerDelay: a batch of 3 offsets, which data alone cannot trigger,
+    runs only once the delay has passed since the previous trigger."""
     topic = kafka.create_topic(partitions=1)
+    delay_s = 10
     q, name = start_memory_query(stream(spark, kafka, subscribe=topic, minOffsetsPerTrigger=10,
-                                        maxTriggerDelay="10s"), checkpoint_dir, trigger_s=0.5)
+                                        maxTriggerDelay=f"{delay_s}s"), checkpoint_dir,
+                                 trigger_s=0.5)
 
     def offsets() -> list[int]:
         # Every row's offset, as a sorted list (not a count: a duplicate and a gap would cancel).
@@ -202,6 +213,14 @@ def test_min_offsets_per_trigger_waits_for_data_or_the_delay(spark, kafka, check
         while len(offsets()) < 23 and time.monotonic() < deadline:  # until maxTriggerDelay runs out
             time.sleep(0.5)
         assert offsets() == list(range(23))
+        batches = [p for p in data_progress(q) if p["numInputRows"]]
+        assert [p["numInputRows"] for p in batches] == [10, 10, 3], batches
+        # The delay's clock starts when the source admits a batch, just after that trigger
+        # starts; the 3-row batch's own trigger starts just before the source admits it (the
+        # 2 s allow for that, on a loaded machine). Data arrival would have run it within a
+        # trigger interval of the records being written.
+        waited = _trigger_start(batches[2]) - _trigger_start(batches[1])
+        assert waited >= delay_s - 2, (waited, batches[1]["timestamp"], batches[2]["timestamp"])
     finally:
         q.stop()
 

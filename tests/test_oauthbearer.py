@@ -241,12 +241,28 @@ def test_oidc_without_scope_sends_only_the_grant_type(idp):
     assert idp.requests[0]["form"] == {"grant_type": ["client_credentials"]}
 
 
-def test_oidc_token_is_fetched_again_after_80_percent_of_its_life_or_when_refused(idp):
-    idp.lifetime = 1.0
+@pytest.fixture
+def clock_ahead(monkeypatch):
+    """Moves time.monotonic forward on demand: a token's or a session's life passes without
+    sleeping, and no pause of a loaded machine can make it pass too early."""
+    real = time.monotonic
+    ahead = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: real() + ahead[0])
+
+    def move(seconds: float) -> None:
+        ahead[0] += seconds
+
+    return move
+
+
+def test_oidc_token_is_fetched_again_after_80_percent_of_its_life_or_when_refused(idp,
+                                                                                 clock_ahead):
+    idp.lifetime = 100.0
     src = _oidc(idp.url)
     first = src.token()
+    clock_ahead(79)
     assert src.token() is first
-    time.sleep(0.85)
+    clock_ahead(2)
     second = src.token()
     assert second is not first and len(idp.requests) == 2
     src.invalidate(second)  # a broker refused it
@@ -411,16 +427,17 @@ def test_an_oidc_token_refused_by_the_broker_is_fetched_anew_on_the_next_login(i
         broker.close()
 
 
-def test_a_login_whose_broker_session_is_ending_is_renewed_before_the_next_request():
+def test_a_login_whose_broker_session_is_ending_is_renewed_before_the_next_request(clock_ahead):
     """KIP-368: the broker closes a connection whose session expired at its next request; the
     client logs in again (a fresh token) before that."""
-    broker = OAuthBearerBroker(accept="writer", session_ms=400)
+    broker = OAuthBearerBroker(accept="writer", session_ms=100_000)
     try:
         conn = BrokerConnection("127.0.0.1", broker.port, _unsecured("writer"), timeout=5)
         _describe(conn)
+        clock_ahead(80)  # under the client's renewal point (85 % of the session)
         _describe(conn)
         assert len(broker.messages) == 1
-        time.sleep(0.4)
+        clock_ahead(10)
         _describe(conn)
         assert len(broker.messages) == 2
         assert sorted({n for n, key, _ in broker.log if key == SASL_AUTHENTICATE}) == [1, 2]

@@ -14,7 +14,7 @@ from txkafka.connector.errors import (
     TransactionLostError,
     TransactionOutcomeUnknownError,
 )
-from txkafka.connector.fault_injection import FaultInjector, InjectedFault, parse_spec
+from txkafka.connector.fault_injection import FaultInjector, InjectedFault, parse_spec, read_marker
 from txkafka.connector.kafka_committable import KafkaCommittable, TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import validate_input_schema
@@ -379,6 +379,9 @@ def test_fault_once_marker(tmp_path):
         inj.check("after_decision", batch=1)
     inj.check("after_decision", batch=2)  # fired once already
     assert marker.exists()
+    fired = read_marker(str(marker))
+    assert fired["point"] == "after_decision" and fired["batch"] == 1, fired
+    assert fired["pid"] == os.getpid() and fired["partition"] is None, fired
 
 
 # ----------------------------------------------------------------- ambiguous outcomes (invariant 8)

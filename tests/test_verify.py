@@ -1,4 +1,5 @@
-"""Unit tests: the id verifier never calls a check that checked nothing exactly once (no broker)."""
+"""Unit tests: no check of txkafka verify calls a run that checked nothing exactly once, and an
+output record without a key is unexpected in every check (no broker)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,27 @@ import pytest
 import txkafka.verify as verify_mod
 from txkafka.cli import main
 from txkafka.connector.errors import TxKafkaError
-from txkafka.verify import verify, verify_counts
+from txkafka.verify import verify, verify_counts, verify_windowed_counts
 
 
 class FakeMessage:
     """The part of confluent_kafka.Message the verifier reads."""
 
     def __init__(self, key: bytes | None, partition: int = 0, offset: int = 0,
-                 headers: list[tuple[str, bytes]] | None = None) -> None:
+                 headers: list[tuple[str, bytes]] | None = None, value: bytes = b"v",
+                 timestamp_ms: int = 0) -> None:
         self._key, self._partition, self._offset = key, partition, offset
         self._headers = headers
+        self._value, self._ts = value, timestamp_ms
 
     def key(self) -> bytes | None:
         return self._key
 
     def value(self) -> bytes | None:
-        return b"v"
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        return 1, self._ts
 
     def headers(self) -> list[tuple[str, bytes]] | None:
         return self._headers
@@ -113,3 +119,153 @@ def test_cli_reports_an_unopenable_checkpoint_without_its_credentials(capsys):
     captured = capsys.readouterr()
     assert code == 2 and "bogus://[redacted]@bucket/ck" in captured.err, captured.err
     assert "S3CR3TVALUE" not in captured.out + captured.err
+
+
+# ------------------------------------------------------------------ counts and windowed counts
+
+
+def _msgs(pairs: list[tuple[str | None, str]], **kw) -> list[FakeMessage]:
+    return [FakeMessage(None if k is None else k.encode(), 0, i, value=v.encode(), **kw)
+            for i, (k, v) in enumerate(pairs)]
+
+
+_COUNT_IN = [("a", "1"), ("b", "2"), ("a", "3")]
+_COUNT_OUT = [("a", "1"), ("b", "1"), ("a", "2")]
+
+
+def _counts(inp, out, **kw):
+    return verify_counts({}, "src", "dst", input_records=_msgs(inp), output_records=_msgs(out),
+                         **kw)
+
+
+def test_counts_pass_on_a_good_run():
+    rep = _counts(_COUNT_IN, _COUNT_OUT)
+    assert rep.ok and rep.nothing_checked is None, rep.text()
+    assert "EXACTLY ONCE" in rep.text()
+
+
+def test_counts_on_an_empty_input_and_output_fail_with_the_reason():
+    rep = _counts([], [])
+    assert not rep.ok, rep.text()
+    text = rep.text()
+    assert "FAILED" in text and "EXACTLY ONCE" not in text
+    assert "nothing verified: the input topic src holds no committed record" in text, text
+    assert "the output topic dst holds no committed record" in text, text
+    allowed = _counts([], [], allow_empty=True)
+    assert allowed.ok and "(allowed by --allow-empty)" in allowed.text(), allowed.text()
+    # Allowed to be empty, yet an update no input explains still fails.
+    assert not _counts([], [("a", "1")], allow_empty=True).ok
+
+
+def test_counts_with_an_input_and_no_output_fail():
+    rep = _counts(_COUNT_IN, [])
+    assert not rep.ok and rep.missing == 2, rep.text()
+    assert "the output topic dst holds no committed record" in rep.text(), rep.text()
+
+
+def test_counts_of_an_input_without_keys_check_nothing():
+    rep = _counts([(None, "1"), (None, "2")], [])
+    assert not rep.ok and "none of the 2 input records has a key" in rep.text(), rep.text()
+
+
+def test_counts_output_records_without_a_key_are_unexpected():
+    rep = _counts(_COUNT_IN, _COUNT_OUT + [(None, "7")])
+    assert rep.unexpected == 1 and rep.output_without_key == 1 and not rep.ok, rep.text()
+    assert "no key at dst[0]@3" in rep.text(), rep.text()
+
+
+def _checkpoint(root, topic: str, ends: list[int], committed: int) -> str:
+    """Spark's offset log for batches ending at ``ends`` (one partition), committed up to
+    ``committed`` (-1: none)."""
+    for name in ("offsets", "commits"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+    for b, end in enumerate(ends):
+        (root / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs":{1000 * b}}}\n'
+                                               f'{{"{topic}":{{"0":{end}}}}}')
+        if b <= committed:
+            (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+    return str(root)
+
+
+def test_counts_against_a_checkpoint_with_no_committed_batch_check_nothing(tmp_path):
+    ck = _checkpoint(tmp_path / "ck", "src", [0, 2, 3], committed=-1)
+    rep = _counts(_COUNT_IN, _COUNT_OUT, checkpoint=ck)
+    assert rep.expected_updates == 0 and not rep.ok, rep.text()
+    assert "no committed batch of the checkpoint's offset log" in rep.text(), rep.text()
+    done = _counts(_COUNT_IN, _COUNT_OUT, checkpoint=_checkpoint(tmp_path / "ck2", "src",
+                                                                 [0, 2, 3], committed=2))
+    assert done.ok and done.expected_updates == 3, done.text()
+
+
+def _windows(inp, out, **kw):
+    ins = [FakeMessage(None if k is None else k.encode(), 0, i, timestamp_ms=ts)
+           for i, (k, ts) in enumerate(inp)]
+    return verify_windowed_counts({}, "src", "dst", 1000, watermark_delay_ms=0,
+                                  input_records=ins, output_records=_msgs(out), **kw)
+
+
+_WIN_IN = [("a", 100), ("a", 200), ("b", 300), ("z", 5000)]  # z's record closes the others
+_WIN_OUT = [("a@0", "2"), ("b@0", "1")]
+
+
+def test_windowed_counts_pass_on_a_good_run():
+    rep = _windows(_WIN_IN, _WIN_OUT)
+    assert rep.ok and rep.closed == 2, rep.text()
+
+
+def test_windowed_counts_on_an_empty_input_and_output_fail_with_the_reason():
+    rep = _windows([], [])
+    assert not rep.ok, rep.text()
+    assert "nothing verified: the input topic src holds no committed record" in rep.text()
+    assert _windows([], [], allow_empty=True).ok
+
+
+def test_windowed_counts_with_no_closed_window_check_nothing():
+    rep = _windows([("a", 100)], [])
+    assert rep.closed == 0 and not rep.ok, rep.text()
+    assert "closed none of the 1 (key, window) groups" in rep.text(), rep.text()
+
+
+def test_windowed_counts_with_no_output_fail():
+    rep = _windows(_WIN_IN, [])
+    assert not rep.ok and rep.missing == 2, rep.text()
+    assert "the output topic dst holds no committed record" in rep.text(), rep.text()
+
+
+def test_windowed_counts_output_records_without_a_key_are_unexpected():
+    rep = _windows(_WIN_IN, _WIN_OUT + [(None, "2")])
+    assert rep.unexpected == 1 and rep.output_without_key == 1 and not rep.ok, rep.text()
+    assert "no key at dst[0]@2" in rep.text(), rep.text()
+
+
+@pytest.mark.parametrize("check", [[], ["--check", "counts"],
+                                   ["--check", "windowed-counts", "--watermark-ms", "0"]])
+def test_cli_exit_code_printed_verdict_and_json_agree_on_an_empty_run(monkeypatch, capsys,
+                                                                      tmp_path, check):
+    import json
+
+    _topics(monkeypatch, src=[], dst=[])
+    report = tmp_path / "r.json"
+    args = ["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst", *check,
+            "--json", str(report)]
+    assert main(args) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "nothing verified" in out, out
+    data = json.loads(report.read_text())
+    assert data["ok"] is False and "holds no committed record" in data["nothing_checked"]
+    assert main(args + ["--allow-empty"]) == 0
+    assert "EXACTLY ONCE" in capsys.readouterr().out
+    assert json.loads(report.read_text())["ok"] is True
+
+
+@pytest.mark.parametrize("check", [["--check", "counts"],
+                                   ["--check", "windowed-counts", "--watermark-ms", "0",
+                                    "--window-ms", "1000"]])
+def test_cli_passes_a_good_count_run(monkeypatch, capsys, check):
+    if check[1] == "counts":
+        _topics(monkeypatch, src=_msgs(_COUNT_IN), dst=_msgs(_COUNT_OUT))
+    else:
+        _topics(monkeypatch, src=[FakeMessage(k.encode(), 0, i, timestamp_ms=ts)
+                                  for i, (k, ts) in enumerate(_WIN_IN)], dst=_msgs(_WIN_OUT))
+    assert main(["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst", *check]) == 0
+    assert "EXACTLY ONCE" in capsys.readouterr().out

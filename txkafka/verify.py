@@ -5,8 +5,13 @@ Each record must carry a unique id (its key, a header, or its value); the verifi
 ids were expected, found, duplicated, missing and unexpected, plus order violations: within one
 output partition, records that came from the same input partition must keep their input order.
 The exit code is non-zero on any duplicate, missing or unexpected record (an output record without
-an id is unexpected), so it can gate a deployment. A run that found no input id at all (an empty
-input topic, a misspelt ``--id``) fails too: it verified nothing; ``--allow-empty`` accepts it.
+an id is unexpected), so it can gate a deployment.
+
+Every check needs evidence: a run with nothing to verify (an empty input or output topic, a
+misspelt ``--id``, no input record with a key, no window the watermark closed, no committed batch
+in the offset log) fails with the reason; ``--allow-empty`` accepts an empty run when one is
+expected (any output record that no input explains still fails). In every check an output record
+without an id (key) is unexpected.
 
 Stateful aggregations have no per-record id; two checks cover streaming counts:
 
@@ -46,13 +51,51 @@ _quiet.propagate = False
 IdExtractor = Callable[[object], bytes | None]
 
 
+class _Verdict:
+    """The verdict every report shares: no failure AND evidence (something was checked), unless
+    the caller allowed an empty run. ``ok`` drives both the printed verdict and the exit code."""
+
+    allow_empty: bool
+
+    def _failures(self) -> int:
+        raise NotImplementedError
+
+    def _nothing_reasons(self) -> list[str]:
+        raise NotImplementedError
+
+    @property
+    def nothing_checked(self) -> str | None:
+        """Why this run verified nothing (None when it checked something)."""
+        return "; ".join(self._nothing_reasons()) or None
+
+    @property
+    def ok(self) -> bool:
+        return self._failures() == 0 and (self.nothing_checked is None or self.allow_empty)
+
+    @property
+    def verdict(self) -> str:
+        return "EXACTLY ONCE" if self.ok else "FAILED"
+
+    def _evidence_lines(self) -> list[str]:
+        empty = self.nothing_checked
+        if not empty:
+            return []
+        return [f"  nothing verified: {empty}" + (
+            " (allowed by --allow-empty)" if self.allow_empty else
+            "; --allow-empty accepts such a run when it is expected")]
+
+    @staticmethod
+    def _example_lines(examples: dict[str, list[str]]) -> list[str]:
+        return [f"  e.g. {kind}: {', '.join(ex)}" for kind, ex in examples.items() if ex]
+
+
 @dataclass
-class VerifyReport:
+class VerifyReport(_Verdict):
     input_topic: str
     output_topic: str
     id_in: str = "key"
     id_out: str = "key"
-    allow_empty: bool = False  # an input with no id is a pass (only when the caller says so)
+    allow_empty: bool = False  # an empty run passes (only when the caller says so)
     input_records: int = 0     # committed input records read, with or without an id
     input_without_id: int = 0
     output_without_id: int = 0  # counted as unexpected: no input record can have produced them
@@ -68,30 +111,24 @@ class VerifyReport:
     seconds: float = 0.0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
-    @property
-    def nothing_checked(self) -> str | None:
-        """Why no input id was found, when none was: a check of nothing must not pass silently
-        (a misspelt --id, or the wrong or an empty input topic)."""
-        if self.expected > 0:
-            return None
-        if self.input_records == 0:
-            return f"the input topic {self.input_topic} holds no committed record"
-        return (f"none of the {self.input_records} input records carries an id under the input "
-                f"id spec {self.id_in!r} (is --id / --id-in misspelt?)")
+    def _failures(self) -> int:
+        return self.duplicates + self.missing + self.unexpected + self.order_violations
 
-    @property
-    def ok(self) -> bool:
-        return self.duplicates == 0 and self.missing == 0 and self.unexpected == 0 and \
-            self.order_violations == 0 and (self.expected > 0 or self.allow_empty)
+    def _nothing_reasons(self) -> list[str]:
+        """A misspelt --id, or the wrong or an empty input or output topic."""
+        out = []
+        if self.expected == 0:
+            out.append(f"the input topic {self.input_topic} holds no committed record"
+                       if self.input_records == 0 else
+                       f"none of the {self.input_records} input records carries an id under the "
+                       f"input id spec {self.id_in!r} (is --id / --id-in misspelt?)")
+        if self.found == 0:
+            out.append(f"the output topic {self.output_topic} holds no committed record")
+        return out
 
     def text(self) -> str:
-        verdict = "EXACTLY ONCE" if self.ok else "FAILED"
-        lines = [f"txkafka verify: {self.input_topic} -> {self.output_topic}: {verdict}"]
-        empty = self.nothing_checked
-        if empty:
-            lines.append(f"  nothing verified: {empty}" + (
-                " (allowed by --allow-empty)" if self.allow_empty else
-                "; --allow-empty accepts such a run when it is expected"))
+        lines = [f"txkafka verify: {self.input_topic} -> {self.output_topic}: {self.verdict}"]
+        lines += self._evidence_lines()
         lines += [
             f"  expected ids       {self.expected}"
             + (f" ({self.input_without_id} input records without an id, skipped)"
@@ -104,10 +141,7 @@ class VerifyReport:
                f"id spec {self.id_out!r})" if self.output_without_id else ""),
             f"  order violations   {self.order_violations}",
         ]
-        for kind, ex in self.examples.items():
-            if ex:
-                lines.append(f"  e.g. {kind}: {', '.join(ex)}")
-        return "\n".join(lines)
+        return "\n".join(lines + self._example_lines(self.examples))
 
 
 def id_extractor(spec: str) -> IdExtractor:
@@ -248,17 +282,22 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
 
 
 @dataclass
-class CountReport:
+class CountReport(_Verdict):
     """The exactly-once verdict on a streaming count (groupBy(key).count(), update mode)."""
 
     input_topic: str
     output_topic: str
+    allow_empty: bool = False   # an empty run passes (only when the caller says so)
+    with_checkpoint: bool = False  # checked per batch against Spark's offset log
+    input_total: int = 0        # committed input records read, with or without a key
+    input_without_key: int = 0  # ... without a key (no group: skipped)
     keys: int = 0               # distinct keys in the committed input
     input_records: int = 0      # committed input records the counts cover
     pending_input: int = 0      # committed input records after the last logged batch (not read yet)
     batches: int = 0            # batches checked against the offset log (0: final counts only)
     expected_updates: int = 0   # (key, count) updates the output must hold (with a checkpoint)
-    found_updates: int = 0
+    found_updates: int = 0      # output records, with or without a key
+    output_without_key: int = 0  # counted as unexpected: no group can have produced them
     duplicates: int = 0         # an update found more than once
     missing: int = 0            # an update never found (a key's final count, or a batch's update)
     unexpected: int = 0         # an update no batch can have emitted (unknown key, wrong count)
@@ -268,10 +307,24 @@ class CountReport:
     seconds: float = 0.0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
-    @property
-    def ok(self) -> bool:
-        return not (self.duplicates or self.missing or self.unexpected or self.order_violations
-                    or self.wrong_final)
+    def _failures(self) -> int:
+        return (self.duplicates + self.missing + self.unexpected + self.order_violations
+                + self.wrong_final)
+
+    def _nothing_reasons(self) -> list[str]:
+        out = []
+        keyed = self.input_total - self.input_without_key
+        if self.input_total == 0:
+            out.append(f"the input topic {self.input_topic} holds no committed record")
+        elif keyed == 0:
+            out.append(f"none of the {self.input_total} input records has a key (a group)")
+        elif self.with_checkpoint and self.expected_updates == 0:
+            out.append(f"no committed batch of the checkpoint's offset log ({self.batches} "
+                       f"batches) read any of the {keyed} keyed input records of "
+                       f"{self.input_topic} (is --checkpoint the query's checkpointLocation?)")
+        if self.found_updates == 0:
+            out.append(f"the output topic {self.output_topic} holds no committed record")
+        return out
 
     # The id check's names, so callers can treat both reports alike.
     @property
@@ -283,25 +336,27 @@ class CountReport:
         return self.found_updates
 
     def text(self) -> str:
-        verdict = "EXACTLY ONCE" if self.ok else "FAILED"
-        how = (f"per batch, {self.batches} batches of the offset log" if self.batches
+        how = (f"per batch, {self.batches} batches of the offset log" if self.with_checkpoint
                else "final counts")
-        lines = [
-            f"txkafka verify (counts, {how}): {self.input_topic} -> {self.output_topic}: {verdict}",
+        lines = [f"txkafka verify (counts, {how}): {self.input_topic} -> {self.output_topic}: "
+                 f"{self.verdict}"]
+        lines += self._evidence_lines()
+        lines += [
             f"  keys               {self.keys} ({self.input_records} input records"
-            + (f", {self.pending_input} not read yet" if self.pending_input else "") + ")",
+            + (f", {self.pending_input} not read yet" if self.pending_input else "")
+            + (f"; {self.input_without_key} without a key, skipped" if self.input_without_key
+               else "") + ")",
             f"  updates            {self.found_updates} found"
-            + (f", {self.expected_updates} expected" if self.batches else ""),
+            + (f", {self.expected_updates} expected" if self.with_checkpoint else ""),
             f"  duplicates         {self.duplicates}",
             f"  missing            {self.missing}",
-            f"  unexpected         {self.unexpected}",
+            f"  unexpected         {self.unexpected}"
+            + (f" ({self.output_without_key} output records without a key)"
+               if self.output_without_key else ""),
             f"  order violations   {self.order_violations}",
             f"  wrong final count  {self.wrong_final}",
         ]
-        for kind, ex in self.examples.items():
-            if ex:
-                lines.append(f"  e.g. {kind}: {', '.join(ex)}")
-        return "\n".join(lines)
+        return "\n".join(lines + self._example_lines(self.examples))
 
 
 class CheckpointError(TxKafkaError):
@@ -338,10 +393,14 @@ def _parse_count(raw: bytes | None) -> int | None:
 
 def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
                   checkpoint: str | None = None, input_records: Iterable | None = None,
-                  output_records: Iterable | None = None) -> CountReport:
-    """Check a streaming count's output; exact per batch when the query's checkpoint is given."""
+                  output_records: Iterable | None = None, allow_empty: bool = False) -> CountReport:
+    """Check a streaming count's output; exact per batch when the query's checkpoint is given.
+
+    A run that checked nothing (no keyed input, no committed batch, no output) fails unless
+    ``allow_empty``; an output record without a key is unexpected."""
     started = time.monotonic()
-    rep = CountReport(input_topic, output_topic)
+    rep = CountReport(input_topic, output_topic, allow_empty=allow_empty,
+                      with_checkpoint=bool(checkpoint))
     batches, committed = read_offset_log(checkpoint, input_topic) if checkpoint else ([], set())
     # Per partition, the end offset of every batch (a batch whose end lacks the partition ends
     # where it started; Spark's offsets only grow).
@@ -359,8 +418,10 @@ def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
     per_batch: dict[int, list[bytes]] = defaultdict(list)
     final: Counter[bytes] = Counter()
     for m in (input_records if input_records is not None else scan_topic(conf, input_topic)):
+        rep.input_total += 1
         key = m.key()
         if key is None:
+            rep.input_without_key += 1
             continue
         if checkpoint:
             i = batch_of(m.partition(), m.offset())
@@ -400,10 +461,13 @@ def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
 
     for m in (output_records if output_records is not None else scan_topic(conf, output_topic)):
         key = m.key()
-        if key is None:
-            continue
         out_parts.add(m.partition())
         rep.found_updates += 1
+        if key is None:
+            rep.output_without_key += 1
+            rep.unexpected += 1
+            note("unexpected", f"no key at {output_topic}[{m.partition()}]@{m.offset()}")
+            continue
         count = _parse_count(m.value())
         if count is None or key not in final:
             rep.unexpected += 1
@@ -457,18 +521,22 @@ def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
 
 
 @dataclass
-class WindowCountReport:
+class WindowCountReport(_Verdict):
     """The verdict on a count per (key, event-time window) written in append mode."""
 
     input_topic: str
     output_topic: str
     window_ms: int
+    allow_empty: bool = False        # an empty run passes (only when the caller says so)
     watermark_ms: int | None = None  # windows ending at or before it must be in the output
+    input_total: int = 0             # committed input records read, with or without a key
+    input_without_key: int = 0       # ... without a key (no group: skipped)
     groups: int = 0                  # (key, window) groups in the committed input
     closed: int = 0                  # ... of which the watermark closed: each must be out once
     open: int = 0                    # ... still open (not expected yet)
     input_records: int = 0           # committed input records in closed windows
-    found: int = 0                   # output records
+    found: int = 0                   # output records, with or without a key
+    output_without_key: int = 0      # counted as unexpected: no window can have produced them
     duplicates: int = 0              # a window written more than once
     missing: int = 0                 # a closed window never written
     unexpected: int = 0              # a window with no input, or written before it closed
@@ -476,51 +544,69 @@ class WindowCountReport:
     seconds: float = 0.0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
-    @property
-    def ok(self) -> bool:
-        return not (self.duplicates or self.missing or self.unexpected or self.wrong_counts)
+    def _failures(self) -> int:
+        return self.duplicates + self.missing + self.unexpected + self.wrong_counts
+
+    def _nothing_reasons(self) -> list[str]:
+        out = []
+        if self.input_total == 0:
+            out.append(f"the input topic {self.input_topic} holds no committed record")
+        elif self.groups == 0:
+            out.append(f"none of the {self.input_total} input records has a key (a group)")
+        elif self.closed == 0:
+            out.append(f"the watermark {self.watermark_ms} closed none of the {self.groups} "
+                       "(key, window) groups of the input, so no window had to be out yet")
+        if self.found == 0:
+            out.append(f"the output topic {self.output_topic} holds no committed record")
+        return out
 
     @property
     def expected(self) -> int:
         return self.input_records
 
     def text(self) -> str:
-        verdict = "EXACTLY ONCE" if self.ok else "FAILED"
         lines = [
             f"txkafka verify (windowed counts, {self.window_ms} ms windows): {self.input_topic} -> "
-            f"{self.output_topic}: {verdict}",
+            f"{self.output_topic}: {self.verdict}",
+            *self._evidence_lines(),
             f"  windows            {self.groups} ({self.closed} closed by the watermark "
             f"{self.watermark_ms}, {self.open} open)",
-            f"  input records      {self.input_records} in closed windows",
+            f"  input records      {self.input_records} in closed windows"
+            + (f" ({self.input_without_key} without a key, skipped)" if self.input_without_key
+               else ""),
             f"  found records      {self.found}",
             f"  duplicates         {self.duplicates}",
             f"  missing            {self.missing}",
-            f"  unexpected         {self.unexpected}",
+            f"  unexpected         {self.unexpected}"
+            + (f" ({self.output_without_key} output records without a key)"
+               if self.output_without_key else ""),
             f"  wrong counts       {self.wrong_counts}",
         ]
-        for kind, ex in self.examples.items():
-            if ex:
-                lines.append(f"  e.g. {kind}: {', '.join(ex)}")
-        return "\n".join(lines)
+        return "\n".join(lines + self._example_lines(self.examples))
 
 
 def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, window_ms: int, *,
                            checkpoint: str | None = None, watermark_delay_ms: int | None = None,
                            input_records: Iterable | None = None,
-                           output_records: Iterable | None = None) -> WindowCountReport:
+                           output_records: Iterable | None = None,
+                           allow_empty: bool = False) -> WindowCountReport:
     """Check a windowed count's output (key ``<key>@<window start ms>``, value the count).
 
     The windows that must be out: with a checkpoint, those ending at or before the watermark Spark
     logged for its last committed batch (a later, uncommitted batch may have written more); else
-    those ending at or before the newest input timestamp minus ``watermark_delay_ms``.
+    those ending at or before the newest input timestamp minus ``watermark_delay_ms``. A run
+    that checked nothing (no closed window, no output) fails unless ``allow_empty``; an output
+    record without a key is unexpected.
     """
     started = time.monotonic()
-    rep = WindowCountReport(input_topic, output_topic, window_ms)
+    rep = WindowCountReport(input_topic, output_topic, window_ms, allow_empty=allow_empty)
     counts: Counter[tuple[bytes, int]] = Counter()
     newest = None
     for m in (input_records if input_records is not None else scan_topic(conf, input_topic)):
+        rep.input_total += 1
         key = m.key()
         if key is None:
+            rep.input_without_key += 1
             continue
         ts = m.timestamp()[1]
         counts[(key, ts - ts % window_ms)] += 1
@@ -551,9 +637,12 @@ def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, wind
     seen: Counter[tuple[bytes, int]] = Counter()
     for m in (output_records if output_records is not None else scan_topic(conf, output_topic)):
         raw = m.key()
-        if raw is None:
-            continue
         rep.found += 1
+        if raw is None:
+            rep.output_without_key += 1
+            rep.unexpected += 1
+            note("unexpected", f"no key at {output_topic}[{m.partition()}]@{m.offset()}")
+            continue
         key, _, start = raw.rpartition(b"@")
         count = _parse_count(m.value())
         try:
@@ -608,9 +697,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        payload = {**asdict(rep), "ok": rep.ok}
-        if isinstance(rep, VerifyReport):
-            payload["nothing_checked"] = rep.nothing_checked
+        payload = {**asdict(rep), "ok": rep.ok, "nothing_checked": rep.nothing_checked}
         if args.json == "-":
             print(json.dumps(payload, indent=2))
         else:
@@ -624,13 +711,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def _run_check(conf: dict, args: argparse.Namespace
                ) -> VerifyReport | CountReport | WindowCountReport:
     if args.check == "counts":
-        return verify_counts(conf, args.input, args.output, checkpoint=args.checkpoint)
+        return verify_counts(conf, args.input, args.output, checkpoint=args.checkpoint,
+                             allow_empty=args.allow_empty)
     if args.check == "windowed-counts":
         if not args.checkpoint and args.watermark_ms is None:
             raise SystemExit("error: --check windowed-counts needs --checkpoint or --watermark-ms")
         return verify_windowed_counts(conf, args.input, args.output, args.window_ms,
                                       checkpoint=args.checkpoint,
-                                      watermark_delay_ms=args.watermark_ms)
+                                      watermark_delay_ms=args.watermark_ms,
+                                      allow_empty=args.allow_empty)
     return verify(conf, args.input, args.output, id_in=args.id_in or args.id,
                   id_out=args.id_out or args.id, check_order=not args.no_order,
                   allow_empty=args.allow_empty)
@@ -646,8 +735,9 @@ def register_cli(sub) -> None:
     p.add_argument("--id-out", help="id location in the output, if it differs")
     p.add_argument("--no-order", action="store_true", help="skip the per-partition order check")
     p.add_argument("--allow-empty", action="store_true",
-                   help="ids check: pass when no input record carries an id (an empty input is "
-                        "expected); without it such a run fails, as it verified nothing")
+                   help="pass a run that verified nothing (an empty input or output, no id or "
+                        "key, no closed window, no committed batch) when that is expected; "
+                        "without it such a run fails. Output records no input explains still fail")
     p.add_argument("--check", choices=["ids", "windowed-counts", "counts"], default="ids",
                    help="ids: each input id once in the output (default); windowed-counts: a "
                         "count per (key, event-time window) in append mode (key KEY@WINDOWSTARTMS, "

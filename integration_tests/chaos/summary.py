@@ -3,6 +3,12 @@
 The CI suite collects its campaigns here; ``pytest_terminal_summary`` (integration_tests/conftest.py)
 prints the totals and writes them to results/chaos-ci-summary.json. The soak writes the same shape
 to docs/soak-results.json.
+
+Verdicts are derived from the evidence every time they are read (never stored by hand): a campaign
+is ok only if it ran the rounds it planned, every crash target it asked for landed (unless it
+declared the target optional, with a reason), its output was verified with records in it and
+nothing wrong, no transaction was left open, and no query failed unexpectedly. A set of campaigns
+is ok only if it has one, every campaign is ok, and it meets its ``Coverage``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,20 @@ WRITER_POINTS = ("before_precommit", "after_precommit", "before_decision", "afte
                  "between_endtxn", "after_sink_commit", "during_recovery")
 ALL_POINTS = WRITER_POINTS + ("read_partition",)
 
+# Crash targets, what a round asks for and what landed:
+#   "kill:P"       the driver SIGKILLed at injection point P (its marker written, exit -9)
+#   "task-exit:P"  a task's Python worker exited at task-side point P (its marker written)
+#   "random"       the driver SIGKILLed by the campaign while it was running
+#   "executor"     the executor JVM running the task that sat in pre-commit SIGKILLed
+#   "broker"       a broker node that was up SIGKILLed, and up again afterwards
+DESIGNED_FAILURE = "so none is"  # the sink's deliberate failure of an uncommittable batch
+
+
+def is_designed_failure(reason: str) -> bool:
+    """The sink failed a batch on purpose (invariant 7: a transaction too close to its timeout to
+    be committed; all aborted, no decision): a correct outcome, not a bug."""
+    return DESIGNED_FAILURE in reason
+
 
 @dataclass
 class RoundRecord:
@@ -29,6 +49,8 @@ class RoundRecord:
     committed_after: int
     seconds: float
     stale_open: int | None = None   # transactions of the crashed run still open after recovery
+    asked: list[str] = field(default_factory=list)   # crash targets the round asked for
+    landed: list[str] = field(default_factory=list)  # ... and those it proved happened
 
 
 @dataclass
@@ -38,6 +60,8 @@ class CampaignResult:
     transaction_version: int
     brokers: int
     spark: str                                   # "local" or "standalone"
+    rounds_planned: int = 0                      # rounds the campaign set out to run
+    optional: dict[str, str] = field(default_factory=dict)  # crash target -> why it may miss
     rounds: list[RoundRecord] = field(default_factory=list)
     kills_by_point: dict[str, int] = field(default_factory=dict)
     random_kills: int = 0
@@ -46,6 +70,8 @@ class CampaignResult:
     task_crashes: int = 0                        # Python workers killed at a task-side point
     task_crashes_by_point: dict[str, int] = field(default_factory=dict)
     query_failures: list[str] = field(default_factory=list)
+    expected_failures: list[str] = field(default_factory=list)  # provoked on purpose, verbatim
+    errors: list[str] = field(default_factory=list)  # exceptions that cut the campaign short
     stale_checks: int = 0                        # rounds whose recovery was checked for orphans
     stale_open: int = 0                          # orphans found by those checks (must be 0)
     final_open: list[str] = field(default_factory=list)  # open transactions at the end (must be [])
@@ -61,7 +87,6 @@ class CampaignResult:
     feeder: dict = field(default_factory=dict)
     seconds: float = 0.0
     verify_text: str = ""
-    ok: bool = False
 
     @property
     def driver_kills(self) -> int:
@@ -73,18 +98,127 @@ class CampaignResult:
         broker kills."""
         return self.driver_kills + self.task_crashes + self.executor_kills + self.broker_bounces
 
+    @property
+    def asked(self) -> set[str]:
+        """Every crash target a round asked for."""
+        return {t for r in self.rounds for t in r.asked}
+
+    def landed(self) -> set[str]:
+        """Every crash target with evidence that it happened."""
+        out = {f"kill:{p}" for p, n in self.kills_by_point.items() if n}
+        out |= {f"task-exit:{p}" for p, n in self.task_crashes_by_point.items() if n}
+        for target, n in (("random", self.random_kills), ("executor", self.executor_kills),
+                          ("broker", self.broker_bounces)):
+            if n:
+                out.add(target)
+        return out
+
+    def unexpected_failures(self) -> list[str]:
+        """Query failures that are neither the sink's designed failure nor provoked on purpose."""
+        return [f for f in self.query_failures
+                if not is_designed_failure(f) and f not in self.expected_failures]
+
+    def problems(self) -> list[str]:
+        """Why this campaign proves nothing or found a fault; empty when it is ok."""
+        out = [f"error: {e}" for e in self.errors]
+        if self.rounds_planned < 1:
+            out.append("no round planned: a campaign must crash something")
+        elif len(self.rounds) < self.rounds_planned:
+            out.append(f"ran {len(self.rounds)} of {self.rounds_planned} planned rounds")
+        missed = sorted(self.asked - self.landed() - set(self.optional))
+        if missed:
+            out.append(f"asked for but never landed: {', '.join(missed)}")
+        if self.records_verified <= 0 or self.updates_verified <= 0:
+            out.append(f"nothing verified: {self.records_verified} input records, "
+                       f"{self.updates_verified} output records checked")
+        if self.duplicates or self.missing or self.unexpected or self.order_violations:
+            out.append(f"output not exactly once: duplicates {self.duplicates}, missing "
+                       f"{self.missing}, unexpected {self.unexpected}, order violations "
+                       f"{self.order_violations}")
+        if self.mode == "aggregate" and self.open_windows > 1:
+            # Only the feeder's far-ahead flush record may be in a window still open at the end.
+            out.append(f"{self.open_windows} windows still open at the end (at most 1 may be)")
+        feeder = self.feeder
+        if self.mode == "map" and feeder.get("transactions_failed") == 0 and \
+                feeder.get("records_committed") != self.records_verified:
+            out.append(f"the feeder committed {feeder.get('records_committed')} records, "
+                       f"read_committed found {self.records_verified} in the input")
+        if self.final_open:
+            out.append(f"transactions of the sink open at the end: {self.final_open[:5]}")
+        unchecked = [r.number for r in self.rounds if r.stale_open is None]
+        if unchecked:
+            out.append(f"recovery never checked after rounds {unchecked}")
+        if self.stale_open or any(r.stale_open for r in self.rounds):
+            out.append(f"{self.stale_open} transactions of crashed runs still open after recovery")
+        failures = self.unexpected_failures()
+        if failures:
+            out.append(f"the query failed instead of recovering: {failures[:3]}")
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems()
+
     def to_json(self) -> dict:
         d = asdict(self)
         d["driver_kills"] = self.driver_kills
         d["crash_points"] = self.crash_points
+        d["ok"] = self.ok
+        d["problems"] = self.problems()
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "CampaignResult":
-        """Read back what to_json wrote (a resumed soak keeps its earlier campaigns)."""
+        """Read back what to_json wrote (a resumed soak keeps its earlier campaigns); the verdict
+        is derived again from the evidence, never taken from the file."""
         known = {f for f in cls.__dataclass_fields__}
         kw = {k: v for k, v in d.items() if k in known and k != "rounds"}
         return cls(**kw, rounds=[RoundRecord(**r) for r in d.get("rounds", [])])
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a set of campaigns must have exercised together, on top of each campaign's verdict."""
+
+    min_crash_points: int = 0
+    points: tuple[str, ...] = ()               # each hit: a driver kill or a task crash there
+    driver_kill_points: tuple[str, ...] = ()   # each killed the driver itself
+    modes: tuple[str, ...] = ()
+    transaction_versions: tuple[int, ...] = ()
+    spark: tuple[str, ...] = ()
+    min_executor_kills: int = 0
+    min_broker_bounces: int = 0
+
+    def problems(self, t: dict) -> list[str]:
+        out = []
+        if t["crash_points"] < self.min_crash_points:
+            out.append(f"{t['crash_points']} crash points, fewer than {self.min_crash_points}")
+        hit = set(t["kills_by_point"]) | set(t["task_crashes_by_point"])
+        not_hit = [p for p in self.points if p not in hit]
+        if not_hit:
+            out.append(f"injection points not hit: {', '.join(not_hit)}")
+        not_killed = [p for p in self.driver_kill_points if p not in t["kills_by_point"]]
+        if not_killed:
+            out.append(f"the driver was never killed at: {', '.join(not_killed)}")
+        for name, want in (("modes", self.modes), ("transaction_versions",
+                                                   self.transaction_versions),
+                           ("spark", self.spark)):
+            lacking = [w for w in want if w not in t[name]]
+            if lacking:
+                out.append(f"no campaign with {name} {lacking}")
+        if t["executor_kills"] < self.min_executor_kills:
+            out.append(f"{t['executor_kills']} executor kills, fewer than "
+                       f"{self.min_executor_kills}")
+        if t["broker_bounces"] < self.min_broker_bounces:
+            out.append(f"{t['broker_bounces']} broker bounces, fewer than "
+                       f"{self.min_broker_bounces}")
+        return out
+
+
+# What the CI suite's campaigns must prove together.
+CI_COVERAGE = Coverage(min_crash_points=10, points=ALL_POINTS, driver_kill_points=WRITER_POINTS,
+                       modes=("aggregate", "map"), transaction_versions=(0, 2),
+                       spark=("standalone",), min_executor_kills=1, min_broker_bounces=1)
 
 
 def _merge(counters: list[dict[str, int]]) -> dict[str, int]:
@@ -98,20 +232,23 @@ def _merge(counters: list[dict[str, int]]) -> dict[str, int]:
 class ChaosSummary:
     campaigns: list[CampaignResult] = field(default_factory=list)
     title: str = "txkafka chaos"
+    coverage: Coverage = Coverage()
 
     def totals(self) -> dict:
         cs = self.campaigns
+        problems = {c.name: c.problems() for c in cs}
         rounds = [r for c in cs for r in c.rounds]
         secs = [r.seconds for r in rounds]
         kills = _merge([c.kills_by_point for c in cs])
         task_kills = _merge([c.task_crashes_by_point for c in cs])
-        return {
+        out = {
             "campaigns": len(cs),
             "rounds": len(rounds),
             # Rounds of campaigns that ran to their end and verified; a failed campaign's rounds
             # stay in the record but prove nothing about exactly-once.
-            "verified_rounds": sum(len(c.rounds) for c in cs if c.ok),
-            "failed_campaigns": [c.name for c in cs if not c.ok],
+            "verified_rounds": sum(len(c.rounds) for c in cs if not problems[c.name]),
+            "failed_campaigns": [name for name, p in problems.items() if p],
+            "campaign_problems": {name: p for name, p in problems.items() if p},
             "crash_points": sum(c.crash_points for c in cs),
             "driver_kills": sum(c.driver_kills for c in cs),
             "kills_by_point": kills,
@@ -141,8 +278,10 @@ class ChaosSummary:
                 "median": round(statistics.median(secs), 1) if secs else 0,
                 "max": round(max(secs), 1) if secs else 0,
             },
-            "all_ok": bool(cs) and all(c.ok for c in cs),
         }
+        out["coverage_problems"] = self.coverage.problems(out)
+        out["all_ok"] = bool(cs) and not out["failed_campaigns"] and not out["coverage_problems"]
+        return out
 
     def to_json(self) -> dict:
         return {"title": self.title, "totals": self.totals(),
@@ -180,11 +319,15 @@ class ChaosSummary:
             f"spark {'/'.join(t['spark'])}; query failures {t['query_failures']}; sink re-run "
             f"rounds {t['sink_rerun_rounds']}",
         ]
+        if not self.campaigns:
+            lines.append("  no campaign ran: nothing was proved")
+        lines += [f"  coverage not met: {p}" for p in t["coverage_problems"]]
         for c in self.campaigns:
             lines.append(
                 f"  - {c.name}: {'ok' if c.ok else 'FAILED'} {c.mode} tv{c.transaction_version} "
                 f"{c.brokers} broker(s) {c.spark}: {len(c.rounds)} rounds, "
                 f"{c.records_verified} records, {c.batches} batches, {c.seconds:.0f}s")
+            lines += [f"      {p}" for p in t["campaign_problems"].get(c.name, [])]
         return "\n".join(lines)
 
 
@@ -197,7 +340,7 @@ def terminal_summary(terminalreporter) -> None:
     """Print the chaos campaigns of this pytest run (if any) and write them to a JSON file."""
     if not CI_RESULTS:
         return
-    summary = ChaosSummary(list(CI_RESULTS), title="txkafka chaos (CI)")
+    summary = ChaosSummary(list(CI_RESULTS), title="txkafka chaos (CI)", coverage=CI_COVERAGE)
     path = summary.write(CI_SUMMARY_PATH)
     terminalreporter.write_sep("=", "txkafka chaos summary")
     for line in summary.text().splitlines():
