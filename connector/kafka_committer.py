@@ -44,6 +44,7 @@ from .errors import (
 )
 from .fault_injection import FaultInjector
 from .kafka_committable import KafkaCommittable, TaskResult
+from .kafka_source_offset import resume_option
 from .partition_input import PartitionInput
 from .secrets_redaction import redact_uri
 from .sink_commit_log import BatchState, Layout, SinkCommitLog
@@ -300,7 +301,8 @@ class KafkaCommitter:
         else:
             b, offsets, after = last
             resume = (f"the last batch the sink committed is batch {b}, whose end offsets are "
-                      f"{_show(offsets) if offsets else 'not recorded (an older txkafka)'}")
+                      + (f"{_show([resume_option(o) for o in offsets])}" if offsets
+                         else "not recorded (an older txkafka)"))
             if after:
                 resume += (f" (batches {after} after it are not complete: their committed part is "
                            "in the output too; docs/operations.md)")

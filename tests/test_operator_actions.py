@@ -504,3 +504,11 @@ def test_commit_log_show_prints_each_batchs_source_offsets(tmp_path, capsys):
     assert f"source offsets: {OFFSETS_A}" in text and "complete (no rows)" in text
     assert f"last complete batch: 1; a query on a new checkpoint continues after it with " \
            f"startingOffsets {OFFSETS_B}" in text
+
+
+def test_the_resume_option_drops_batch_0s_start():
+    from txkafka.connector.kafka_source_offset import resume_option
+
+    logged = '{"in":{"0":400,"1":380},"txkafka:start":{"in":{"0":0,"1":0}}}'
+    assert resume_option(logged) == '{"in":{"0":400,"1":380}}'
+    assert resume_option("-") == "-" and resume_option("[1]") == "[1]"

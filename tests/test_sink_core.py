@@ -393,7 +393,7 @@ def test_fault_once_marker(tmp_path):
 # ----------------------------------------------------------------- ambiguous outcomes (invariant 8)
 
 def _spark_offsets(tmp_path, batch, line):
-    (tmp_path / "offsets").mkdir(exist_ok=True)
+    (tmp_path / "offsets").mkdir(parents=True, exist_ok=True)
     (tmp_path / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + line + "\n")
 
 

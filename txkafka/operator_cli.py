@@ -19,6 +19,7 @@ import time
 from .connector.secrets_redaction import redact_uri
 from .connector.errors import KafkaConfigError
 from .connector.kafka_config import kafka_client_config
+from .connector.kafka_source_offset import resume_option
 from .connector.sink_commit_log import SinkCommitLog, SinkIdentity
 from .connector.transactional_id_factory import TransactionalIdFactory
 
@@ -274,8 +275,9 @@ def cmd_log(args: argparse.Namespace) -> int:
               + (" | ".join(offsets) if offsets is not None else "not recorded (older txkafka)"))
     last = next((b for b in reversed(out) if b["status"].startswith("complete")), None)
     if last is not None and last["source_offsets"]:
+        resume = " | ".join(resume_option(o) for o in last["source_offsets"])
         print(f"last complete batch: {last['batch']}; a query on a new checkpoint continues after "
-              f"it with startingOffsets {' | '.join(last['source_offsets'])}")
+              f"it with startingOffsets {resume}")
     return 0
 
 
