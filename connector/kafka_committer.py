@@ -342,12 +342,12 @@ class KafkaCommitter:
         committables = [r.committable for r in results if r is not None and r.committable]
         listing = self.log.listing() if self.log else {}
         state = self.log.batch_state(batch_id, listing) if self.log else None
+        if state is not None and state.pending is not None:
+            self.recover()  # a decision stands whatever the checkpoint says now
+            state = self.log.batch_state(batch_id) if self.log else None
         # Again at commit, before anything is decided or skipped: the checkpoint may have changed
         # since planning, and a mismatched re-run's transactions must not survive.
         offsets = self._check_source_offsets(batch_id, state, listing, rerun=committables)
-        if state is not None and state.pending is not None:
-            self.recover()
-            state = self.log.batch_state(batch_id) if self.log else None
 
         if state is not None and state.complete:
             # Invariant 3: the sink already committed this batch; whatever the re-run wrote goes.
