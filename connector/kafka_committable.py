@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .partition_input import PartitionInput
+
 
 @dataclass(frozen=True)
 class KafkaCommittable:
@@ -48,7 +50,8 @@ class KafkaCommittable:
 
 @dataclass(frozen=True)
 class TaskResult:
-    """A task's answer: a committable, or nothing (empty task, skipped batch) with a count."""
+    """A task's answer: a committable, or nothing (empty task, skipped batch) with a count, and
+    what the task read (a skipping task reads its input too), for the layout check."""
 
     partition_id: int
     attempt: int
@@ -56,3 +59,10 @@ class TaskResult:
     committable: KafkaCommittable | None = None
     record_count: int = 0
     skipped: bool = False
+    input: PartitionInput | None = None
+
+    def read(self) -> PartitionInput:
+        """What the task read; from the record count when the task did not digest its input."""
+        if self.input is not None:
+            return self.input
+        return PartitionInput(None if self.skipped else self.record_count)

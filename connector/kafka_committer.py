@@ -1,20 +1,28 @@
-"""The driver side of the sink: validate, decide, commit, recover (Flink's KafkaCommitter for Spark).
+"""The driver side of the sink: plan, validate, decide, commit, recover (Flink's KafkaCommitter).
 
 The protocol for batch N (docs/design.md has the failure matrix):
+0. Plan (every ``streamWriter()`` call, before the batch's tasks start): roll forward a decided
+   round without an outcome, then compare the batch Spark planned (its newest ``offsets/N``) with
+   the sink's log: a batch the sink already has must read the same source offsets (invariant 11),
+   else CheckpointMismatchError before any task writes. Tasks then write all, none (a replay of a
+   committed batch) or only the lost task partitions of the batch.
 1. Validate every pre-committed transaction with DescribeTransactions: Ongoing, same producer id and
    epoch, time left before the coordinator's timeout. Any failure: abort all, fail the batch.
-2. Decide: write "batch N round R: commit these" to the sink's commit log, durably, before any EndTxn.
+2. Decide: write "batch N round R: commit these" to the sink's commit log, durably and exclusively,
+   before any EndTxn, with the batch's source offsets and task layout. A batch with nothing to
+   decide gets an empty-batch record with its source offsets instead.
 3. Commit: EndTxn(commit) for each, in parallel, retrying retriable answers; record the outcome.
 4. Sweep: abort every open transaction of this sink that no decision covers (failed attempts,
    speculative losers, the previous run's leftovers).
 
-Recovery runs in every ``streamWriter()`` call, i.e. on the driver before a batch's tasks start: a
-decided round without an outcome is rolled forward (never aborted). A re-run of a batch the log
+A decided round without an outcome is rolled forward (never aborted). A re-run of a batch the log
 says is complete writes nothing and anything it did write is aborted. A decided transaction that
-the broker aborted before its commit landed is recorded as lost; the batch's re-run writes exactly
-those task partitions again, so nothing is lost silently. A decided transaction whose id the
-coordinator no longer knows has an unknowable outcome: no outcome is recorded and the query stops
-(TransactionOutcomeUnknownError) until an operator records the answer (``commit-log resolve``).
+the broker aborted before its commit landed (confirmed with DescribeTransactions, invariant 15) is
+recorded as lost; the batch's re-run writes exactly those task partitions again, if it has the
+same task layout (invariant 12), so nothing is lost silently or written twice. A decided
+transaction whose outcome Kafka cannot tell (the coordinator forgot its id, or a fenced answer that
+DescribeTransactions does not confirm) stops the query (TransactionOutcomeUnknownError) until an
+operator records the answer (``commit-log resolve``).
 """
 
 from __future__ import annotations
@@ -26,31 +34,59 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping, NoReturn, Sequence
 
 from .errors import (
+    CheckpointMismatchError,
+    ConcurrentWriterError,
+    TaskLayoutChangedError,
     TransactionError,
     TransactionLostError,
     TransactionOutcomeUnknownError,
     TxKafkaError,
 )
 from .fault_injection import FaultInjector
-from .secrets_redaction import redact_uri
 from .kafka_committable import KafkaCommittable, TaskResult
-from .sink_commit_log import BatchState, SinkCommitLog
+from .kafka_source_offset import resume_option
+from .partition_input import PartitionInput
+from .secrets_redaction import redact_uri
+from .sink_commit_log import BatchState, Layout, SinkCommitLog
 from .sink_options import SinkConfig
+from .spark_checkpoint import same_source_offsets
 from .transaction_client import (
     FENCED_CODES,
     INVALID_TXN_STATE,
     UNKNOWN_ID_CODES,
     TransactionClient,
+    TransactionDescription,
 )
 from .transactional_id_factory import TransactionalIdFactory
 
 log = logging.getLogger(__name__)
 
-# EndTxn(commit) answers that prove a decided transaction did not commit (the coordinator aborted it).
+# EndTxn(commit) answers that suggest a decided transaction did not commit; DescribeTransactions
+# confirms it before it is recorded lost (invariant 15).
 _LOST_CODES = FENCED_CODES | {INVALID_TXN_STATE}
+_ABORT_STATES = {"PrepareAbort", "CompleteAbort"}
 _PRUNE_EVERY = 50
+# Warnings already logged by this process, (log root, batch, kind): the planning and the commit
+# of a batch both construct a writer and plan it, and a replayed batch is reported once.
+_WARNED: set[tuple[str, int, str]] = set()
 
 Key = tuple[str, int, int]  # (transactional id, producer id, epoch): one transaction, not one id
+
+
+def _show(offsets: Sequence[str] | None) -> str:
+    """Source offset lines on one line, as Spark logged them."""
+    return " | ".join(offsets) if offsets else "(none)"
+
+
+def _layout(results: Sequence[TaskResult | None]) -> Layout:
+    return {r.partition_id: r.read() for r in results if r is not None}
+
+
+def _partition_list(layout: Mapping[int, object]) -> str:
+    ps = sorted(layout)
+    if ps and ps == list(range(ps[0], ps[-1] + 1)) and len(ps) > 2:
+        return f"{ps[0]}-{ps[-1]}"
+    return ", ".join(map(str, ps)) or "none"
 
 
 # ----------------------------------------------------------------- unresolved rounds
@@ -71,26 +107,25 @@ def known_verdicts(note: dict | None) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class WritePlan:
-    """What tasks must do, from the commit log as it stood when the batch was planned."""
+    """What the tasks of one batch do, decided on the driver while Spark planned the batch."""
 
-    logged_batch: int | None = None
-    logged_complete: bool = False
-    redo: frozenset[int] = frozenset()
-
-    @classmethod
-    def from_state(cls, state: BatchState | None) -> "WritePlan":
-        if state is None:
-            return cls()
-        return cls(state.batch_id, state.complete, state.redo_partitions)
+    batch_id: int | None = None          # the batch planned; None: unknown (write everything)
+    skip: bool = False                   # the sink committed this batch already: write nothing
+    redo: frozenset[int] | None = None   # a lost round's task partitions: write only these
 
     def should_write(self, batch_id: int, partition_id: int) -> bool:
-        if self.logged_batch is None or batch_id > self.logged_batch:
-            return True
-        if batch_id < self.logged_batch:
-            return False  # an older batch than the log's newest: already written
-        if self.logged_complete:
-            return False  # invariant 3: Spark re-runs a batch the sink already committed
-        return partition_id in self.redo
+        if self.batch_id is not None and batch_id != self.batch_id:
+            # The plan was made for another batch: its skip/redo answer would be a guess.
+            raise TransactionError(
+                f"task partition {partition_id}: Spark runs this task for batch {batch_id} "
+                f"(local property streaming.sql.batchId), but the sink planned the writer for "
+                f"batch {self.batch_id} (the newest offsets/ file of the checkpoint when Spark "
+                "planned it). txkafka refuses to guess which batch's plan applies (a wrong one "
+                "could skip or repeat rows); nothing was written. Report this with the Spark "
+                "version and trigger.")
+        if self.skip:
+            return False
+        return self.redo is None or partition_id in self.redo
 
 
 def prune_due(batch_id: int, listing: Mapping[int, object]) -> bool:
@@ -153,16 +188,150 @@ class KafkaCommitter:
             return None
         state = self.log.latest()
         if state is not None and state.pending is not None:
-            rnd = state.pending
-            log.warning("rolling forward batch %d round %d (%d transactions) decided by an earlier "
-                        "run", state.batch_id, rnd.number, len(rnd.decision))
-            try:
-                self._end_round(state.batch_id, rnd.number, rnd.decision, recovering=True)
-            except TransactionLostError as e:
-                # Recorded in the outcome; this batch's re-run writes the lost partitions again.
-                log.error("%s", e)
-            state = self.log.batch_state(state.batch_id)
+            state = self._roll_forward(state)
         return state
+
+    def _roll_forward(self, state: BatchState) -> BatchState | None:
+        assert self.log is not None and state.pending is not None
+        rnd = state.pending
+        log.warning("rolling forward batch %d round %d (%d transactions) decided by an earlier "
+                    "run", state.batch_id, rnd.number, len(rnd.decision))
+        try:
+            self._end_round(state.batch_id, rnd.number, rnd.decision, recovering=True)
+        except TransactionLostError as e:
+            # Recorded in the outcome; this batch's re-run writes the lost partitions again.
+            log.error("%s", e)
+        return self.log.batch_state(state.batch_id)
+
+    # ------------------------------------------------------------------ planning
+
+    def plan(self) -> WritePlan:
+        """While Spark plans a batch (the per-batch ``streamWriter()`` call, before its tasks
+        start): recover, then check the batch Spark planned against the log (invariant 11).
+
+        Spark writes ``offsets/N`` before it plans batch N, so the newest offsets file names the
+        batch. Raises CheckpointMismatchError when the log already has that batch with other
+        source offsets, or has later batches but no record of it.
+        """
+        self.recover()
+        if self.log is None:
+            return WritePlan()
+        batch_id = self.log.spark.latest_offsets_batch()
+        if batch_id is None:
+            return WritePlan()
+        listing = self.log.listing()
+        state = self.log.batch_state(batch_id, listing)
+        self._check_source_offsets(batch_id, state, listing)
+        if state is not None and state.pending is not None:
+            state = self._roll_forward(state)  # only the newest batch is pending normally
+        if state is None:
+            return WritePlan(batch_id)
+        if state.complete:
+            self._warn_once(batch_id, "skip", (
+                "batch %d: the sink committed this batch already (%s), reading the same source "
+                "offsets; Spark runs it again because its commits/%d is missing (a crash after "
+                "the sink's commit, or a rolled-back checkpoint). The re-run writes nothing."),
+                batch_id, "no rows" if state.empty else f"round {state.last.number}", batch_id)
+            return WritePlan(batch_id, skip=True)
+        redo = state.redo_partitions
+        self._warn_once(batch_id, "redo", (
+            "batch %d: re-writing task partitions %s, whose transactions the broker aborted in "
+            "round %d; the batch's other task partitions write nothing"),
+            batch_id, sorted(redo), state.last.number)
+        return WritePlan(batch_id, redo=redo)
+
+    def _warn_once(self, batch_id: int, kind: str, fmt: str, *args: object) -> None:
+        key = (self.log.root if self.log else "", batch_id, kind)
+        if key not in _WARNED:
+            _WARNED.add(key)
+            log.warning(fmt, *args)
+
+    def _check_source_offsets(self, batch_id: int, state: BatchState | None,
+                              listing: Mapping[int, object],
+                              rerun: Sequence[KafkaCommittable] = ()) -> tuple[str, ...] | None:
+        """Invariant 11: the batch Spark runs reads what the sink recorded for it. Returns Spark's
+        source lines of ``offsets/N``; on a mismatch aborts ``rerun`` and raises."""
+        if self.log is None:
+            return None
+        entry = self.log.spark.read_offsets(batch_id)
+        now = entry.sources if entry is not None else None
+        if state is None:
+            newer = [b for b in listing if b > batch_id]
+            if newer:
+                self._abort(rerun)
+                raise CheckpointMismatchError(self._unrecorded_message(batch_id, now, max(newer)))
+            return now
+        recorded = state.source_offsets
+        if recorded is None:
+            self._warn_once(batch_id, "legacy", (
+                "batch %d: the sink's record of this batch predates txkafka recording source "
+                "offsets, so Spark's offsets/%d cannot be compared with it; replaying it as "
+                "recorded"), batch_id, batch_id)
+            return now
+        if now is None:
+            self._warn_once(batch_id, "no-offsets", (
+                "batch %d: Spark's offsets/%d is missing from %s, so it cannot be compared with "
+                "the source offsets the sink recorded (%s); replaying the batch as recorded"),
+                batch_id, batch_id, redact_uri(self.log.location), _show(recorded))
+            return recorded
+        if not same_source_offsets(recorded, now):
+            self._abort(rerun)
+            raise CheckpointMismatchError(self._mismatch_message(batch_id, recorded, now, state))
+        return now
+
+    def _last_committed(self) -> tuple[int, tuple[str, ...] | None, list[int]] | None:
+        """(batch, its source offsets, later batches not complete) of the log's newest batch
+        whose last round completed: where a new checkpoint continues from."""
+        assert self.log is not None
+        listing = self.log.listing()
+        incomplete: list[int] = []
+        for b in sorted(listing, reverse=True):
+            st = self.log.batch_state(b, listing)
+            if st is not None and st.complete:
+                return b, st.source_offsets, sorted(incomplete)
+            incomplete.append(b)
+        return None
+
+    def _recovery_text(self) -> str:
+        assert self.log is not None
+        ck = redact_uri(self.log.location)
+        last = self._last_committed()
+        if last is None:
+            resume = "the sink's log has no complete batch yet"
+        else:
+            b, offsets, after = last
+            resume = (f"the last batch the sink committed is batch {b}, whose end offsets are "
+                      + (f"{_show([resume_option(o) for o in offsets])}" if offsets
+                         else "not recorded (an older txkafka)"))
+            if after:
+                resume += (f" (batches {after} after it are not complete: their committed part is "
+                           "in the output too; docs/operations.md)")
+        return (f"Nothing of this batch is written. To recover, either restore the removed or "
+                f"edited files under {ck}/offsets and {ck}/commits from a backup and restart, or "
+                f"continue from what the output holds: start the query on a NEW "
+                f"checkpointLocation with the reader's startingOffsets set to the end offsets of "
+                f"the last batch the sink committed; {resume}. `txkafka commit-log show "
+                f"--checkpoint {ck}` prints each batch's source offsets. See docs/operations.md, "
+                f"'Checkpoint rolled back, partly deleted or copied'.")
+
+    def _mismatch_message(self, batch_id: int, recorded: tuple[str, ...], now: tuple[str, ...],
+                          state: BatchState) -> str:
+        what = "committed" if state.complete else "decided"
+        return (f"batch {batch_id}: Spark's checkpoint and the sink's commit log disagree about "
+                f"what this batch reads. Spark planned batch {batch_id} with source offsets "
+                f"{_show(now)} (offsets/{batch_id}), but the sink already {what} batch {batch_id} "
+                f"reading {_show(recorded)}. The checkpoint was rolled back, partly deleted, "
+                f"edited or copied from another query; writing this batch would duplicate or skip "
+                f"records. {self._recovery_text()}")
+
+    def _unrecorded_message(self, batch_id: int, now: tuple[str, ...] | None, newest: int) -> str:
+        return (f"batch {batch_id}: Spark planned batch {batch_id} (source offsets "
+                f"{_show(now) if now else 'unknown'}), but the sink's commit log has records of "
+                f"later batches (up to {newest}) and none of batch {batch_id}: Spark's checkpoint "
+                f"was rolled back, partly deleted or copied, and the sink cannot tell whether it "
+                f"wrote this batch (its record was pruned, the log keeps the newest 100 batches, "
+                f"or written by a txkafka version that recorded no batch without data). "
+                f"{self._recovery_text()}")
 
     # -------------------------------------------------------------------- commit
 
@@ -174,8 +343,11 @@ class KafkaCommitter:
         listing = self.log.listing() if self.log else {}
         state = self.log.batch_state(batch_id, listing) if self.log else None
         if state is not None and state.pending is not None:
-            self.recover()
+            self.recover()  # a decision stands whatever the checkpoint says now
             state = self.log.batch_state(batch_id) if self.log else None
+        # Again at commit, before anything is decided or skipped: the checkpoint may have changed
+        # since planning, and a mismatched re-run's transactions must not survive.
+        offsets = self._check_source_offsets(batch_id, state, listing, rerun=committables)
 
         if state is not None and state.complete:
             # Invariant 3: the sink already committed this batch; whatever the re-run wrote goes.
@@ -184,10 +356,13 @@ class KafkaCommitter:
             report.orphans_aborted = self._sweep_after_commit(batch_id)
             report.seconds = time.monotonic() - started
             self.last_report = report
+            log.info("batch %d: already committed by the sink; the re-run's %d transaction(s) "
+                     "aborted", batch_id, report.aborted)
             return report
 
         redo = state.redo_partitions if state is not None else frozenset()
         if state is not None and redo:
+            self._check_layout(batch_id, state, results, committables)
             stray = [c for c in committables if c.partition_id not in redo]
             if stray:
                 report.aborted += self._abort(stray)
@@ -198,7 +373,13 @@ class KafkaCommitter:
                 lost = [c for c in state.last.lost if c.partition_id in missing]
                 raise TransactionLostError(self._lost_message(batch_id, lost, rerun_failed=True))
 
+        all_partitions = sorted({r.partition_id for r in results if r is not None})
         if not committables:
+            if self.log is not None and state is None:
+                # Every batch Spark ran through the sink is in the log, with what it read.
+                self.log.write_empty(batch_id, offsets, all_partitions)
+                if prune_due(batch_id, listing):
+                    self.log.prune()
             report.orphans_aborted = self.sweep_orphans() if self._needs_sweep(results) else 0
             report.seconds = time.monotonic() - started
             self.last_report = report
@@ -207,9 +388,13 @@ class KafkaCommitter:
         committables = self._validate(batch_id, committables)
         self.faults.check("before_decision", batch=batch_id)
         round_no = (state.last.number + 1) if state is not None and state.rounds else 0
-        all_partitions = sorted({r.partition_id for r in results if r is not None})
         if self.log is not None:
-            self.log.write_decision(batch_id, round_no, committables, all_partitions)
+            try:
+                self.log.write_decision(batch_id, round_no, committables, all_partitions,
+                                        source_offsets=offsets, layout=_layout(results))
+            except ConcurrentWriterError:
+                self._abort(committables)  # ours: the other driver's decision stands alone
+                raise
         self.faults.check("after_decision", batch=batch_id)
         decided = time.monotonic()
         self._end_round(batch_id, round_no, committables, recovering=False,
@@ -226,6 +411,47 @@ class KafkaCommitter:
         log.info("batch %d: committed %d transactions, %d records in %.3fs", batch_id,
                  report.transactions, report.records, report.seconds)
         return report
+
+    def _check_layout(self, batch_id: int, state: BatchState, results: Sequence[TaskResult | None],
+                      rerun: Sequence[KafkaCommittable]) -> None:
+        """Invariant 12: a lost round is re-written only by the task layout that decided it."""
+        lost_round = state.last
+        then = lost_round.layout
+        if then is None:
+            # Decided before txkafka recorded layouts: compare what that record has.
+            log.warning("batch %d round %d was decided before txkafka recorded task layouts: "
+                        "only its task partitions and the lost ones' row counts are compared",
+                        batch_id, lost_round.number)
+            then = {p: PartitionInput(None) for p in lost_round.all_partitions}
+            then.update({c.partition_id: PartitionInput(c.record_count) for c in lost_round.lost})
+        now = _layout(results)
+        problems = []
+        if set(then) != set(now):
+            problems.append(f"{len(then)} task partitions then ({_partition_list(then)}), "
+                            f"{len(now)} now ({_partition_list(now)})")
+        for p in sorted(set(then) & set(now)):
+            diff = then[p].difference(now[p])
+            if diff:
+                problems.append(f"task partition {p}: {diff}")
+        if not problems:
+            return
+        self._abort(rerun)
+        shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8
+                                           else "")
+        raise TaskLayoutChangedError(
+            f"batch {batch_id}: the broker aborted decided transactions of round "
+            f"{lost_round.number} (task partitions {sorted(state.redo_partitions)}), and this "
+            f"re-run, which must write exactly those again, has another task layout: {shown}. "
+            f"Re-writing some task partitions of a different layout would lose or repeat "
+            f"records, so nothing of this re-run is committed (its transactions are aborted). "
+            f"Restart the query with the layout of the run that decided batch {batch_id}: the "
+            f"reader's minPartitions and maxRecordsPerPartition as then, the same "
+            f"repartition()/coalesce() in the query, spark.sql.shuffle.partitions as then (a "
+            f"streaming query keeps it in its checkpoint), and no non-deterministic "
+            f"transformation (rand(), uuid(), current_timestamp()) before the sink. Once batch "
+            f"{batch_id} is complete, the layout may change. See docs/operations.md, "
+            f"'Parallelism changed while a batch must be re-written'.",
+        )
 
     def abort(self, batch_id: int, results: Sequence[TaskResult | None]) -> int:
         """Spark gave up on the batch. A decided round still commits; everything else is aborted.
@@ -352,9 +578,13 @@ class KafkaCommitter:
         codes.update(self.client.end_many([c.key for c in rest], commit=True,
                                           parallelism=self.cfg.commit_parallelism))
         committed = [c for c in decision if codes.get(c.transactional_id) == 0]
-        lost = [c for c in decision if codes.get(c.transactional_id) in _LOST_CODES]
+        fenced = [c for c in decision if codes.get(c.transactional_id) in _LOST_CODES]
         no_id = [c for c in decision if codes.get(c.transactional_id) in UNKNOWN_ID_CODES]
-        unfinished = [c for c in decision if c not in committed and c not in lost and c not in no_id]
+        unfinished = [c for c in decision
+                      if c not in committed and c not in fenced and c not in no_id]
+        lost, unconfirmed, undescribed, seen = self._confirm_lost(fenced, codes)
+        unfinished += undescribed
+        no_id += unconfirmed
         if self.log is None and (unfinished or lost):
             # A batch write keeps no decision: nothing completes or redoes it later, and Spark's
             # abort() that follows aborts whatever did not commit. Say so (never "restart").
@@ -369,15 +599,16 @@ class KafkaCommitter:
                 "the decision stands and the next attempt (or restart) completes it"
             )
         if no_id:
-            # The coordinator forgot these ids: an earlier attempt's commit may or may not have
-            # landed. Use what an earlier attempt learnt or the operator decided; else stop.
+            # Kafka cannot tell these (a forgotten id, an unconfirmed fenced answer): an earlier
+            # attempt's commit may or may not have landed. Use what an earlier attempt learnt or
+            # the operator decided; else stop.
             note = self.log.read_unresolved(batch_id, round_no) if self.log is not None else None
             verdicts = known_verdicts(note)
             committed += [c for c in no_id if verdicts.get(c.transactional_id) == "committed"]
             lost += [c for c in no_id if verdicts.get(c.transactional_id) == "lost"]
             no_id = [c for c in no_id if c.transactional_id not in verdicts]
         if no_id:
-            self._stop_unknown(batch_id, round_no, committed, lost, no_id, codes)
+            self._stop_unknown(batch_id, round_no, committed, lost, no_id, codes, seen)
         if self.log is not None:
             self.log.write_outcome(batch_id, round_no, committed, lost, extra={
                 **(timings or {}), "end_txn_ms": round((time.monotonic() - started) * 1000, 1),
@@ -385,9 +616,43 @@ class KafkaCommitter:
         if lost:
             raise TransactionLostError(self._lost_message(batch_id, lost, rerun_failed=False))
 
+    def _confirm_lost(self, fenced: list[KafkaCommittable], codes: dict[str, int]) -> tuple[
+            list[KafkaCommittable], list[KafkaCommittable], list[KafkaCommittable],
+            dict[str, TransactionDescription]]:
+        """Invariant 15: a fenced EndTxn(commit) answer is taken as "lost" only if
+        DescribeTransactions shows the coordinator's own abort of exactly this transaction.
+
+        The coordinator's timeout abort moves the id to epoch e+1 in PrepareAbort/CompleteAbort
+        (same producer id); an abort at epoch e answers a commit with INVALID_TXN_STATE. Anything
+        else (an Empty id at e+1 after a commit landed and a zombie re-initialised the id, a newer
+        epoch, another producer id) does not prove the commit failed. Returns (lost, unconfirmed,
+        not described: retry later, descriptions).
+        """
+        if not fenced:
+            return [], [], [], {}
+        try:
+            descs = self.client.describe(c.transactional_id for c in fenced)
+        except (TxKafkaError, OSError) as e:
+            log.warning("cannot confirm with DescribeTransactions that %d fenced transaction(s) "
+                        "did not commit (the decision stands; the next attempt asks again): %s",
+                        len(fenced), e)
+            return [], [], list(fenced), {}
+        lost, unconfirmed = [], []
+        for c in fenced:
+            d = descs.get(c.transactional_id)
+            aborted_by_coordinator = (
+                d is not None and not d.error_code and d.producer_id == c.producer_id
+                and d.state in _ABORT_STATES
+                and (d.producer_epoch == c.producer_epoch + 1
+                     or (codes.get(c.transactional_id) == INVALID_TXN_STATE
+                         and d.producer_epoch == c.producer_epoch)))
+            (lost if aborted_by_coordinator else unconfirmed).append(c)
+        return lost, unconfirmed, [], descs
+
     def _stop_unknown(self, batch_id: int, round_no: int, committed: list[KafkaCommittable],
                       lost: list[KafkaCommittable], unknown: list[KafkaCommittable],
-                      codes: dict[str, int]) -> NoReturn:
+                      codes: dict[str, int],
+                      seen: dict[str, TransactionDescription] | None = None) -> NoReturn:
         """Invariant 8 for an unknowable outcome: record what is known, write no outcome, stop."""
         from .broker_connection import error_name
 
@@ -403,13 +668,35 @@ class KafkaCommitter:
                             for c in unknown},
                 "resolved": previous.get("resolved") or {},
             })
+        seen = seen or {}
+
+        def now(c: KafkaCommittable) -> str:
+            d = seen.get(c.transactional_id)
+            if d is None:
+                return ""
+            return (f"; DescribeTransactions now shows producer id {d.producer_id}, epoch "
+                    f"{d.producer_epoch}, state {d.state}")
+
         parts = "; ".join(
             f"task partition {c.partition_id}: transaction {c.transactional_id} (producer id "
             f"{c.producer_id}, epoch {c.producer_epoch}; {c.record_count} records to "
             f"{c.describe_partitions() or 'unknown partitions'}; EndTxn answered "
-            f"{error_name(codes[c.transactional_id])})"
+            f"{error_name(codes[c.transactional_id])}{now(c)})"
             for c in unknown
         )
+        reasons = []
+        if any(codes[c.transactional_id] in UNKNOWN_ID_CODES for c in unknown):
+            reasons.append(
+                "the transaction coordinator no longer knows a transactional id (ids expire after "
+                "the broker's transactional.id.expiration.ms, 7 days by default, e.g. while the "
+                "query was down after a crash between the commit and its record)")
+        if any(codes[c.transactional_id] in _LOST_CODES for c in unknown):
+            reasons.append(
+                "the coordinator answered as if the transaction were fenced or aborted, but "
+                "DescribeTransactions does not show its own abort of exactly this transaction "
+                "(producer id unchanged, epoch one higher, PrepareAbort/CompleteAbort): another "
+                "producer with the same id (a zombie task attempt) may have re-initialised it "
+                "after the commit landed")
         offsets = self.log.spark_source_offsets(batch_id) if self.log else None
         where = f" The batch read source offsets {offsets}." if offsets else ""
         known = (f" Of the round's other transactions, {len(committed)} committed and {len(lost)} "
@@ -429,10 +716,8 @@ class KafkaCommitter:
                     f"to answer per transaction, --yes to apply. Then restart the query.")
         raise TransactionOutcomeUnknownError(
             f"batch {batch_id} round {round_no}: the outcome of {len(unknown)} decided "
-            f"transaction(s) is unknown: the transaction coordinator no longer knows their "
-            f"transactional ids (they expire after the broker's transactional.id.expiration.ms, "
-            f"7 days by default, e.g. while the query was down after a crash between the commit "
-            f"and its record), so it cannot say whether their commit landed: {parts}.{known}"
+            f"transaction(s) is unknown: {'; and '.join(reasons)}; so Kafka cannot say whether "
+            f"their commit landed: {parts}.{known}"
             f"{where} txkafka records no outcome: marking them lost could duplicate these "
             f"records, marking them committed could lose them. {todo}"
         )

@@ -1,25 +1,36 @@
 """The sink's commit log: durable decisions and outcomes, beside Spark's own under the checkpoint.
 
 Why under the checkpoint: the log shares the query's life; deleting the checkpoint resets both.
-Why pyarrow.fs: HDFS, S3 and GCS work as well as local disk. Each record is written atomically
-(rename where the filesystem has it; a whole-object PUT on object stores); decisions and outcomes
-are never rewritten.
+Why pyarrow.fs: HDFS, S3 and GCS work as well as local disk.
 
 Layout (``<checkpoint>/txkafka-sink/``):
     sink.json                               the sink's identity (sink id, prefix)
-    log/<batch>-<round>.decision.json       "commit these transactions" (written before any EndTxn)
+    log/<batch>-<round>.decision.json       "commit these transactions" (written before any EndTxn),
+                                            with the batch's source offsets and task layout
     log/<batch>-<round>.outcome.json        which were committed, which the broker had aborted
+    log/<batch>-000.empty.json              a batch that committed with nothing to decide (no
+                                            rows): its source offsets, in one write
     log/<batch>-<round>.unresolved.json     only when Kafka could not tell a decided transaction's
                                             outcome: what is known, and the operator's answers
                                             (rewritten as answers come; the round stays pending)
 
+Every batch Spark ran through the sink has a record carrying Spark's ``offsets/N`` source lines
+(invariant 11), so a re-planned batch id is compared with what the sink committed for it.
+
+Decisions, outcomes, empty-batch records and sink.json are created exclusively, never replaced
+(invariant 14): on local disk as a hard link of the fsynced temporary file, which fails if the
+name exists; elsewhere (HDFS, S3, GCS: pyarrow has no create-if-absent) by a check before the write
+and a read-back of the writer's nonce after it. A second driver on the same checkpoint gets
+ConcurrentWriterError. The unresolved note is the one rewritable record.
+
 A batch normally has one round. When the broker aborted a decided transaction before its commit
 landed (timeout), the outcome lists it as lost; the re-run of that batch writes exactly those task
-partitions again as the next round.
+partitions again as the next round, if it has the same task layout (invariant 12).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -31,14 +42,17 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from .errors import CommitLogError
+from .errors import CommitLogError, ConcurrentWriterError
 from .kafka_committable import KafkaCommittable
+from .partition_input import PartitionInput
 from .secrets_redaction import redact_uri
 from .spark_checkpoint import SparkCheckpoint
 
 SINK_DIR = "txkafka-sink"
-_RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome|unresolved)\.json$")
-FORMAT_VERSION = 1
+_RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome|unresolved|empty)\.json$")
+FORMAT_VERSION = 2
+# What os.link raises where the local filesystem has no hard links (FAT, some FUSE/SMB mounts).
+_NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK}
 
 
 @dataclass(frozen=True)
@@ -48,12 +62,21 @@ class SinkIdentity:
     created_ms: int
 
 
+Layout = dict[int, PartitionInput]  # task partition -> what it read
+
+
 @dataclass
 class Round:
     number: int
     decision: list[KafkaCommittable]
     all_partitions: list[int]
     outcome: dict[str, Any] | None = None
+    # Spark's offsets/N source lines when the round was decided; None in records written before
+    # txkafka recorded them (they cannot be compared).
+    source_offsets: tuple[str, ...] | None = None
+    # Every task partition that reported, with what it read; None in older records.
+    layout: Layout | None = None
+    empty: bool = False  # an empty-batch record: nothing was decided
 
     @property
     def lost(self) -> list[KafkaCommittable]:
@@ -81,11 +104,21 @@ class BatchState:
         return bool(self.rounds) and self.last.outcome is not None and not self.last.lost
 
     @property
+    def empty(self) -> bool:
+        """The batch committed with nothing to decide (an empty-batch record)."""
+        return bool(self.rounds) and self.rounds[0].empty
+
+    @property
     def redo_partitions(self) -> frozenset[int]:
         """Task partitions whose transactions the broker aborted: the re-run writes only these."""
         if not self.rounds or self.last.outcome is None:
             return frozenset()
         return frozenset(c.partition_id for c in self.last.lost)
+
+    @property
+    def source_offsets(self) -> tuple[str, ...] | None:
+        """The source offsets the sink recorded for this batch (None: records predate them)."""
+        return next((r.source_offsets for r in self.rounds if r.source_offsets is not None), None)
 
 
 def _fsync(path: str, flags: int) -> None:
@@ -94,6 +127,22 @@ def _fsync(path: str, flags: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _layout_json(layout: Layout | None) -> dict[str, Any] | None:
+    if layout is None:
+        return None
+    return {str(p): layout[p].to_json() for p in sorted(layout)}
+
+
+def _layout_from(raw: Any) -> Layout | None:
+    if not isinstance(raw, dict):
+        return None
+    return {int(p): PartitionInput.from_json(v) for p, v in raw.items()}
+
+
+def _offsets_from(raw: Any) -> tuple[str, ...] | None:
+    return tuple(str(x) for x in raw) if isinstance(raw, list) else None
 
 
 class SinkCommitLog:
@@ -131,13 +180,21 @@ class SinkCommitLog:
 
     # ------------------------------------------------------------------ io
 
-    def _write(self, path: str, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, sort_keys=True, indent=1).encode()
+    def _write(self, path: str, payload: dict[str, Any], *, exclusive: bool = True) -> None:
+        """Write a record atomically; ``exclusive``: only if no record of that name exists."""
+        nonce = secrets.token_hex(8)
+        data = json.dumps({**payload, "writer": nonce} if exclusive else payload,
+                          sort_keys=True, indent=1).encode()
         parent = path.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
         if self._atomic_put:
+            # Object stores: no rename, and pyarrow offers no conditional PUT.
+            if exclusive:
+                self._refuse_if_exists(path)
             with self.fs.open_output_stream(path) as out:
                 out.write(data)
+            if exclusive:
+                self._confirm_writer(path, nonce)
             return
         tmp = f"{parent}/.{path.rsplit('/', 1)[1]}.{uuid.uuid4().hex}.tmp"
         with self.fs.open_output_stream(tmp) as out:
@@ -146,10 +203,62 @@ class SinkCommitLog:
         if local:
             # Make the record survive a machine crash, not only a process crash: its bytes...
             _fsync(tmp, os.O_RDONLY)
+            if exclusive and self._link(tmp, path):
+                # ...and the new name, which lives in the directory.
+                _fsync(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+                return
+        if exclusive:
+            try:
+                self._refuse_if_exists(path)
+            except ConcurrentWriterError:
+                self.fs.delete_file(tmp)
+                raise
         self.fs.move(tmp, path)
         if local:
             # ...and the rename, which lives in the directory (lost on power failure otherwise).
             _fsync(parent, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        if exclusive:
+            self._confirm_writer(path, nonce)
+
+    def _link(self, tmp: str, path: str) -> bool:
+        """Create ``path`` as a hard link of ``tmp`` (atomic, fails if it exists); False where the
+        filesystem has no hard links. The temporary name is removed either way."""
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            os.unlink(tmp)
+            raise self._taken(path) from None
+        except OSError as e:
+            if e.errno in _NO_LINKS:
+                return False
+            os.unlink(tmp)
+            raise CommitLogError(f"cannot write {redact_uri(path)}: {e}") from None
+        os.unlink(tmp)
+        return True
+
+    def _refuse_if_exists(self, path: str) -> None:
+        try:
+            exists = self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        except OSError as e:
+            raise CommitLogError(f"cannot check {redact_uri(path)}: {e}") from None
+        if exists:
+            raise self._taken(path)
+
+    def _confirm_writer(self, path: str, nonce: str) -> None:
+        """Read the record back: another writer's nonce means it raced this one and won."""
+        rec = self._read(path)
+        if rec is None or rec.get("writer") != nonce:
+            raise self._taken(path)
+
+    def _taken(self, path: str) -> ConcurrentWriterError:
+        name = path.rsplit("/", 1)[1]
+        return ConcurrentWriterError(
+            f"{redact_uri(path)} was created by another writer: a second driver is running this "
+            f"query on the same checkpoint ({redact_uri(self.location)}), for example a relaunched "
+            f"driver while the old one is still alive, and it wrote {name!r} first. txkafka never "
+            "replaces a record of its commit log, so this driver decides and commits nothing "
+            "more and fails. Stop every other driver of this query (its Spark application), then "
+            "restart one: it completes what the log holds exactly once.")
 
     def _read(self, path: str) -> dict[str, Any] | None:
         try:
@@ -184,8 +293,11 @@ class SinkCommitLog:
         if rec is None:
             rec = {"sink_id": secrets.token_hex(4), "prefix": prefix,
                    "created_ms": int(time.time() * 1000), "version": FORMAT_VERSION}
-            self._write(path, rec)
-            rec = self._read(path) or rec  # a concurrent creator's record wins for both
+            try:
+                self._write(path, rec)
+            except ConcurrentWriterError:
+                pass  # created meanwhile by another start: its identity is the sink's
+            rec = self._read(path) or rec
         return SinkIdentity(str(rec["sink_id"]), str(rec.get("prefix", prefix)),
                             int(rec.get("created_ms", 0)))
 
@@ -195,13 +307,29 @@ class SinkCommitLog:
         return f"{self.log_dir}/{batch_id:020d}-{round_no:03d}.{kind}.json"
 
     def write_decision(self, batch_id: int, round_no: int, committables: list[KafkaCommittable],
-                       all_partitions: list[int]) -> None:
+                       all_partitions: list[int], *,
+                       source_offsets: tuple[str, ...] | None = None,
+                       layout: Layout | None = None) -> None:
         self._write(self._name(batch_id, round_no, "decision"), {
             "batch_id": batch_id,
             "round": round_no,
+            "version": FORMAT_VERSION,
             "decided_ms": int(time.time() * 1000),
             "all_partitions": sorted(all_partitions),
+            "source_offsets": list(source_offsets) if source_offsets is not None else None,
+            "layout": _layout_json(layout),
             "transactions": [c.to_json() for c in committables],
+        })
+
+    def write_empty(self, batch_id: int, source_offsets: tuple[str, ...] | None,
+                    all_partitions: list[int]) -> None:
+        """A batch that committed with nothing to decide: one record, its source offsets."""
+        self._write(self._name(batch_id, 0, "empty"), {
+            "batch_id": batch_id,
+            "version": FORMAT_VERSION,
+            "completed_ms": int(time.time() * 1000),
+            "all_partitions": sorted(all_partitions),
+            "source_offsets": list(source_offsets) if source_offsets is not None else None,
         })
 
     def write_outcome(self, batch_id: int, round_no: int, committed: list[KafkaCommittable],
@@ -225,8 +353,9 @@ class SinkCommitLog:
         return self._read(self._unresolved_name(batch_id, round_no))
 
     def write_unresolved(self, batch_id: int, round_no: int, note: dict[str, Any]) -> None:
-        """Kept beside the round's records; the round stays pending until an outcome is written."""
-        self._write(self._unresolved_name(batch_id, round_no), note)
+        """Kept beside the round's records; the round stays pending until an outcome is written.
+        The one record that is rewritten (as the operator's answers come)."""
+        self._write(self._unresolved_name(batch_id, round_no), note, exclusive=False)
 
     def _entries(self) -> dict[int, dict[int, set[str]]]:
         try:
@@ -252,6 +381,8 @@ class SinkCommitLog:
         if not entries:
             return None
         state = BatchState(batch_id)
+        if any("empty" in kinds for kinds in entries.values()):
+            return self._empty_state(batch_id, entries)
         for round_no in sorted(entries):
             if "decision" not in entries[round_no]:
                 raise CommitLogError(
@@ -273,8 +404,29 @@ class SinkCommitLog:
                 [KafkaCommittable.from_json(c) for c in dec.get("transactions", [])],
                 list(dec.get("all_partitions", [])),
                 outcome,
+                _offsets_from(dec.get("source_offsets")),
+                _layout_from(dec.get("layout")),
             ))
         return state
+
+    def _empty_state(self, batch_id: int, entries: dict[int, set[str]]) -> BatchState:
+        other = sorted(f"{batch_id:020d}-{r:03d}.{k}.json" for r, kinds in entries.items()
+                       for k in kinds if k != "empty")
+        if other or set(entries) != {0}:
+            # Two drivers wrote different things for one batch: nothing here can be trusted.
+            raise CommitLogError(
+                f"batch {batch_id} has an empty-batch record and other records ({', '.join(other)}) "
+                f"in {self.log_dir}: two drivers ran this query on one checkpoint. Stop every "
+                "driver, then check the output (txkafka verify) before restarting one.")
+        rec = self._read(self._name(batch_id, 0, "empty"))
+        if rec is None:
+            raise CommitLogError(
+                f"batch {batch_id}: its empty-batch record was listed but could not be read "
+                f"(deleted meanwhile?) in {self.log_dir}; check the checkpoint's storage")
+        return BatchState(batch_id, [Round(
+            0, [], list(rec.get("all_partitions", [])),
+            {"committed": [], "lost": [], "records": 0, "completed_ms": rec.get("completed_ms")},
+            _offsets_from(rec.get("source_offsets")), None, empty=True)])
 
     def latest(self) -> BatchState | None:
         entries = self._entries()

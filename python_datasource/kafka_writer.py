@@ -2,9 +2,10 @@
 
 Where each call runs (pyspark 4.3):
 - ``streamWriter()``: on the driver, once while planning each micro-batch (the object is then pickled
-  to the tasks) and again, on a fresh object, for ``commit``/``abort``. Both run recovery: rolling a
-  decided batch forward is safe at either point and never touches the current batch's open
-  transactions (invariant 5).
+  to the tasks) and again, on a fresh object, for ``commit``/``abort``. Both run recovery and plan
+  the batch (KafkaCommitter.plan): rolling a decided batch forward is safe at either point and never
+  touches the current batch's open transactions (invariant 5); a batch the sink already has must
+  read the same source offsets as recorded, or nothing is written (invariant 11).
 - ``write()``: in an executor's Python worker, once per task attempt.
 """
 
@@ -37,6 +38,7 @@ from txkafka.connector.errors import KafkaConfigError, TransactionError
 from txkafka.connector.kafka_committable import TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import KafkaWriter, SinkSchema, validate_input_schema
+from txkafka.connector.partition_input import InputDigest
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import SinkConfig
 from txkafka.connector.sink_validation import validate_at_start
@@ -138,8 +140,8 @@ class _KafkaWrite:
             identity = commit_log.identity(self.cfg.transactional_id_prefix)
             self.ids = TransactionalIdFactory(self.cfg.transactional_id_prefix, identity.sink_id)
             self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
-            # Driver-side recovery before this batch's tasks start (invariant 4).
-            self.plan = WritePlan.from_state(self._committer.recover())
+            # Driver-side recovery and checks before this batch's tasks start (invariants 4, 11).
+            self.plan = self._committer.plan()
         else:
             # A batch write is one job with its own ids, committed by this same object after it
             # comes back from pickling; it keeps no durable log (see docs/design.md).
@@ -174,11 +176,17 @@ class _KafkaWrite:
                 "deliveryGuarantee=at_least_once does not need it."
             )
         batch = batch_id if batch_id is not None else 0
+        digest: InputDigest | None = None
+        if self.streaming and self.cfg.exactly_once:
+            # What this task read, for the layout check of a re-written round (invariant 12).
+            digest = InputDigest()
+            iterator = digest.wrap(iterator)
         if self.cfg.exactly_once and not self.plan.should_write(batch, partition_id):
-            skipped = 0
-            for b in iterator:  # drain: the input must be consumed even when nothing is written
-                skipped += b.num_rows
-            return TxKafkaCommitMessage(TaskResult(partition_id, attempt, batch, None, 0, True))
+            for _ in iterator:  # drain: the input must be consumed even when nothing is written
+                pass
+            return TxKafkaCommitMessage(TaskResult(
+                partition_id, attempt, batch, None, 0, True,
+                input=digest.result() if digest is not None else None))
         tid = (self.ids.transactional_id(partition_id, attempt, run=task.run, batch_id=batch)
                if self.ids else None)
         writer = KafkaWriter(self.cfg, self.sink_schema, batch_id=batch, partition_id=partition_id,
@@ -187,9 +195,9 @@ class _KafkaWrite:
             committable = writer.write(iterator)
         finally:
             writer.release()
-        return TxKafkaCommitMessage(
-            TaskResult(partition_id, attempt, batch, committable, writer.count)
-        )
+        return TxKafkaCommitMessage(TaskResult(
+            partition_id, attempt, batch, committable, writer.count,
+            input=digest.result() if digest is not None else None))
 
 
 class KafkaStreamingWrite(_KafkaWrite, DataSourceStreamArrowWriter):

@@ -194,10 +194,15 @@ def test_commit_log_prune(tmp_path):
 
 def test_write_plan():
     assert WritePlan().should_write(0, 0)
-    done = WritePlan(5, True, frozenset())
-    assert not done.should_write(5, 0) and not done.should_write(4, 1) and done.should_write(6, 0)
-    redo = WritePlan(5, False, frozenset({2}))
-    assert redo.should_write(5, 2) and not redo.should_write(5, 1) and redo.should_write(6, 1)
+    done = WritePlan(5, skip=True)
+    assert not done.should_write(5, 0) and WritePlan(6).should_write(6, 0)
+    redo = WritePlan(5, redo=frozenset({2}))
+    assert redo.should_write(5, 2) and not redo.should_write(5, 1)
+    # A task of another batch than the one planned never guesses (a skip could drop its rows).
+    for plan in (done, redo, WritePlan(6)):
+        with pytest.raises(TransactionError, match=r"task partition 1: Spark runs this task for "
+                                                   r"batch 4 .* planned the writer for batch"):
+            plan.should_write(4, 1)
 
 
 # ----------------------------------------------------------------------------- committer
@@ -241,7 +246,8 @@ class FakeCoordinator:
             elif tid in self.stuck:
                 out[tid] = REQUEST_TIMED_OUT
             elif tid in self.fail_commit and commit:
-                t["state"] = "CompleteAbort"
+                if t["state"] == "Ongoing":  # the coordinator's timeout abort bumps the epoch
+                    t["state"], t["epoch"] = "CompleteAbort", t["epoch"] + 1
                 out[tid] = PRODUCER_FENCED
             elif t is None or (t["pid"], t["epoch"]) != (pid, epoch):
                 out[tid] = PRODUCER_FENCED
@@ -346,12 +352,12 @@ def test_crash_after_decision_is_rolled_forward_not_aborted(tmp_path):
 def test_lost_transaction_is_recorded_and_redone(tmp_path):
     fake = FakeCoordinator()
     committer, ids, log = _committer(tmp_path, fake)
+    _spark_offsets(tmp_path, 4, '{"in":{"0":40}}')
     results = _results(ids, fake, 4, [0, 1, 2])
     fake.fail_commit.add(results[1].committable.transactional_id)
     with pytest.raises(TransactionLostError, match=r"batch 4.*task partition 1"):
         committer.commit(4, results)
-    state = committer.recover()
-    plan = WritePlan.from_state(state)
+    plan = committer.plan()  # the restart plans batch 4 again (its offsets/4 is the newest)
     assert plan.redo == {1}
     assert [p for p in range(3) if plan.should_write(4, p)] == [1]
     redo = _results(ids, fake, 4, [1], attempt=0)
@@ -387,7 +393,7 @@ def test_fault_once_marker(tmp_path):
 # ----------------------------------------------------------------- ambiguous outcomes (invariant 8)
 
 def _spark_offsets(tmp_path, batch, line):
-    (tmp_path / "offsets").mkdir(exist_ok=True)
+    (tmp_path / "offsets").mkdir(parents=True, exist_ok=True)
     (tmp_path / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + line + "\n")
 
 
@@ -431,7 +437,8 @@ def test_roll_forward_of_a_forgotten_id_stops_with_outcome_unknown(tmp_path, cod
 def test_epoch_codes_stay_lost(tmp_path):
     fake = FakeCoordinator()
     ids, log, (t0, t1) = _decide_then_crash(tmp_path, fake, 2, [0, 1])
-    fake.txns[t1.transactional_id]["epoch"] = 3  # the coordinator's timeout abort bumped it
+    # The coordinator's timeout abort: epoch e+1, aborted (same producer id).
+    fake.txns[t1.transactional_id].update(epoch=t1.producer_epoch + 1, state="CompleteAbort")
     state = _committer(tmp_path, fake)[0].recover()
     assert state.redo_partitions == {1} and state.pending is None
 

@@ -19,6 +19,7 @@ import time
 from .connector.secrets_redaction import redact_uri
 from .connector.errors import KafkaConfigError
 from .connector.kafka_config import kafka_client_config
+from .connector.kafka_source_offset import resume_option
 from .connector.sink_commit_log import SinkCommitLog, SinkIdentity
 from .connector.transactional_id_factory import TransactionalIdFactory
 
@@ -219,6 +220,8 @@ def cmd_abort(args: argparse.Namespace) -> int:
 
 
 def _status(log: SinkCommitLog, st) -> str:
+    if st.empty:
+        return "complete (no rows)"
     if st.complete:
         return "complete"
     if st.pending is None:
@@ -229,20 +232,28 @@ def _status(log: SinkCommitLog, st) -> str:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
+    """The newest batches of the sink's log: status, rounds and the source offsets each read.
+
+    Why the offsets: after a rolled-back or partly deleted checkpoint (CheckpointMismatchError),
+    a query continues on a new checkpoint from the end offsets of the last complete batch.
+    """
     log, ident = _open_log(args.checkpoint)
-    batches = log.batch_ids()[-args.last:] if args.last > 0 else []
+    listing = log.listing()
+    batches = sorted(listing)[-args.last:] if args.last > 0 else []
     out = []
     for b in batches:
-        st = log.batch_state(b)
+        st = log.batch_state(b, listing)
         if st is None:
             continue
         out.append({
             "batch": b,
             "status": _status(log, st),
-            "rounds": [{
+            "source_offsets": list(st.source_offsets) if st.source_offsets is not None else None,
+            "rounds": [] if st.empty else [{
                 "round": r.number,
                 "transactions": len(r.decision),
                 "records": sum(c.record_count for c in r.decision),
+                "task_partitions": len(r.layout) if r.layout is not None else None,
                 "committed": len(r.outcome.get("committed", [])) if r.outcome else None,
                 "lost": [c.partition_id for c in r.lost],
                 "end_txn_ms": (r.outcome or {}).get("end_txn_ms"),
@@ -259,6 +270,14 @@ def cmd_log(args: argparse.Namespace) -> int:
                            + (" (rolled forward)" if r["recovered"] else "")
                            + (f", lost {r['lost']}" if r["lost"] else "") for r in b["rounds"])
         print(f"  batch {b['batch']:>8}  {b['status']:<24} {rounds}")
+        offsets = b["source_offsets"]
+        print(f"  {'':>14}source offsets: "
+              + (" | ".join(offsets) if offsets is not None else "not recorded (older txkafka)"))
+    last = next((b for b in reversed(out) if b["status"].startswith("complete")), None)
+    if last is not None and last["source_offsets"]:
+        resume = " | ".join(resume_option(o) for o in last["source_offsets"])
+        print(f"last complete batch: {last['batch']}; a query on a new checkpoint continues after "
+              f"it with startingOffsets {resume}")
     return 0
 
 

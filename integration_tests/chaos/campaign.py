@@ -551,8 +551,11 @@ class Campaign:
             return
         new = sorted(self.commit_ids() - commits_before)
         log = self.commit_log()
-        if not any(log.batch_state(b) is not None for b in new):
-            return  # no commit yet: the check waits for a later run
+        states = [log.batch_state(b) for b in new]
+        if not any(st is not None and not st.empty for st in states):
+            # no decided batch yet (a batch without rows commits nothing and need not sweep):
+            # the check waits for a later run
+            return
         stale = self.stale_open(self._pending.crash_ms)
         for rec in self._pending.rounds:
             rec.stale_open = len(stale)

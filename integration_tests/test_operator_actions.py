@@ -1,0 +1,246 @@
+"""Operator actions on a running pipeline, in real Spark against real Kafka (issue 24).
+
+Each test accepts one of two outcomes only: the output holds every committed input exactly once,
+or the query fails with the specific error and the output holds no duplicates (and nothing of the
+failed run). Scenario numbers are the issue's:
+1. a rolled-back checkpoint (newest offsets/N and commits/N deleted), with and without new input;
+   a checkpoint whose offsets/, commits/, sources/ and metadata were deleted, txkafka-sink kept;
+2. a decided batch lost to the transaction timeout, then restarted with another task layout.
+Scenarios 4 and 5 (two drivers, a fenced answer after the commit) are in
+test_operator_actions_kafka.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from integration_tests.pipeline_helpers import (
+    PipelineTopics,
+    assert_exactly_once,
+    make_input,
+    pipeline_args,
+    run_pipeline,
+    sink_prefix,
+)
+from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.sink_commit_log import SinkCommitLog
+from txkafka.connector.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.verify import verify
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+TRIGGERS = ["available_now", "processing_time"]
+QUERY_TIMEOUT_S = 300
+
+
+def _start(spark, kafka, topics: PipelineTopics, ck: str, trigger: str, *, max_offsets=None,
+           min_partitions=None, starting="earliest", **sink_options):
+    r = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+         .option("subscribe", topics.source).option("startingOffsets", starting))
+    if max_offsets:
+        r = r.option("maxOffsetsPerTrigger", str(max_offsets))
+    if min_partitions:
+        r = r.option("minPartitions", str(min_partitions))
+    w = (r.load().selectExpr("key", "value").writeStream.format("txkafka")
+         .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topics.sink)
+         .option("checkpointLocation", ck))
+    for k, v in sink_options.items():
+        w = w.option(k, v)
+    if trigger == "available_now":
+        w = w.trigger(availableNow=True)
+    else:
+        w = w.trigger(processingTime="300 milliseconds")
+    return w.start()
+
+
+def _run(q, trigger: str) -> None:
+    """Until the query has read all input (AvailableNow: until it stops by itself)."""
+    try:
+        if trigger == "available_now":
+            assert q.awaitTermination(QUERY_TIMEOUT_S), "AvailableNow query still running"
+            assert q.exception() is None, q.exception()
+        else:
+            q.processAllAvailable()
+    finally:
+        if q.isActive:
+            q.stop()
+        FaultInjector._cache.clear()
+
+
+def _run_until_it_fails(q, expected: str) -> str:
+    """The query must fail, with ``expected`` in its error; returns the error's text."""
+    try:
+        with pytest.raises(StreamingQueryException) as exc:
+            stopped = q.awaitTermination(QUERY_TIMEOUT_S)
+            pytest.fail("the query " + ("ended without an error" if stopped else
+                                        f"still ran after {QUERY_TIMEOUT_S}s") +
+                        f"; expected it to fail with {expected!r}")
+    finally:
+        if q.isActive:
+            q.stop()
+        FaultInjector._cache.clear()
+    text = str(exc.value)
+    assert expected in text, text[-3000:]
+    return text
+
+
+def _no_duplicates(kafka, topics: PipelineTopics, expected_found: int | None = None) -> None:
+    rep = verify({"bootstrap.servers": kafka.bootstrap}, topics.source, topics.sink)
+    assert rep.duplicates == 0 and rep.unexpected == 0, rep.text()
+    if expected_found is not None:
+        assert rep.distinct_found == expected_found, rep.text()
+
+
+def _roll_back(ck: str, batch: int) -> None:
+    """The usual repair of a corrupt last offsets file: remove offsets/N and commits/N with
+    their .crc files."""
+    for folder in ("offsets", "commits"):
+        for name in (str(batch), f".{batch}.crc"):
+            path = Path(ck) / folder / name
+            if path.exists():
+                path.unlink()
+
+
+def _more_input(kafka, topics: PipelineTopics, n: int, start: int = 900_000) -> None:
+    kafka.produce(topics.source, [(f"id-{start + i:07d}", f"value-{start + i}") for i in range(n)],
+                  transactional=True)
+    topics.expected_ids += n
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "txkafka", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+# ------------------------------------------------------------ scenario 1: checkpoint rollback
+
+@pytest.mark.parametrize("trigger", TRIGGERS)
+def test_a_rolled_back_checkpoint_with_new_input_stops_and_resumes_on_a_new_one(
+        spark, kafka, tmp_path, trigger):
+    # 1,300 input records (300 in aborted transactions) and their markers: batches of 400
+    # offsets, the last one partial, so re-planned with more input it reads another range.
+    topics = make_input(kafka, records=1000, partitions=2, per_txn=100)
+    ck = str(tmp_path / "ck")
+    _run(_start(spark, kafka, topics, ck, trigger, max_offsets=400), trigger)
+    newest = SparkCheckpoint(ck).latest_committed_batch()
+    assert newest is not None and newest >= 2, newest
+    before = SinkCommitLog(ck).batch_state(newest)
+    assert before.complete and before.source_offsets is not None
+
+    _roll_back(ck, newest)
+    _more_input(kafka, topics, 200)
+    text = _run_until_it_fails(_start(spark, kafka, topics, ck, trigger, max_offsets=400),
+                               "Spark's checkpoint and the sink's commit log disagree")
+    assert f"batch {newest}:" in text and before.source_offsets[0] in text, text[-3000:]
+    assert "NEW checkpointLocation" in text and "startingOffsets" in text
+    _no_duplicates(kafka, topics, expected_found=topics.expected_ids - 200)
+    assert kafka.open_transactions(sink_prefix(ck)) == []
+    assert SinkCommitLog(ck).batch_state(newest).source_offsets == before.source_offsets
+
+    # The documented way on: a new checkpoint from the end offsets of the last committed batch.
+    shown = json.loads(_cli("commit-log", "show", "--checkpoint", ck, "--json").stdout)
+    last = [b for b in shown["batches"] if b["status"].startswith("complete")][-1]
+    assert last["batch"] == newest
+    text = _cli("commit-log", "show", "--checkpoint", ck).stdout
+    resume = text.rsplit("startingOffsets ", 1)[1].strip()
+    assert json.loads(resume) == {k: v for k, v in json.loads(last["source_offsets"][0]).items()
+                                  if k != "txkafka:start"}
+    ck2 = str(tmp_path / "ck2")
+    _run(_start(spark, kafka, topics, ck2, trigger, max_offsets=400, starting=resume), trigger)
+    assert_exactly_once(kafka, topics, ck2)
+
+
+def test_a_rollback_replaying_the_same_offsets_skips_the_batch_and_says_so(
+        kafka, driver_processes, tmp_path):
+    topics = make_input(kafka, records=1000, partitions=2, per_txn=100)
+    ck = str(tmp_path / "ck")
+    args = pipeline_args(kafka, topics, ck, "--max-offsets", "400")
+    code, proc = run_pipeline(driver_processes, args)
+    assert code == 0, proc.tail()
+    newest = SparkCheckpoint(ck).latest_committed_batch()
+    assert newest is not None and newest >= 2
+
+    _roll_back(ck, newest)  # no new input: Spark re-plans the same range
+    code, proc = run_pipeline(driver_processes, args)
+    assert code == 0, proc.tail()
+    assert f"batch {newest}: the sink committed this batch already" in proc.output(), proc.tail()
+    assert "The re-run writes nothing" in proc.output()
+    assert_exactly_once(kafka, topics, ck)
+    assert (Path(ck) / "commits" / str(newest)).exists()
+    assert len(SinkCommitLog(ck).batch_state(newest).rounds) == 1
+
+
+def test_a_checkpoint_without_spark_state_but_with_the_sinks_log_stops(spark, kafka, tmp_path):
+    """offsets/, commits/, sources/ and metadata deleted, txkafka-sink/ kept: Spark starts the
+    query afresh from startingOffsets; the sink compares every batch id it already has."""
+    topics = make_input(kafka, records=1000, partitions=2, per_txn=100)
+    ck = str(tmp_path / "ck")
+    _run(_start(spark, kafka, topics, ck, "available_now", max_offsets=400), "available_now")
+    committed = SinkCommitLog(ck).batch_ids()
+    assert len(committed) >= 3
+    for name in ("offsets", "commits", "sources", "metadata", ".metadata.crc"):
+        path = Path(ck) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    _more_input(kafka, topics, 200)
+    text = _run_until_it_fails(_start(spark, kafka, topics, ck, "available_now", max_offsets=400),
+                               "Spark's checkpoint and the sink's commit log disagree")
+    assert "already committed batch" in text
+    _no_duplicates(kafka, topics, expected_found=topics.expected_ids - 200)
+    assert kafka.open_transactions(sink_prefix(ck)) == []
+
+
+# ------------------------------------------------- scenario 2: layout changed during a redo
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("trigger", TRIGGERS)
+def test_a_lost_batch_is_rewritten_only_by_the_same_task_layout(spark, kafka, tmp_path, trigger):
+    topics = make_input(kafka, records=1000, partitions=2, per_txn=100)
+    ck = str(tmp_path / "ck")
+    timeout_ms = 15000  # above a batch's duration on a busy machine
+    marker = tmp_path / "slept"
+    # Batch 0 is decided, then the driver stalls past the transaction timeout before EndTxn.
+    fault = f"point=after_decision,batch=0,action=sleep,ms={timeout_ms + 6000},once={marker}"
+    sink = {"kafka.transaction.timeout.ms": str(timeout_ms)}
+    text = _run_until_it_fails(
+        _start(spark, kafka, topics, ck, trigger, min_partitions=2,
+               **{**sink, "txkafka.faultInjection": fault}),
+        "the broker aborted")
+    assert marker.exists() and "TransactionLostError" in text
+    log = SinkCommitLog(ck)
+    lost_round = log.batch_state(0).last
+    assert sorted(c.partition_id for c in lost_round.lost) == [0, 1]
+    assert sorted(lost_round.layout) == [0, 1]
+    assert kafka.read_all(topics.sink) == []
+
+    # Scaled up to catch up after the outage: the re-run has four task partitions.
+    text = _run_until_it_fails(_start(spark, kafka, topics, ck, trigger, min_partitions=4, **sink),
+                               "has another task layout")
+    assert "2 task partitions then (0, 1), 4 now (0-3)" in text and "minPartitions" in text
+    assert "TaskLayoutChangedError" in text
+    assert kafka.read_all(topics.sink) == []  # nothing of the re-run committed
+    assert kafka.open_transactions(sink_prefix(ck)) == []
+    assert len(log.batch_state(0).rounds) == 1
+
+    # The layout of the lost round: its partitions are written again, exactly once.
+    q = _start(spark, kafka, topics, ck, trigger, min_partitions=2, **sink)
+    _run(q, trigger)
+    assert_exactly_once(kafka, topics, ck)
+    state = log.batch_state(0)
+    assert state.complete and len(state.rounds) == 2
+    assert state.rounds[1].layout == state.rounds[0].layout  # the same rows per task partition
+    # Each run of the query writes under its own run tag (spark.jobGroup.id reaches the tasks).
+    ids = TransactionalIdFactory("txkafka", SinkCommitLog(ck).existing_identity().sink_id)
+    tags = [{ids.parse(c.transactional_id).run for c in r.decision} for r in state.rounds]
+    assert all(len(t) == 1 and "000000" not in t for t in tags), tags
+    assert tags[0] != tags[1], tags
