@@ -28,7 +28,7 @@ from integration_tests.pipeline_helpers import (
     wait_until,
 )
 from txkafka.connector.errors import SavepointError
-from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.fault_injection import FaultInjector, read_marker
 from txkafka.connector.kafka_committable import KafkaCommittable
 from txkafka.connector.savepoint import (
     BASIS_BATCH_0,
@@ -119,7 +119,8 @@ def test_killed_at_each_point_then_a_changed_query_from_the_savepoint_is_exactly
     code, proc = run_pipeline(driver_processes, pipeline_args(
         kafka, topics, old, "--max-offsets", "450", "--fault", fault,
         "--transaction-timeout-ms", "600000"))
-    assert marker.exists() and code == -9, proc.tail()
+    assert code == -9 and read_marker(str(marker)).get("point") == point, proc.tail()
+    assert read_marker(str(marker)).get("batch") == 1
     had_open = kafka.open_transactions(sink_prefix(old))
 
     sp = str(tmp_path / "sp.json")
