@@ -88,3 +88,9 @@ class ConcurrentWriterError(CommitLogError):
 class UnsupportedBrokerError(KafkaConfigError):
     """The cluster lacks a broker feature the exactly-once sink depends on (for example transaction
     partition verification, Kafka 3.6+); raised when the query starts."""
+
+
+class SavepointError(TxKafkaError):
+    """A savepoint cannot be created: the query still looks alive, the sink has a batch whose
+    outcome is unknown or whose lost partitions await a re-run, the checkpoint has no txkafka sink
+    or no Kafka-shaped source offsets, or the output file exists. Nothing was written."""

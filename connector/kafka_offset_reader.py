@@ -416,7 +416,7 @@ class KafkaOffsetReader:
             now = latest_of(need_latest)
             out.update({tp: now[tp] for tp, off in wanted.items() if off == LATEST and tp in now})
             if starting:
-                self._check_specific_starting(out, explicit)
+                self.check_specific_starting(out, explicit)
             else:
                 self._check_specific_ending(out, explicit, now)
             return out
@@ -442,8 +442,8 @@ class KafkaOffsetReader:
             return out
         raise AssertionError(spec)
 
-    def _check_specific_starting(self, offsets: PartitionOffsets,
-                                 explicit: set[TopicPartitionKey]) -> None:
+    def check_specific_starting(self, offsets: PartitionOffsets, explicit: set[TopicPartitionKey],
+                                option: str = "startingOffsets", hint: str = "") -> None:
         """An explicit starting offset past the log end is a mistake: say so at start."""
         if not explicit:
             return
@@ -451,8 +451,8 @@ class KafkaOffsetReader:
         for tp in sorted(explicit):
             if tp in ends and offsets[tp] > ends[tp]:
                 raise KafkaConfigError(
-                    f"option 'startingOffsets': topic {tp[0]!r} partition {tp[1]} starts at "
-                    f"{offsets[tp]}, past its end offset {ends[tp]}")
+                    f"option '{option}': topic {tp[0]!r} partition {tp[1]} starts at "
+                    f"{offsets[tp]}, past its end offset {ends[tp]}{hint}")
 
     def _check_specific_ending(self, offsets: PartitionOffsets, explicit: set[TopicPartitionKey],
                                latest: PartitionOffsets) -> None:

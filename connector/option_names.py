@@ -42,7 +42,7 @@ READER_OPTIONS: tuple[str, ...] = (
     "failOnDataLoss", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay",
     "minPartitions", "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
-    "commitOffsetsToGroup", "fetcher",
+    "commitOffsetsToGroup", "fetcher", "savepoint", "savepointSource",
 )
 """The reader's own options and the Spark Kafka source's names it honours."""
 

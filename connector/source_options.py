@@ -159,6 +159,8 @@ class SourceOptions:
     commit_offsets_to_group: bool = False
     streaming: bool = True
     fetcher: str = "librdkafka"  # resolved: "wire" (txkafka's own Fetch) or "librdkafka"
+    savepoint: Optional[str] = None         # a savepoint file: where a new query starts
+    savepoint_source: Optional[int] = None  # which source of the savepoint's query this one continues
 
     @property
     def client_conf(self) -> dict[str, str]:
@@ -479,6 +481,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
             "offsets lag tools should show (offsets are published for monitoring only)")
 
     fetcher = _parse_fetcher(opts, conf)
+    savepoint, savepoint_source = _parse_savepoint(opts)
 
     return SourceOptions(
         client_config=tuple(sorted(conf.items())),
@@ -501,7 +504,23 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
         commit_offsets_to_group=commit_to_group,
         streaming=streaming is not False,
         fetcher=fetcher,
+        savepoint=savepoint,
+        savepoint_source=savepoint_source,
     )
+
+
+def _parse_savepoint(opts: Mapping[str, str]) -> tuple[Optional[str], Optional[int]]:
+    """``savepoint`` (a file from ``txkafka savepoint create``) and ``savepointSource`` (the index
+    of the old query's source this one continues). The file is read when a new query starts."""
+    raw = opts.get("savepoint")
+    source = parse_long(opts, "savepointsource", minimum=0)
+    if raw is not None and not raw.strip():
+        raise KafkaConfigError("option 'savepoint' is empty; give the path of a savepoint file "
+                               "(txkafka savepoint create --out PATH)")
+    if source is not None and raw is None:
+        raise KafkaConfigError("option 'savepointSource' needs option 'savepoint' (the file whose "
+                               "source it picks)")
+    return (raw.strip() if raw is not None else None), source
 
 
 FETCHERS = ("auto", "wire", "librdkafka")

@@ -163,6 +163,16 @@ def _faults_at_read(task: FetchTask) -> None:
                      partition=task.partition)
 
 
+def _starting_offsets(reader: KafkaOffsetReader, options: SourceOptions,
+                      tps: list[TopicPartitionKey], latest: Optional[PartitionOffsets] = None
+                      ) -> PartitionOffsets:
+    """Where a new query or a batch read starts (startingOffsets, or option savepoint)."""
+    # Imported here: only a new query's first trigger or a batch read needs it, not every start.
+    from txkafka.connector.savepoint import starting_offsets
+
+    return starting_offsets(reader, options, tps, latest=latest)
+
+
 def _nonempty_or_new(start: Mapping[TopicPartitionKey, int],
                      end: Mapping[TopicPartitionKey, int]) -> list[TopicPartitionKey]:
     return sorted(tp for tp, off in end.items() if tp not in start or off > start[tp])
@@ -222,7 +232,7 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
         try:
             reader.check_assignment()
             tps = reader.topic_partitions()
-            start = reader.resolve(opts.starting, tps, starting=True)
+            start = _starting_offsets(reader, opts, tps)
             end = reader.resolve(opts.ending, tps, starting=False)
             for tp in sorted(start):
                 if tp in end and end[tp] < start[tp]:
@@ -335,11 +345,13 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
         return self.offset_reader.resolve(spec, sorted(spec.as_dict()), starting=True)
 
     def _resolve_starting_offsets(self) -> PartitionOffsets:
-        """startingOffsets (or a timestamp) -> offsets; "latest" under AvailableNow is its target."""
+        """startingOffsets (or a timestamp, or a savepoint) -> offsets; "latest" under
+        AvailableNow is its target. Only a new query gets here: the result is batch 0's start,
+        carried in offsets/0, so neither a restart nor a replay of batch 0 reads the savepoint."""
         reader = self.offset_reader
         reader.check_assignment()
-        starting = reader.resolve(self.options.starting, reader.topic_partitions(), starting=True,
-                                  latest=self._available_now_target)
+        starting = _starting_offsets(reader, self.options, reader.topic_partitions(),
+                                     latest=self._available_now_target)
         log.info("txkafka starting offsets: %s", to_offset_json(starting))
         return starting
 

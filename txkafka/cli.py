@@ -86,8 +86,8 @@ def _load_extensions() -> None:
 
     if _EXTENSIONS:
         return  # main() may run more than once in a process (tests, embedding)
-    for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.verify", "txkafka.bench",
-                "txkafka.pyspark_home", "txkafka.installed_pyspark"):
+    for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.savepoint", "txkafka.verify",
+                "txkafka.bench", "txkafka.pyspark_home", "txkafka.installed_pyspark"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

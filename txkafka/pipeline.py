@@ -58,7 +58,9 @@ def run(args: argparse.Namespace) -> int:
     reader = (spark.readStream.format("txkafka")
               .option("kafka.bootstrap.servers", args.bootstrap)
               .option("subscribe", args.input)
-              .option("startingOffsets", "earliest"))
+              .option("startingOffsets", args.starting_offsets))
+    if args.savepoint:
+        reader = reader.option("savepoint", args.savepoint)
     if args.max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets))
     for k, v in kafka_conf.items():
@@ -67,6 +69,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.mode == "map":
         out = src.selectExpr("key", "concat(CAST(value AS STRING), '|seen') AS value")
+        output_mode = "append"
+    elif args.mode == "project":
+        # Another projection of the same records (a changed query, e.g. after a savepoint).
+        out = src.selectExpr("key", "concat('moved|', CAST(value AS STRING), '|', "
+                             "CAST(partition AS STRING), ':', CAST(offset AS STRING)) AS value")
         output_mode = "append"
     elif args.mode == "aggregate":
         # A stateful count per (key, event-time window). Spark 4.3's Python sinks take append
@@ -82,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise SystemExit(f"unknown --mode {args.mode}")
 
+    if args.repartition:
+        out = out.repartition(args.repartition)
     writer = (out.writeStream.format("txkafka")
               .outputMode(output_mode)
               .option("kafka.bootstrap.servers", args.bootstrap)
@@ -163,7 +172,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--checkpoint", required=True)
-    p.add_argument("--mode", choices=["map", "aggregate"], default="map")
+    p.add_argument("--mode", choices=["map", "project", "aggregate"], default="map",
+                   help="map: value + '|seen'; project: another projection of the same records; "
+                   "aggregate: windowed counts")
+    p.add_argument("--starting-offsets", default="earliest", help="the reader's startingOffsets")
+    p.add_argument("--savepoint", default="", help="start a new query from this savepoint")
+    p.add_argument("--repartition", type=int, default=0,
+                   help="repartition the output to this many tasks (0: as read)")
     p.add_argument("--guarantee", choices=["exactly_once", "at_least_once"], default="exactly_once")
     p.add_argument("--master", default="local[2,4]")
     p.add_argument("--trigger-ms", type=int, default=1000)
