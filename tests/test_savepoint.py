@@ -296,7 +296,8 @@ def test_refuses_lost_partitions_awaiting_a_re_run(ck):
     _spark(ck, 4, '{"t":{"0":5}}')
     _spark(ck, 5, '{"t":{"0":9}}', committed=False)
     ids, log, (t0, t1) = _decide_then_crash(ck, fake, 5, [0, 1])
-    fake.txns[t1.transactional_id]["epoch"] += 1  # the broker aborted it at its timeout
+    # the broker aborted it at its timeout: epoch bumped, abort state (what confirms "lost")
+    fake.txns[t1.transactional_id].update(epoch=t1.producer_epoch + 1, state="CompleteAbort")
     with pytest.raises(SavepointError, match="batch 5 .* is partly in the output") as exc:
         _create(ck, fake)
     assert "Restart the original query" in str(exc.value) and "task partition 1" in str(exc.value)
