@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -115,13 +116,23 @@ def _run_with_late_attempts(kafka, spark_cluster, driver_processes, tmp_path, *,
     with TransactionWatcher(kafka, _sink_prefix(ck)) as watcher:
         code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, ck, *extra),
                                   timeout=600)
-    assert code == 0, proc.tail()
-    assert not watcher.errors, watcher.errors[:3]
-    measured = _check_late_transactions(ck, watcher.seen, markers, last_batch)
-    print(f"\nlate transactions ({'AvailableNow' if available_now else 'processing-time'}): "
-          f"{json.dumps(measured)}")
-    assert_exactly_once(kafka, topics, ck)
-    return proc
+    with _explained(proc):
+        assert code == 0
+        assert not watcher.errors, watcher.errors[:3]
+        measured = _check_late_transactions(ck, watcher.seen, markers, last_batch)
+        print(f"\nlate transactions ({'AvailableNow' if available_now else 'processing-time'}): "
+              f"{json.dumps(measured)}")
+        assert re.search(r"aborted \d+ late transaction", proc.output())
+        assert_exactly_once(kafka, topics, ck)
+
+
+@contextlib.contextmanager
+def _explained(proc):
+    """A failed check carries the driver's output (its log says what the sweeps aborted)."""
+    try:
+        yield
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- driver output (tail) ---\n{proc.tail(80)}") from None
 
 
 def test_late_attempts_are_aborted_promptly_processing_time(kafka, spark_cluster, driver_processes,
@@ -129,45 +140,44 @@ def test_late_attempts_are_aborted_promptly_processing_time(kafka, spark_cluster
     """Batches 0-2 (600 offsets each of ~1,500); batch 1's losing attempt writes after the batch
     and aborts itself; batch 2's (the last: the query then idles) dies with its transaction open
     and only the follow-up sweeps can end it."""
-    proc = _run_with_late_attempts(
+    _run_with_late_attempts(
         kafka, spark_cluster, driver_processes, tmp_path, available_now=False, records=1500,
         late={(1, 0): False, (2, 1): True}, last_batch=2)
-    assert re.search(r"aborted \d+ late transaction", proc.output()), proc.tail()
 
 
 def test_late_attempt_of_the_last_available_now_batch(kafka, spark_cluster, driver_processes,
                                                        tmp_path):
     """AvailableNow's last batch (1 of 0-1): no later batch will ever sweep. The zombie's
     transaction is ended by the driver's follow-up sweeps while the driver lives on."""
-    proc = _run_with_late_attempts(
+    _run_with_late_attempts(
         kafka, spark_cluster, driver_processes, tmp_path, available_now=True, records=1000,
         late={(1, 1): True}, last_batch=1)
-    assert re.search(r"aborted \d+ late transaction", proc.output()), proc.tail()
 
 
 def test_late_attempt_of_a_batch_write(kafka, spark_cluster, driver_processes, tmp_path):
     """df.write keeps no log and has no next batch: the follow-up sweeps after its commit abort
-    what a losing attempt opens once the write returned (it waits for the driver's marker)."""
+    what a losing attempt opened once the write returned (it waits for the driver's marker, then
+    dies after its flush)."""
     topics = make_input(kafka, records=1000, partitions=2)
     written, marker = tmp_path / "written", tmp_path / "late.marker"
     fault = (f"point=before_first_produce,partition=1,attempt=0,action=wait_for,path={written},"
-             f"ms=180000;point=after_precommit,partition=1,attempt=0,action=sleep,ms=0,"
-             f"once={marker}")
+             f"ms=180000;point=after_precommit,partition=1,attempt=0,action=exit,once={marker}")
     extra = ["--batch", "--done-file", str(written), "--fault", fault, "--master",
-             spark_cluster.master_url, "--linger-s", "25"]
+             spark_cluster.master_url, "--linger-s", "40"]
     extra += [a for conf in SPECULATION for a in ("--spark-conf", conf)]
     with TransactionWatcher(kafka, lambda: "txkafka-b") as watcher:
         code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, str(tmp_path / "ck"),
                                                                   *extra), timeout=600)
-    assert code == 0, proc.tail()
-    assert marker.exists(), "the losing attempt never wrote"
-    written_ms = written.stat().st_mtime * 1000
-    late = [t for t in watcher.seen if t.start_ms > written_ms]
-    assert all(t.end_ms - written_ms <= BOUND_MS for t in late), (late, written_ms)
-    print(f"\nlate transactions (batch write): "
-          f"{json.dumps({t.transactional_id: t.end_ms - written_ms for t in late})}")
-    assert re.search(r"aborted \d+ late transaction", proc.output()), proc.tail()
-    assert_exactly_once(kafka, topics, prefix="txkafka-b")
+    with _explained(proc):
+        assert code == 0
+        assert marker.exists(), "the losing attempt never wrote"
+        written_ms = written.stat().st_mtime * 1000
+        late = [t for t in watcher.seen if t.start_ms > written_ms]
+        assert all(t.end_ms - written_ms <= BOUND_MS for t in late), (late, written_ms)
+        print(f"\nlate transactions (batch write): "
+              f"{json.dumps({t.transactional_id: round(t.end_ms - written_ms) for t in late})}")
+        assert re.search(r"aborted \d+ late transaction", proc.output())
+        assert_exactly_once(kafka, topics, prefix="txkafka-b")
 
 
 # ----------------------------------------------------------------------------- real broker
