@@ -10,7 +10,8 @@ Armed by the option ``txkafka.faultInjection`` or the environment variable
 - ``action``: ``raise`` (an InjectedFault exception), ``kill`` (SIGKILL every process of this
   session: the whole driver when the query runs in its own session, as the tests and the demo do),
   ``exit`` (this Python worker dies),
-  ``sleep`` (``ms=`` milliseconds).
+  ``sleep`` (``ms=`` milliseconds), ``wait_for`` (until the local file ``path=`` exists, at most
+  ``ms=`` milliseconds: e.g. Spark's ``commits/N``, to write after batch N is done).
 - filters: ``batch``, ``partition``, ``attempt``, ``nth`` (the nth time the point is reached in
   this process, from 1); a rule fires only when all given filters match.
 - ``once=PATH``: fire at most once across processes and restarts (the marker file is created
@@ -33,8 +34,9 @@ ENV_VAR = "TXKAFKA_FAULT_INJECTION"
 
 POINTS = frozenset({
     # task side (writer)
+    "before_first_produce",  # transaction begun (client side), before its first record is sent
     "before_precommit",   # records produced, before flush/verify
-    "after_precommit",    # transaction flushed and left open, before the task returns
+    "after_precommit",    # transaction flushed and left open, before the late check and return
     # driver side (writer)
     "before_decision",    # transactions validated, decision not yet written
     "after_decision",     # decision durable, no EndTxn sent yet
@@ -44,7 +46,7 @@ POINTS = frozenset({
     # task side (reader)
     "read_partition",     # an executor is about to fetch an offset range
 })
-ACTIONS = frozenset({"raise", "kill", "exit", "sleep"})
+ACTIONS = frozenset({"raise", "kill", "exit", "sleep", "wait_for"})
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,7 @@ class FaultRule:
     once: str | None = None
     ms: int = 0
     hits: int = 0
+    path: str | None = None
 
     def matches(self, point: str, ctx: dict[str, int | None]) -> bool:
         if point != self.point:
@@ -93,12 +96,15 @@ def parse_spec(spec: str) -> list[FaultRule]:
             raise KafkaConfigError(f"fault-injection action {action!r} is not one of {sorted(ACTIONS)}")
         once = kv.pop("once", None)
         ms = int(kv.pop("ms", "0"))
+        path = kv.pop("path", None)
+        if action == "wait_for" and not path:
+            raise KafkaConfigError(f"fault-injection rule {raw!r}: wait_for needs path=")
         filters = {}
         for k, v in kv.items():
             if k not in ("batch", "partition", "attempt", "nth"):
                 raise KafkaConfigError(f"fault-injection filter {k!r} is unknown")
             filters[k] = int(v)
-        rules.append(FaultRule(point, action, filters, once, ms))
+        rules.append(FaultRule(point, action, filters, once, ms, path=path))
     return rules
 
 
@@ -154,6 +160,11 @@ class FaultInjector:
             raise InjectedFault(f"injected fault at {where}")
         if rule.action == "sleep":
             time.sleep(rule.ms / 1000.0)
+            return
+        if rule.action == "wait_for":
+            deadline = time.monotonic() + rule.ms / 1000.0
+            while rule.path and not os.path.exists(rule.path) and time.monotonic() < deadline:
+                time.sleep(0.05)
             return
         if rule.action == "exit":
             os._exit(17)

@@ -112,6 +112,7 @@ class WritePlan:
     batch_id: int | None = None          # the batch planned; None: unknown (write everything)
     skip: bool = False                   # the sink committed this batch already: write nothing
     redo: frozenset[int] | None = None   # a lost round's task partitions: write only these
+    round_no: int = 0                    # the round the tasks write (their late check asks for it)
 
     def should_write(self, batch_id: int, partition_id: int) -> bool:
         if self.batch_id is not None and batch_id != self.batch_id:
@@ -238,7 +239,7 @@ class KafkaCommitter:
             "batch %d: re-writing task partitions %s, whose transactions the broker aborted in "
             "round %d; the batch's other task partitions write nothing"),
             batch_id, sorted(redo), state.last.number)
-        return WritePlan(batch_id, redo=redo)
+        return WritePlan(batch_id, redo=redo, round_no=state.last.number + 1)
 
     def _warn_once(self, batch_id: int, kind: str, fmt: str, *args: object) -> None:
         key = (self.log.root if self.log else "", batch_id, kind)

@@ -4,6 +4,10 @@ Flink's KafkaWriter, for one Spark task attempt: begin a transaction lazily on t
 every row, then pre-commit: flush, check that every record was delivered, read the producer id and
 epoch, and return a committable WITHOUT committing. The producer is never closed while its
 transaction is open (confluent-kafka's ``close()`` aborts it); dropping the reference does not.
+
+A streaming attempt also asks the sink's commit log whether its batch was decided without it (a
+speculative loser, a zombie), before it opens its transaction and again after its flush: then it
+writes nothing, or aborts what it wrote, and returns "late" (invariant 13).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .fault_injection import FaultInjector
 from .kafka_committable import KafkaCommittable
 from .kafka_config import RECONNECT_BACKOFF_MS
 from .secrets_redaction import redact_text
+from .sink_commit_log import SinkCommitLog
 from .sink_options import SinkConfig
 
 log = logging.getLogger(__name__)
@@ -288,6 +293,40 @@ def _connect_to_cluster(producer: Any, cfg: SinkConfig) -> None:
                   redact_text(str(e), cfg.kafka))
 
 
+# --------------------------------------------------------------------------- late attempts
+
+_TASK_LOGS: dict[str, SinkCommitLog] = {}
+_TASK_LOGS_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class LateCheck:
+    """What a streaming task needs to tell whether its batch was decided without it: the
+    checkpoint (read through pyarrow, as the driver does) and the batch and round it writes."""
+
+    checkpoint_location: str
+    batch_id: int
+    round_no: int
+
+    def decided(self) -> bool:
+        """True once the task's round is decided (the driver committed it without this attempt)
+        or Spark finished the batch (``commits/N``, written before any later batch starts): two
+        stats, no listing. An executor that cannot read the checkpoint answers False (the
+        driver's follow-up sweeps remain)."""
+        try:
+            with _TASK_LOGS_LOCK:
+                commit_log = _TASK_LOGS.get(self.checkpoint_location)
+                if commit_log is None:
+                    commit_log = _TASK_LOGS[self.checkpoint_location] = SinkCommitLog(
+                        self.checkpoint_location)
+            return (commit_log.has_decision(self.batch_id, self.round_no)
+                    or commit_log.spark.has_commit(self.batch_id))
+        except Exception as e:  # noqa: BLE001 - the check is a shortcut, never a failure
+            log.debug("batch %d: cannot read the checkpoint from this executor, so the "
+                      "late-attempt check is skipped: %s", self.batch_id, e)
+            return False
+
+
 # --------------------------------------------------------------------------- the writer
 
 class KafkaWriter:
@@ -302,6 +341,7 @@ class KafkaWriter:
         partition_id: int,
         attempt: int,
         transactional_id: str | None,
+        late_check: LateCheck | None = None,
     ) -> None:
         if cfg.exactly_once and transactional_id is None:
             raise ValueError("exactly-once writes need a transactional id")
@@ -311,6 +351,8 @@ class KafkaWriter:
         self.partition_id = partition_id
         self.attempt = attempt
         self.transactional_id = transactional_id if cfg.exactly_once else None
+        self.late_check = late_check if self.transactional_id is not None else None
+        self.late = False  # the batch was decided without this attempt: it wrote nothing
         self.faults = FaultInjector.get(cfg.fault_injection)
         self.probe = _ProducerProbe(cfg.kafka)
         self.producer: Any = None
@@ -377,12 +419,20 @@ class KafkaWriter:
         self._in_txn = True
 
     def write(self, batches: Iterable[pa.RecordBatch]) -> KafkaCommittable | None:
-        """Produce every row; return the pre-committed transaction (None when there was no row)."""
+        """Produce every row; return the pre-committed transaction (None when there was no row,
+        or when the attempt is late: then ``self.late`` is set and nothing it wrote remains)."""
         self.prepare()
+        if self._decided_without_me("before opening its transaction: it writes nothing"):
+            # (the check overlapped the producer's init, started by prepare())
+            return self._drain_late(batches)
         try:
             for batch in batches:
                 if batch.num_rows:
+                    first = not self._in_txn
                     self._open()
+                    if first and self._in_txn:
+                        self.faults.check("before_first_produce", batch=self.batch_id,
+                                          partition=self.partition_id, attempt=self.attempt)
                     self._produce_batch(batch)
             if not self._in_txn and self.transactional_id is not None:
                 # Empty task: let the background init finish here, so it can never fence a later
@@ -404,7 +454,30 @@ class KafkaWriter:
             raise
         self.faults.check("after_precommit", batch=self.batch_id, partition=self.partition_id,
                           attempt=self.attempt)
+        if committable is not None and self._decided_without_me(
+                "after its flush: it aborts its transaction"):
+            # Its transaction may have opened after the batch's sweep: end it now rather than
+            # leave it to the driver's follow-up sweeps or the broker's timeout.
+            self._abort_quietly()
+            return None
         return committable
+
+    def _decided_without_me(self, when: str) -> bool:
+        if self.late_check is None or not self.late_check.decided():
+            return False
+        self.late = True
+        log.info("batch %d round %d, task partition %d attempt %d: the batch was decided without "
+                 "this attempt (found %s)", self.batch_id, self.late_check.round_no,
+                 self.partition_id, self.attempt, when)
+        return True
+
+    def _drain_late(self, batches: Iterable[pa.RecordBatch]) -> None:
+        """Consume the input (Spark requires it) without writing, and let the producer's init
+        finish so that it can never fence a later batch's producer of the same id."""
+        for _ in batches:
+            pass
+        if self._init_thread is not None:
+            self._init_thread.join(self.cfg.commit_timeout_ms / 1000.0)
 
     def _produce_batch(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows

@@ -344,6 +344,15 @@ class SinkCommitLog:
             **(extra or {}),
         })
 
+    def has_decision(self, batch_id: int, round_no: int) -> bool:
+        """Whether round ``round_no`` of a batch is decided: one stat, not a listing (a task asks
+        this twice; kafka_writer.LateCheck)."""
+        path = self._name(batch_id, round_no, "decision")
+        try:
+            return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        except OSError as e:
+            raise CommitLogError(f"cannot read {redact_uri(path)}: {e}") from None
+
     def _unresolved_name(self, batch_id: int, round_no: int) -> str:
         return self._name(batch_id, round_no, "unresolved")
 

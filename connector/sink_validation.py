@@ -22,6 +22,7 @@ from .errors import (
     KafkaAuthorizationError,
     KafkaConfigError,
     KafkaProtocolError,
+    UnsupportedBrokerError,
 )
 from .kafka_config import RECONNECT_BACKOFF_MS, check_client_config
 from .kafka_writer import SinkSchema, _ProducerProbe, producer_config
@@ -35,6 +36,12 @@ _quiet.propagate = False
 
 _DONE: set[tuple] = set()
 _LOCK = threading.Lock()
+
+MAX_TIMEOUT = "transaction.max.timeout.ms"
+VERIFICATION = "transaction.partition.verification.enable"
+# AddPartitionsToTxn v4 (KIP-890's verification requests) came with Kafka 3.6, as did VERIFICATION.
+ADD_PARTITIONS_TO_TXN = 24
+_VERIFYING_ADD_PARTITIONS_VERSION = 4
 
 
 def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30.0) -> None:
@@ -63,7 +70,7 @@ def check_producer_config(cfg: SinkConfig) -> None:
 
 def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import AdminClient
 
     probe = SecurityErrorProbe(cfg.kafka)
     # allow.auto.create.topics: the metadata request for the topic must not create a missing one
@@ -113,25 +120,97 @@ def _check_cluster(cfg: SinkConfig, timeout_s: float) -> None:
         _check_transactional_ids(cfg, timeout_s)
     if not cfg.exactly_once or not md.brokers:
         return
-    broker_id = sorted(md.brokers)[0]
-    try:
-        fut = admin.describe_configs([ConfigResource("broker", str(broker_id))])
-        entries = list(fut.values())[0].result(timeout=timeout_s)
-    except KafkaException as e:
-        # DescribeConfigs needs DESCRIBE_CONFIGS on the cluster; without it we cannot check the cap.
-        log.warning("cannot read transaction.max.timeout.ms from broker %s (%s); not checking "
-                    "kafka.transaction.timeout.ms against it", broker_id,
-                    redact_text(str(e), cfg.kafka))
+    check_broker_settings(cfg, admin, sorted(md.brokers), timeout_s)
+
+
+def check_broker_settings(cfg: SinkConfig, admin, broker_ids: list[int], timeout_s: float) -> None:
+    """exactly_once: the transaction timeout within every broker's cap, and no broker that can
+    leave a hanging transaction (invariant 13)."""
+    configs = _broker_configs(admin, broker_ids, timeout_s, cfg)
+    if configs is None:
+        _refuse_brokers_before_3_6(cfg, set(broker_ids), "their configuration could not be read")
         return
-    entry = entries.get("transaction.max.timeout.ms")
-    if entry is not None and entry.value is not None:
-        cap = int(entry.value)
-        if cfg.transaction_timeout_ms > cap:
-            raise KafkaConfigError(
-                f"kafka.transaction.timeout.ms={cfg.transaction_timeout_ms} is above the broker's "
-                f"transaction.max.timeout.ms={cap}; lower it to at most {cap} or raise the broker "
-                "setting"
-            )
+    caps = [int(v) for e in configs.values() if (v := e.get(MAX_TIMEOUT)) is not None]
+    if caps and cfg.transaction_timeout_ms > min(caps):
+        cap = min(caps)
+        raise KafkaConfigError(
+            f"kafka.transaction.timeout.ms={cfg.transaction_timeout_ms} is above the broker's "
+            f"transaction.max.timeout.ms={cap}; lower it to at most {cap} or raise the broker "
+            "setting"
+        )
+    refused = hanging_transaction_brokers({b: e.get(VERIFICATION) for b, e in configs.items()})
+    if any(v is not None for v in refused.values()):
+        raise UnsupportedBrokerError(_hanging_message(refused))
+    if refused:
+        # Not in the answer: Kafka before 3.6, or a managed service that hides the setting.
+        _refuse_brokers_before_3_6(cfg, set(refused), f"DescribeConfigs does not list {VERIFICATION}")
+
+
+def _broker_configs(admin, broker_ids: list[int], timeout_s: float,
+                    cfg: SinkConfig) -> dict[int, dict[str, str | None]] | None:
+    """{broker id: {name: value}} of the settings the sink depends on, for every broker; None
+    when the principal may not read broker configs (DescribeConfigs needs DESCRIBE_CONFIGS on
+    the cluster)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource
+
+    try:
+        futs = admin.describe_configs([ConfigResource("broker", str(b)) for b in broker_ids])
+        out = {}
+        for res, fut in futs.items():
+            entries = fut.result(timeout=timeout_s)
+            out[int(res.name)] = {name: entries[name].value if name in entries else None
+                                  for name in (MAX_TIMEOUT, VERIFICATION)}
+        return out
+    except KafkaException as e:
+        log.warning("cannot read the brokers' configuration (%s; DescribeConfigs needs "
+                    "DESCRIBE_CONFIGS on the cluster): not checking kafka.transaction.timeout.ms "
+                    "against transaction.max.timeout.ms", redact_text(str(e), cfg.kafka))
+        return None
+
+
+def hanging_transaction_brokers(values: dict[int, str | None]) -> dict[int, str | None]:
+    """Brokers that can leave a hanging transaction: {broker id: the setting's value, None when
+    the broker does not know it (Kafka before 3.6)}."""
+    return {b: v for b, v in sorted(values.items()) if (v or "").strip().lower() != "true"}
+
+
+def _hanging_message(refused: dict[int, str | None]) -> str:
+    which = "; ".join(f"broker {b}: " + (f"{VERIFICATION}={v}" if v is not None else
+                                         "no such setting (Kafka older than 3.6)")
+                      for b, v in refused.items())
+    return (
+        f"deliveryGuarantee=exactly_once needs transaction partition verification on every broker "
+        f"({VERIFICATION}=true, Kafka 3.6 or newer; it is the default there), and the cluster "
+        f"lacks it: {which}. Without it, a record sent by a task attempt that Spark gave up on can "
+        f"reach a partition after its transaction was aborted and start a transaction there that "
+        f"the coordinator does not know (a hanging transaction): ListTransactions does not show "
+        f"it, so txkafka cannot abort it, and read_committed readers of that partition stop at it "
+        f"indefinitely. Upgrade to Kafka 3.6+ and set {VERIFICATION}=true (a dynamic setting: "
+        f"kafka-configs.sh --bootstrap-server ... --alter --entity-type brokers --entity-default "
+        f"--add-config {VERIFICATION}=true), or write with deliveryGuarantee=at_least_once."
+    )
+
+
+def _refuse_brokers_before_3_6(cfg: SinkConfig, broker_ids: set[int], why: str) -> None:
+    """Where the setting cannot be read: refuse brokers too old to verify (by the API versions
+    they announce); a 3.6+ broker is taken to run with the setting's default (true), with a
+    warning, since nothing else tells."""
+    from .kafka_committer import shared_client
+
+    client = shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)
+    old: dict[int, str | None] = {}
+    for node, host, port in client.brokers():
+        if node not in broker_ids:
+            continue
+        top = client.api_versions(host, port).get(ADD_PARTITIONS_TO_TXN, (0, -1))[1]
+        if top < _VERIFYING_ADD_PARTITIONS_VERSION:
+            old[node] = None
+    if old:
+        raise UnsupportedBrokerError(_hanging_message(old))
+    log.warning("broker(s) %s: %s, so txkafka cannot check %s; they are Kafka 3.6 or newer, "
+                "where it defaults to true. If it was set to false, exactly_once can leave hanging "
+                "transactions (docs/operations.md)", sorted(broker_ids), why, VERIFICATION)
 
 
 def _check_transactional_ids(cfg: SinkConfig, timeout_s: float) -> None:

@@ -151,6 +151,15 @@ class SparkCheckpoint:
     def latest_committed_batch(self) -> int | None:
         return max(self.batch_ids("commits"), default=None)
 
+    def has_commit(self, batch_id: int) -> bool:
+        """Whether Spark wrote ``commits/N``: batch N is done, and any task of it still running
+        is a loser or a zombie."""
+        path = self._path("commits", str(batch_id))
+        try:
+            return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        except OSError as e:
+            raise self.error(f"cannot read {redact_uri(path)}: {e}") from None
+
     def read_offsets(self, batch_id: int) -> OffsetLogEntry | None:
         """``offsets/N`` parsed, or None if Spark has not logged batch N (or it was removed)."""
         raw = self._read_text(self._path("offsets", str(batch_id)))

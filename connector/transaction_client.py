@@ -245,6 +245,11 @@ class TransactionClient:
             raise error
 
     @_within_timeout
+    def api_versions(self, host: str, port: int) -> dict[int, tuple[int, int]]:
+        """{API key: (min, max) version} that a broker announced when this client connected."""
+        return dict(self._conn(host, port).api_versions)
+
+    @_within_timeout
     def brokers(self) -> list[tuple[int, str, int]]:
         """(node id, host, port) of every live broker, from a Metadata request."""
         try:

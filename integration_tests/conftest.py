@@ -187,6 +187,10 @@ _SHARED_UNITS = {
     "integration_tests/test_security_transport.py": "integration_tests/test_security_pipeline.py",
     "integration_tests/test_writer_exactly_once.py::test_speculative_execution_on_a_cluster":
         "integration_tests/test_chaos.py",
+    **{f"integration_tests/test_late_transactions.py::{name}": "integration_tests/test_chaos.py"
+       for name in ("test_late_attempts_are_aborted_promptly_processing_time",
+                    "test_late_attempt_of_the_last_available_now_batch",
+                    "test_late_attempt_of_a_batch_write")},
 }
 
 

@@ -199,3 +199,84 @@ class KafkaTarget:
                     for p in self.partitions(topic)}
         finally:
             c.close()
+
+
+@dataclass
+class ObservedTransaction:
+    """One transaction (id, producer id, epoch) as a watcher saw it; times in wall-clock ms."""
+
+    transactional_id: str
+    producer_id: int
+    epoch: int
+    start_ms: int            # the coordinator's start time (first partition added)
+    first_seen_ms: int
+    last_open_ms: int        # the last poll that saw it Ongoing
+    closed_ms: int | None = None  # the first poll that no longer saw it Ongoing
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return self.transactional_id, self.producer_id, self.epoch
+
+    @property
+    def end_ms(self) -> int:
+        """An upper bound of when it ended (still open at the last poll: that poll's time)."""
+        return self.closed_ms if self.closed_ms is not None else self.last_open_ms
+
+
+class TransactionWatcher:
+    """Polls the Ongoing transactions whose ids start with what ``prefix()`` returns (None until
+    known) and records each one's open interval, in a thread, until ``stop()``."""
+
+    def __init__(self, kafka: KafkaTarget, prefix, interval_s: float = 0.25) -> None:
+        import threading
+
+        self.kafka = kafka
+        self.prefix = prefix
+        self.interval_s = interval_s
+        self.seen: list[ObservedTransaction] = []  # one per open interval, in order seen
+        self._open: dict[tuple[str, int, int], ObservedTransaction] = {}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="txn-watcher")
+
+    def __enter__(self) -> "TransactionWatcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _run(self) -> None:
+        with TransactionClient(self.kafka.conf, timeout=10) as tc:
+            while not self._stop.is_set():
+                try:
+                    self._poll(tc)
+                except Exception as e:  # noqa: BLE001 - recorded; a test asserts on them
+                    self.errors.append(f"{type(e).__name__}: {e}")
+                self._stop.wait(self.interval_s)
+
+    def _poll(self, tc: TransactionClient) -> None:
+        prefix = self.prefix()
+        if prefix is None:
+            return
+        listed = tc.list_transactions(prefix=prefix, states=["Ongoing"])
+        descs = tc.describe(t.transactional_id for t in listed) if listed else {}
+        now = int(time.time() * 1000)
+        open_now = set()
+        for d in descs.values():
+            if d.state != "Ongoing":
+                continue
+            key = (d.transactional_id, d.producer_id, d.producer_epoch)
+            open_now.add(key)
+            seen = self._open.get(key)
+            if seen is None:
+                # (a key seen again after it closed is a new transaction of the same producer)
+                seen = self._open[key] = ObservedTransaction(*key, d.start_time_ms, now, now)
+                self.seen.append(seen)
+            seen.last_open_ms = now
+        for key in [k for k in self._open if k not in open_now]:
+            self._open.pop(key).closed_ms = now

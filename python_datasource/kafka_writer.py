@@ -37,7 +37,13 @@ from pyspark.sql.types import (
 from txkafka.connector.errors import KafkaConfigError, TransactionError
 from txkafka.connector.kafka_committable import TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
-from txkafka.connector.kafka_writer import KafkaWriter, SinkSchema, validate_input_schema
+from txkafka.connector.kafka_writer import (
+    KafkaWriter,
+    LateCheck,
+    SinkSchema,
+    validate_input_schema,
+)
+from txkafka.connector.late_transaction_sweeper import follow_up
 from txkafka.connector.partition_input import InputDigest
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import SinkConfig
@@ -189,15 +195,28 @@ class _KafkaWrite:
                 input=digest.result() if digest is not None else None))
         tid = (self.ids.transactional_id(partition_id, attempt, run=task.run, batch_id=batch)
                if self.ids else None)
+        late_check = None
+        if self.streaming and self.cfg.exactly_once and self.cfg.checkpoint_location:
+            late_check = LateCheck(self.cfg.checkpoint_location, batch, self.plan.round_no)
         writer = KafkaWriter(self.cfg, self.sink_schema, batch_id=batch, partition_id=partition_id,
-                             attempt=attempt, transactional_id=tid)
+                             attempt=attempt, transactional_id=tid, late_check=late_check)
         try:
             committable = writer.write(iterator)
         finally:
             writer.release()
         return TxKafkaCommitMessage(TaskResult(
-            partition_id, attempt, batch, committable, writer.count,
-            input=digest.result() if digest is not None else None))
+            partition_id, attempt, batch, committable, 0 if writer.late else writer.count,
+            writer.late, input=digest.result() if digest is not None else None))
+
+    def _end(self, batch_id: int, messages: List[Optional[WriterCommitMessage]],
+             abort: bool) -> None:
+        committer = self.committer()
+        try:
+            (committer.abort if abort else committer.commit)(batch_id, _results(messages))
+        finally:
+            # Attempts Spark gave up on can still open transactions (invariant 13).
+            follow_up(committer.client, committer.ids, committer.log,
+                      self.cfg.transaction_timeout_ms)
 
 
 class KafkaStreamingWrite(_KafkaWrite, DataSourceStreamArrowWriter):
@@ -206,11 +225,11 @@ class KafkaStreamingWrite(_KafkaWrite, DataSourceStreamArrowWriter):
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         if self.cfg.exactly_once:
-            self.committer().commit(batchId, _results(messages))
+            self._end(batchId, messages, abort=False)
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         if self.cfg.exactly_once:
-            self.committer().abort(batchId, _results(messages))
+            self._end(batchId, messages, abort=True)
 
 
 class KafkaBatchWrite(_KafkaWrite, DataSourceArrowWriter):
@@ -219,9 +238,9 @@ class KafkaBatchWrite(_KafkaWrite, DataSourceArrowWriter):
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         if self.cfg.exactly_once:
-            self.committer().commit(0, _results(messages))
+            self._end(0, messages, abort=False)
 
     def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         if self.cfg.exactly_once:
-            self.committer().abort(0, _results(messages))
+            self._end(0, messages, abort=True)
 

@@ -25,6 +25,7 @@ def test_the_matrix_covers_exactly_once_reader_transactions_and_recovery():
         "test_writer_exactly_once.py",   # Spark pipelines under task, commit and driver failures
         "test_reader_transactions.py",   # markers, aborted records, the LSO, replays
         "test_reader_crash_restart.py",  # a killed driver's replay
+        "test_late_transactions.py",     # follow-up sweeps; the partition-verification start check
     }
     for name in ("test_the_broker_runs_the_release_the_run_names",
                  "test_driver_killed_between_two_endtxn_calls_recovers_exactly_once",
@@ -32,5 +33,6 @@ def test_the_matrix_covers_exactly_once_reader_transactions_and_recovery():
                  "test_broker_timeout_after_decision_is_detected_recorded_and_redone",
                  "test_at_least_once_writes_without_transactions",
                  "test_committed_records_only_with_batch_boundaries_on_markers_and_restarts",
-                 "test_sigkill_mid_batch_then_restart[2]"):
+                 "test_sigkill_mid_batch_then_restart[2]",
+                 "test_brokers_that_can_leave_hanging_transactions_are_refused"):
         assert name in tests, (name, sorted(tests))

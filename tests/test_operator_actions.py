@@ -316,7 +316,7 @@ def test_a_lost_round_is_rewritten_by_the_same_layout(tmp_path):
     fake = FakeCoordinator()
     ids, log = _lost_round(tmp_path, fake)
     committer, _, _ = _committer(tmp_path, fake)
-    assert committer.plan() == WritePlan(4, redo=frozenset({1}))
+    assert committer.plan() == WritePlan(4, redo=frozenset({1}), round_no=1)
     report = committer.commit(4, _rerun(ids, fake, {0: _same(0), 1: _same(1)}))
     assert report.transactions == 1 and log.batch_state(4).complete
     assert log.batch_state(4).rounds[1].layout == {0: _same(0), 1: _same(1)}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from txkafka.connector.errors import KafkaConfigError
+from txkafka.connector.errors import KafkaConfigError, UnsupportedBrokerError
 from txkafka.connector.sink_options import SinkConfig
 from txkafka.connector.sink_validation import check_producer_config, validate_at_start
 
@@ -128,3 +128,94 @@ def test_the_start_check_s_admin_client_connects_quickly_unless_the_user_says_ot
         sink_validation._check_cluster(cfg, timeout_s=1.0)
     assert seen[0]["reconnect.backoff.ms"] == expected
     assert seen[0]["allow.auto.create.topics"] is False
+
+
+# ----------------------------------------------------------------------------- hanging transactions
+# (against a real broker with the setting off: integration_tests/test_late_transactions.py)
+
+class _Entry:
+    def __init__(self, value):
+        self.value = value
+
+
+class _Future:
+    def __init__(self, entries):
+        self.entries = entries
+
+    def result(self, timeout=None):
+        if isinstance(self.entries, Exception):
+            raise self.entries
+        return self.entries
+
+
+class FakeAdmin:
+    """DescribeConfigs answers per broker id: {name: value}, or an exception for all."""
+
+    def __init__(self, answers):
+        self.answers = answers
+
+    def describe_configs(self, resources):
+        if isinstance(self.answers, Exception):
+            return {r: _Future(self.answers) for r in resources}
+        return {r: _Future({k: _Entry(v) for k, v in self.answers[int(r.name)].items()})
+                for r in resources}
+
+
+class FakeVersions:
+    def __init__(self, add_partitions_max: dict[int, int]):
+        self.top = add_partitions_max
+
+    def brokers(self):
+        return [(b, f"h{b}", 9092) for b in self.top]
+
+    def api_versions(self, host, port):
+        return {24: (0, self.top[int(host[1:])])}
+
+
+def _check(monkeypatch, answers, add_partitions_max=None, **options):
+    from txkafka.connector import kafka_committer, sink_validation
+
+    monkeypatch.setattr(kafka_committer, "shared_client",
+                        lambda *a, **k: FakeVersions(add_partitions_max or {}))
+    cfg = SinkConfig.from_options({"kafka.bootstrap.servers": "h:9092", "topic": "out",
+                                   "checkpointLocation": "/tmp/x", **options}, streaming=True)
+    ids = sorted(answers) if isinstance(answers, dict) else sorted(add_partitions_max)
+    sink_validation.check_broker_settings(cfg, FakeAdmin(answers), ids, 5.0)
+
+
+V = "transaction.partition.verification.enable"
+M = "transaction.max.timeout.ms"
+
+
+def test_every_broker_must_verify_transaction_partitions(monkeypatch):
+    _check(monkeypatch, {1: {V: "true", M: "900000"}, 2: {V: "true", M: "900000"}})
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _check(monkeypatch, {1: {V: "true", M: "900000"}, 2: {V: "false", M: "900000"},
+                             3: {M: "900000"}}, {3: 3})
+    text = str(e.value)
+    assert "broker 2: transaction.partition.verification.enable=false" in text
+    assert "broker 3: no such setting (Kafka older than 3.6)" in text and "broker 1" not in text
+    assert "hanging transaction" in text and "deliveryGuarantee=at_least_once" in text
+
+
+def test_a_broker_that_hides_the_setting_is_judged_by_its_version(monkeypatch, caplog):
+    with pytest.raises(UnsupportedBrokerError, match="broker 1: no such setting"):
+        _check(monkeypatch, {1: {M: "900000"}}, {1: 3})  # AddPartitionsToTxn v3: Kafka 3.5
+    _check(monkeypatch, {1: {M: "900000"}}, {1: 5})  # v5: Kafka 4.x hiding it; warned
+    assert "cannot check transaction.partition.verification.enable" in caplog.text
+
+
+def test_without_describe_configs_the_version_decides(monkeypatch):
+    from confluent_kafka import KafkaError, KafkaException
+
+    denied = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+    _check(monkeypatch, denied, {1: 4, 2: 5})
+    with pytest.raises(UnsupportedBrokerError, match="broker 2: no such setting"):
+        _check(monkeypatch, denied, {1: 4, 2: 2})
+
+
+def test_the_timeout_cap_is_the_lowest_broker_s(monkeypatch):
+    from txkafka.connector.errors import KafkaConfigError, UnsupportedBrokerError
+
+    with pytest.raises(KafkaConfigError, match="transaction.max.timeout.ms=30000"):
+        _check(monkeypatch, {1: {V: "true", M: "900000"}, 2: {V: "true", M: "30000"}})

@@ -55,6 +55,7 @@ def test_a_batch_write_is_batch_0(monkeypatch):
 
 class _NoopWriter:
     count = 0
+    late = False
 
     def write(self, iterator):
         return None

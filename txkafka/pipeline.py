@@ -54,6 +54,11 @@ def run(args: argparse.Namespace) -> int:
     spark = build_session(args.master, "txkafka-pipeline", dict(
         kv.split("=", 1) for kv in (args.spark_conf or [])))
     spark.sparkContext.setLogLevel("ERROR")
+    if args.batch:
+        try:
+            return run_batch(args, spark, kafka_conf)
+        finally:
+            spark.stop()
 
     reader = (spark.readStream.format("txkafka")
               .option("kafka.bootstrap.servers", args.bootstrap)
@@ -91,19 +96,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repartition:
         out = out.repartition(args.repartition)
-    writer = (out.writeStream.format("txkafka")
-              .outputMode(output_mode)
-              .option("kafka.bootstrap.servers", args.bootstrap)
-              .option("topic", args.output)
+    writer = (out.writeStream.format("txkafka").outputMode(output_mode)
               .option("checkpointLocation", args.checkpoint)
-              .option("deliveryGuarantee", args.guarantee))
-    if args.transaction_timeout_ms:
-        writer = writer.option("kafka.transaction.timeout.ms", str(args.transaction_timeout_ms))
-    if args.fault:
-        writer = writer.option("txkafka.faultInjection", args.fault)
-    for k, v in kafka_conf.items():
-        writer = writer.option(f"kafka.{k}", v)
-    writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
+              .options(**sink_options(args, kafka_conf)))
+    if args.available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
 
     target = end_offsets(args.bootstrap, args.input, kafka_conf) if args.until_done else None
     q = writer.start()
@@ -124,6 +123,12 @@ def run(args: argparse.Namespace) -> int:
                     last_batch = p["batchId"]
                     print(f"BATCH {p['batchId']} rows={p['numInputRows']} "
                           f"ms={p['durationMs'].get('triggerExecution')}", flush=True)
+            if args.available_now and not q.isActive:
+                if q.exception() is not None:
+                    continue  # reported at the top of the loop
+                _linger(args.linger_s)
+                print("PIPELINE-DONE", flush=True)
+                return 0
             if target is not None and _caught_up(q, args.input, target):
                 if caught_up_at is None:
                     caught_up_at = (time.monotonic(), last_batch)
@@ -131,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
                 # (a batch without data): wait for it, a bounded while.
                 if args.mode != "aggregate" or _no_data_batch_after(q, caught_up_at[1]) or \
                         time.monotonic() - caught_up_at[0] > max(30.0, 10 * args.trigger_ms / 1000):
+                    _linger(args.linger_s)
                     print("PIPELINE-DONE", flush=True)
                     return 0
             time.sleep(0.5)
@@ -139,6 +145,43 @@ def run(args: argparse.Namespace) -> int:
     finally:
         q.stop()
         spark.stop()
+
+
+def sink_options(args: argparse.Namespace, kafka_conf: dict[str, str]) -> dict[str, str]:
+    opts = {"kafka.bootstrap.servers": args.bootstrap, "topic": args.output,
+            "deliveryGuarantee": args.guarantee,
+            **{f"kafka.{k}": v for k, v in kafka_conf.items()}}
+    if args.transaction_timeout_ms:
+        opts["kafka.transaction.timeout.ms"] = str(args.transaction_timeout_ms)
+    if args.fault:
+        opts["txkafka.faultInjection"] = args.fault
+    return opts
+
+
+def run_batch(args: argparse.Namespace, spark, kafka_conf: dict[str, str]) -> int:
+    """One ``df.write`` of the input's committed records, mapped as ``--mode map`` does."""
+    reader = (spark.read.format("txkafka").option("kafka.bootstrap.servers", args.bootstrap)
+              .option("subscribe", args.input).option("startingOffsets", "earliest")
+              .option("endingOffsets", "latest"))
+    for k, v in kafka_conf.items():
+        reader = reader.option(f"kafka.{k}", v)
+    out = reader.load().selectExpr("key", "concat(CAST(value AS STRING), '|seen') AS value")
+    out.write.format("txkafka").options(**sink_options(args, kafka_conf)).mode("append").save()
+    if args.done_file:
+        with open(args.done_file, "w"):
+            pass
+    print("PIPELINE-WRITTEN", flush=True)
+    _linger(args.linger_s)
+    print("PIPELINE-DONE", flush=True)
+    return 0
+
+
+def _linger(seconds: float) -> None:
+    """Keep the driver (and an idle query) alive a while after the work is done: what the
+    driver-side follow-up sweeps need to end a late attempt's transaction."""
+    if seconds > 0:
+        print(f"PIPELINE-LINGER {seconds:.0f}s", flush=True)
+        time.sleep(seconds)
 
 
 def _no_data_batch_after(q, batch_id: int) -> bool:
@@ -182,6 +225,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--guarantee", choices=["exactly_once", "at_least_once"], default="exactly_once")
     p.add_argument("--master", default="local[2,4]")
     p.add_argument("--trigger-ms", type=int, default=1000)
+    p.add_argument("--available-now", action="store_true",
+                   help="Trigger.AvailableNow instead of processing-time (ends by itself)")
+    p.add_argument("--linger-s", type=float, default=0.0,
+                   help="keep the driver (and the idle query) alive this long once done")
+    p.add_argument("--batch", action="store_true",
+                   help="one batch write (df.write) of the input instead of a stream")
+    p.add_argument("--done-file", default="", help="--batch: created once the write returned")
     p.add_argument("--max-offsets", type=int, default=0)
     p.add_argument("--window-ms", type=int, default=2000, help="aggregate: event-time window")
     p.add_argument("--watermark-ms", type=int, default=10000, help="aggregate: watermark delay")
