@@ -9,7 +9,7 @@ import pytest
 
 from tests.test_sink_core import _spark_offsets
 from txkafka.connector.errors import TransactionError, TransactionLostError
-from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.fault_injection import arm, disarm
 from txkafka.connector.kafka_committable import TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
@@ -108,15 +108,16 @@ def test_broker_timeout_after_decision_is_detected_recorded_and_redone(kafka, tm
     topic = kafka.create_topic(partitions=2)
     spec = "point=after_decision,action=sleep,ms=9000"
     _spark_offsets(tmp_path, 0, '{"in":{"0":20}}')
+    arm(spec)
     cfg, log, ids, committer = _setup(kafka, tmp_path, topic, **{
-        "kafka.transaction.timeout.ms": "3000", "txkafka.faultInjection": spec})
+        "kafka.transaction.timeout.ms": "3000"})
     try:
         r0 = _task(cfg, ids, 0, 0, [_batch(0, 10)])
         r1 = _task(cfg, ids, 0, 1, [_batch(10, 10)])
         with pytest.raises(TransactionLostError) as err:
             committer.commit(0, [r0, r1])
     finally:
-        FaultInjector._cache.clear()
+        disarm()
     msg = str(err.value)
     assert "batch 0" in msg and "task partition 0" in msg and "task partition 1" in msg
     assert kafka.read_all(topic) == []  # nothing silently half-committed
