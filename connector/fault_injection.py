@@ -1,8 +1,15 @@
 """Fault-injection points for the exactly-once proof. Inert unless armed.
 
-Armed by the option ``txkafka.faultInjection`` or the environment variable
-``TXKAFKA_FAULT_INJECTION`` (reserved for testing). A spec is ``;``-separated rules, each a
-``,``-separated list of ``key=value``:
+Armed only from the environment of the processes that run the sink and the reader, never by a
+query option (a user's option space has no test machinery in it):
+
+- ``TXKAFKA_FAULT_INJECTION``: the spec itself, for processes started with it (a driver program
+  and, through ``spark.executorEnv``, its executors);
+- ``TXKAFKA_FAULT_INJECTION_FILE``: a file holding the spec, read again whenever an injector is
+  asked for (a committer or a task writer is created), so a test session whose Spark was started
+  once can arm and disarm faults per test (``armed()``).
+
+A spec is ``;``-separated rules, each a ``,``-separated list of ``key=value``:
 
     point=after_decision,batch=3,action=kill,once=/tmp/marker
 
@@ -22,15 +29,18 @@ Armed by the option ``txkafka.faultInjection`` or the environment variable
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import Iterator
 
 from .errors import KafkaConfigError, TxKafkaError
 
 ENV_VAR = "TXKAFKA_FAULT_INJECTION"
+FILE_ENV_VAR = "TXKAFKA_FAULT_INJECTION_FILE"
 
 POINTS = frozenset({
     # task side (writer)
@@ -108,6 +118,63 @@ def parse_spec(spec: str) -> list[FaultRule]:
     return rules
 
 
+def merge_specs(*specs: str | None) -> str:
+    """One spec holding every rule of ``specs`` once, in order."""
+    rules: list[str] = []
+    for spec in specs:
+        for rule in (spec or "").split(";"):
+            if rule.strip() and rule.strip() not in rules:
+                rules.append(rule.strip())
+    return ";".join(rules)
+
+
+def armed_spec() -> str:
+    """The spec the environment arms: the variable's, then the file's (empty when neither)."""
+    spec = os.environ.get(ENV_VAR)
+    if spec:
+        return spec
+    path = os.environ.get(FILE_ENV_VAR)
+    if not path:
+        return ""
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def arm(spec: str) -> None:
+    """Arm ``spec`` for every process of this test session, through the file
+    ``TXKAFKA_FAULT_INJECTION_FILE`` names (the session sets the variable before its Spark
+    starts, so every Python worker reads the file); ``disarm()`` ends it."""
+    path = os.environ.get(FILE_ENV_VAR)
+    if not path:
+        raise RuntimeError(f"{FILE_ENV_VAR} is not set: the test session arms faults through it")
+    parse_spec(spec)  # a malformed rule fails here, in the test, not in a worker
+    with open(path, "w") as fh:
+        fh.write(spec)
+    FaultInjector._cache.clear()
+
+
+def disarm() -> None:
+    """Disarm the session's file and forget this process's injectors."""
+    path = os.environ.get(FILE_ENV_VAR)
+    if path:
+        with open(path, "w"):
+            pass
+    FaultInjector._cache.clear()
+
+
+@contextlib.contextmanager
+def armed(spec: str) -> Iterator[None]:
+    """``arm(spec)`` for the block."""
+    arm(spec)
+    try:
+        yield
+    finally:
+        disarm()
+
+
 class FaultInjector:
     """Checks armed rules at named points; a no-op object when nothing is armed."""
 
@@ -118,8 +185,9 @@ class FaultInjector:
 
     @classmethod
     def get(cls, spec: str | None = None) -> "FaultInjector":
-        """The injector for an option value (or the environment); shared per process."""
-        spec = spec or os.environ.get(ENV_VAR) or ""
+        """The injector for ``spec``, else for what the environment arms; shared per process
+        and spec (``nth`` counts per process)."""
+        spec = spec or armed_spec()
         inj = cls._cache.get(spec)
         if inj is None:
             inj = cls._cache[spec] = cls(parse_spec(spec)) if spec else cls([])

@@ -174,7 +174,7 @@ class KafkaCommitter:
         self.ids = ids
         self.log = commit_log
         self.client = client or shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)
-        self.faults = FaultInjector.get(cfg.fault_injection)
+        self.faults = FaultInjector.get()
         self.last_report: CommitReport | None = None
 
     # ------------------------------------------------------------------ recovery

@@ -353,7 +353,7 @@ class KafkaWriter:
         self.transactional_id = transactional_id if cfg.exactly_once else None
         self.late_check = late_check if self.transactional_id is not None else None
         self.late = False  # the batch was decided without this attempt: it wrote nothing
-        self.faults = FaultInjector.get(cfg.fault_injection)
+        self.faults = FaultInjector.get()
         self.probe = _ProducerProbe(cfg.kafka)
         self.producer: Any = None
         self.count = 0

@@ -55,10 +55,6 @@ WRITER_OPTIONS: tuple[str, ...] = (
 # Spark adds a stream's queryName(...) to its writer's options; it names the query, not the sink.
 SPARK_WRITER_KEYS: tuple[str, ...] = ("queryName",)
 
-# Accepted by the writer, never suggested or documented: crash points for the test suites
-# (connector/fault_injection.py).
-TEST_ONLY_WRITER_KEYS: tuple[str, ...] = ("txkafka.faultInjection",)
-
 # load(path)/save(path)/start(path): Spark sets these only from the user's call, and txkafka has
 # no path. Ignoring them could change what a query writes (save("out") on rows with a topic
 # column would write to the column's topics), so they are refused, with what to do instead.
@@ -95,11 +91,10 @@ class OptionSpace:
     side: str
     options: tuple[str, ...]
     spark_keys: tuple[str, ...] = ()
-    hidden: tuple[str, ...] = ()
 
     def documented_name(self, key: str) -> str:
         """The documented spelling of a key: 'startingoffsets' -> 'startingOffsets'."""
-        for name in (*self.options, *_COMMON, *self.spark_keys, *self.hidden):
+        for name in (*self.options, *_COMMON, *self.spark_keys):
             if name.lower() == key.lower():
                 return name
         return key
@@ -107,7 +102,7 @@ class OptionSpace:
     def accepts(self, key: str) -> bool:
         lkey = key.lower()
         return lkey.startswith(KAFKA_PREFIX) or lkey in {
-            n.lower() for n in (*self.options, *_COMMON, *self.spark_keys, *self.hidden)}
+            n.lower() for n in (*self.options, *_COMMON, *self.spark_keys)}
 
     def closest(self, key: str) -> str | None:
         """The documented option nearest to a key, if one is near enough."""
@@ -117,7 +112,7 @@ class OptionSpace:
 
 
 READER = OptionSpace("reader", READER_OPTIONS)
-WRITER = OptionSpace("writer", WRITER_OPTIONS, SPARK_WRITER_KEYS, TEST_ONLY_WRITER_KEYS)
+WRITER = OptionSpace("writer", WRITER_OPTIONS, SPARK_WRITER_KEYS)
 
 
 def _ignore_list(options: Mapping[str, str]) -> set[str]:

@@ -79,7 +79,6 @@ class SinkConfig:
     checkpoint_location: str | None
     commit_timeout_ms: int
     commit_parallelism: int
-    fault_injection: str | None = None
 
     def __repr__(self) -> str:
         return (
@@ -152,5 +151,4 @@ class SinkConfig:
             checkpoint_location=checkpoint,
             commit_timeout_ms=_positive_int(options, "commitTimeoutMs", 120_000, minimum=1000),
             commit_parallelism=_positive_int(options, "commitParallelism", 8),
-            fault_injection=_get(options, "txkafka.faultInjection"),
         )

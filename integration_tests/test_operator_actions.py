@@ -29,7 +29,7 @@ from integration_tests.pipeline_helpers import (
     run_pipeline,
     sink_prefix,
 )
-from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.fault_injection import arm, disarm
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.spark_checkpoint import SparkCheckpoint
 from txkafka.connector.transactional_id_factory import TransactionalIdFactory
@@ -72,7 +72,7 @@ def _run(q, trigger: str) -> None:
     finally:
         if q.isActive:
             q.stop()
-        FaultInjector._cache.clear()
+        disarm()
 
 
 def _run_until_it_fails(q, expected: str) -> str:
@@ -86,7 +86,7 @@ def _run_until_it_fails(q, expected: str) -> str:
     finally:
         if q.isActive:
             q.stop()
-        FaultInjector._cache.clear()
+        disarm()
     text = str(exc.value)
     assert expected in text, text[-3000:]
     return text
@@ -212,9 +212,9 @@ def test_a_lost_batch_is_rewritten_only_by_the_same_task_layout(spark, kafka, tm
     # Batch 0 is decided, then the driver stalls past the transaction timeout before EndTxn.
     fault = f"point=after_decision,batch=0,action=sleep,ms={timeout_ms + 6000},once={marker}"
     sink = {"kafka.transaction.timeout.ms": str(timeout_ms)}
+    arm(fault)  # disarmed by _run_until_it_fails
     text = _run_until_it_fails(
-        _start(spark, kafka, topics, ck, trigger, min_partitions=2,
-               **{**sink, "txkafka.faultInjection": fault}),
+        _start(spark, kafka, topics, ck, trigger, min_partitions=2, **sink),
         "the broker aborted")
     assert marker.exists() and "TransactionLostError" in text
     log = SinkCommitLog(ck)

@@ -15,7 +15,7 @@ import pytest
 from tests.test_sink_core import _spark_offsets
 from txkafka.cli import main
 from txkafka.connector.errors import ConcurrentWriterError, TransactionOutcomeUnknownError
-from txkafka.connector.fault_injection import FaultInjector, InjectedFault
+from txkafka.connector.fault_injection import InjectedFault, arm, disarm
 from txkafka.connector.kafka_committable import TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
@@ -134,14 +134,14 @@ def test_a_fenced_answer_after_the_commit_landed_is_never_recorded_lost(kafka, t
     topic = kafka.create_topic(partitions=2)
     ck = tmp_path / "ck"
     _spark_offsets(ck, 0, '{"in":{"0":20}}')
-    cfg, log, ids = _setup(kafka, ck, topic,
-                           **{"txkafka.faultInjection": "point=between_endtxn,action=raise"})
+    cfg, log, ids = _setup(kafka, ck, topic)
     results = [_task(cfg, ids, 0, p, 10 * p, 10) for p in (0, 1)]
+    arm("point=between_endtxn,action=raise")
     try:
         with pytest.raises(InjectedFault):
             KafkaCommitter(cfg, ids, log).commit(0, results)
     finally:
-        FaultInjector._cache.clear()
+        disarm()
     first, second = (r.committable for r in results)
     assert log.batch_state(0).pending is not None
     _describe_until(kafka, first.transactional_id, lambda d: d.state == "CompleteCommit")

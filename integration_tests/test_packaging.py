@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -17,9 +18,23 @@ from txkafka.installed_pyspark import PTH_NAME as PTH
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _build_wheel(tmp_path: Path) -> Path:
+    """The wheel of the repository's tracked files, built from a clean copy: a working tree's
+    leftovers (an old build/ directory, untracked files) must not reach what is tested."""
+    src = tmp_path / "src"
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True,
+                             check=True, timeout=60).stdout.decode().split("\0")
+    for name in filter(None, tracked):
+        if (REPO / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, src / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
+                    str(tmp_path / "dist"), str(src)], check=True, timeout=300)
+    return next((tmp_path / "dist").glob("txkafka-*.whl"))
+
+
 def test_wheel_installs_under_txkafka_and_registers_by_scan(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(REPO)], check=True, timeout=300)
-    wheel = next((tmp_path / "dist").glob("txkafka-*.whl"))
+    wheel = _build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "pyspark_txkafka.py" in names
     assert "txkafka/connector/kafka_committer.py" in names
@@ -51,8 +66,7 @@ def _fresh_venv_with_wheel(tmp_path: Path) -> tuple[Path, Path]:
     (without copying 400 MB), and this environment's other dependencies on its path."""
     import pyspark
 
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"), str(REPO)], check=True, timeout=300)
-    wheel = next((tmp_path / "dist").glob("txkafka-*.whl"))
+    wheel = _build_wheel(tmp_path)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"

@@ -28,7 +28,7 @@ from integration_tests.pipeline_helpers import (
     wait_until,
 )
 from txkafka.connector.errors import SavepointError
-from txkafka.connector.fault_injection import FaultInjector, read_marker
+from txkafka.connector.fault_injection import arm, disarm, read_marker
 from txkafka.connector.kafka_committable import KafkaCommittable
 from txkafka.connector.savepoint import (
     BASIS_BATCH_0,
@@ -208,10 +208,10 @@ def test_a_union_of_two_sources_is_recorded_and_restored(spark, kafka, tmp_path)
                 .option("subscribe", topic).option("startingOffsets", "earliest")
                 .option("maxOffsetsPerTrigger", "300").load())
 
+    arm(f"point=after_decision,batch=1,action=raise,once={marker}")  # disarmed below
     q = (source(a).union(source(b)).selectExpr("key", "value").writeStream.format("txkafka")
          .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", sink)
          .option("checkpointLocation", old)
-         .option("txkafka.faultInjection", f"point=after_decision,batch=1,action=raise,once={marker}")
          .trigger(processingTime="300 milliseconds").start())
     try:
         with pytest.raises(StreamingQueryException, match="injected fault at after_decision"):
@@ -220,7 +220,7 @@ def test_a_union_of_two_sources_is_recorded_and_restored(spark, kafka, tmp_path)
     finally:
         if q.isActive:
             q.stop()
-        FaultInjector._cache.clear()
+        disarm()
     # Spark's abort() rolled the decided batch 1 forward; Spark itself never recorded it.
     assert SinkCommitLog(old).latest().complete and SinkCommitLog(old).latest().batch_id == 1
     assert SparkCheckpoint(old).latest_committed_batch() == 0

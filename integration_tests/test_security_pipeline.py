@@ -149,6 +149,7 @@ from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceTyp
 from integration_tests.kafka_helpers import unique  # noqa: E402
 from integration_tests.pipeline_helpers import PipelineTopics, make_input  # noqa: E402
 from integration_tests.secure_kafka import SecureKafka, allow  # noqa: E402
+from txkafka.connector.fault_injection import ENV_VAR  # noqa: E402
 from txkafka.connector.sink_commit_log import SinkCommitLog  # noqa: E402
 from txkafka.verify import VERIFY_GROUP_PREFIX, verify  # noqa: E402
 
@@ -473,9 +474,9 @@ def test_driver_crash_recovery_and_no_secret_anywhere(secure_kafka, driver_proce
 
     # 1. The driver dies between the first and the second EndTxn of batch 2.
     marker = tmp_path / "kill.marker"
-    crash = {**spec, "writer_extra": {
-        "txkafka.faultInjection": f"point=between_endtxn,batch=2,action=kill,once={marker}"}}
-    proc = driver_processes(me, _write_spec(tmp_path / "crash.json", crash), env=env)
+    kill = f"point=between_endtxn,batch=2,action=kill,once={marker}"
+    proc = driver_processes(me, _write_spec(tmp_path / "crash.json", spec),
+                            env={**env, ENV_VAR: kill})  # this driver and its workers only
     code = proc.wait(300)
     captured.append(("crashed driver", proc.output()))
     assert marker.exists() and code == -9, _shown(proc.tail(), sk)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.test_sink_core import _spark_offsets
 from txkafka.connector.errors import TransactionError, TransactionLostError
-from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.fault_injection import arm, disarm
 from txkafka.connector.kafka_committable import TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
@@ -108,15 +108,16 @@ def test_broker_timeout_after_decision_is_detected_recorded_and_redone(kafka, tm
     topic = kafka.create_topic(partitions=2)
     spec = "point=after_decision,action=sleep,ms=9000"
     _spark_offsets(tmp_path, 0, '{"in":{"0":20}}')
+    arm(spec)
     cfg, log, ids, committer = _setup(kafka, tmp_path, topic, **{
-        "kafka.transaction.timeout.ms": "3000", "txkafka.faultInjection": spec})
+        "kafka.transaction.timeout.ms": "3000"})
     try:
         r0 = _task(cfg, ids, 0, 0, [_batch(0, 10)])
         r1 = _task(cfg, ids, 0, 1, [_batch(10, 10)])
         with pytest.raises(TransactionLostError) as err:
             committer.commit(0, [r0, r1])
     finally:
-        FaultInjector._cache.clear()
+        disarm()
     msg = str(err.value)
     assert "batch 0" in msg and "task partition 0" in msg and "task partition 1" in msg
     assert kafka.read_all(topic) == []  # nothing silently half-committed
@@ -125,7 +126,7 @@ def test_broker_timeout_after_decision_is_detected_recorded_and_redone(kafka, tm
 
     cfg2, _, _, committer2 = _setup(kafka, tmp_path, topic, **{"kafka.transaction.timeout.ms": "60000"})
     plan = committer2.plan()  # the restart plans batch 0 again (its offsets/0 is the newest)
-    assert plan == WritePlan(0, redo=frozenset({0, 1}))
+    assert plan == WritePlan(0, redo=frozenset({0, 1}), round_no=1)  # round 0 was lost
     assert plan.should_write(0, 0) and plan.should_write(0, 1)
     redo = [_task(cfg2, ids, 0, 0, [_batch(0, 10)]), _task(cfg2, ids, 0, 1, [_batch(10, 10)])]
     committer2.commit(0, redo)

@@ -21,7 +21,7 @@ from integration_tests.pipeline_helpers import (
     run_pipeline,
     sink_prefix,
 )
-from txkafka.connector.fault_injection import FaultInjector
+from txkafka.connector.fault_injection import arm, disarm
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.verify import verify
 
@@ -34,7 +34,7 @@ def _query(spark, kafka, topics, checkpoint, fault=None, max_offsets=1000, **opt
          .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", topics.sink)
          .option("checkpointLocation", checkpoint).trigger(processingTime="200 milliseconds"))
     if fault:
-        w = w.option("txkafka.faultInjection", fault)
+        arm(fault)  # disarmed by the caller when the query is done
     for k, v in opts.items():
         w = w.option(k, v)
     return w.start()
@@ -62,7 +62,7 @@ def test_records_are_visible_to_read_committed_only_after_the_driver_commits(spa
         stop.set()
         t.join(60)
         q.stop()
-        FaultInjector._cache.clear()
+        disarm()
     # Some moment showed pre-committed records that read_committed did not see yet.
     assert any(unc > com for unc, com in seen), seen[:20]
     assert_exactly_once(kafka, topics, str(tmp_path / "ck"))
@@ -78,7 +78,7 @@ def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark
         q.processAllAvailable()
     finally:
         q.stop()
-        FaultInjector._cache.clear()
+        disarm()
     assert_exactly_once(kafka, topics, str(tmp_path / "ck"))
     latest = SinkCommitLog(str(tmp_path / "ck")).latest()
     # The committed transactions of task partitions 0 and 1 came from their second attempts.
@@ -104,7 +104,7 @@ def _run_until_injected_failure(spark, kafka, topics, ck, marker, point, max_off
     finally:
         if q.isActive:
             q.stop()
-        FaultInjector._cache.clear()
+        disarm()
     assert marker.exists()
 
 
@@ -219,7 +219,7 @@ def test_at_least_once_mode_retries_a_failed_task_and_keeps_every_record(spark, 
         q.processAllAvailable()
     finally:
         q.stop()
-        FaultInjector._cache.clear()
+        disarm()
     assert marker.exists(), "the injected task failure never fired"
     rep = verify({"bootstrap.servers": kafka.bootstrap}, topics.source, topics.sink,
                  check_order=False)

@@ -14,7 +14,14 @@ from txkafka.connector.errors import (
     TransactionLostError,
     TransactionOutcomeUnknownError,
 )
-from txkafka.connector.fault_injection import FaultInjector, InjectedFault, parse_spec, read_marker
+from txkafka.connector.fault_injection import (
+    FaultInjector,
+    InjectedFault,
+    arm,
+    disarm,
+    parse_spec,
+    read_marker,
+)
 from txkafka.connector.kafka_committable import KafkaCommittable, TaskResult
 from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import validate_input_schema
@@ -268,9 +275,9 @@ class FakeCoordinator:
 
 
 def _committer(tmp_path, fake, spec=None):
-    cfg = SinkConfig.from_options({**BASE, "checkpointLocation": str(tmp_path),
-                                   **({"txkafka.faultInjection": spec} if spec else {})},
-                                  streaming=True)
+    if spec:
+        arm(spec)  # the test disarms
+    cfg = SinkConfig.from_options({**BASE, "checkpointLocation": str(tmp_path)}, streaming=True)
     log = SinkCommitLog(str(tmp_path))
     ids = TransactionalIdFactory("txkafka", log.identity("txkafka").sink_id)
     return KafkaCommitter(cfg, ids, log, client=fake), ids, log
@@ -346,7 +353,7 @@ def test_crash_after_decision_is_rolled_forward_not_aborted(tmp_path):
     committer.abort(3, results)
     assert all(fake.txns[r.committable.transactional_id]["state"] == "CompleteCommit" for r in results)
     assert log.latest().complete
-    FaultInjector._cache.clear()
+    disarm()
 
 
 def test_lost_transaction_is_recorded_and_redone(tmp_path):
@@ -405,7 +412,7 @@ def _decide_then_crash(tmp_path, fake, batch, parts):
         with pytest.raises(InjectedFault):
             crashing.commit(batch, results)
     finally:
-        FaultInjector._cache.clear()
+        disarm()
     return ids, log, [r.committable for r in results]
 
 
@@ -496,7 +503,7 @@ def test_abort_of_a_failed_redo_round_aborts_the_reused_id(tmp_path):
         with pytest.raises(InjectedFault):  # ... and its commit fails before the decision.
             failing.commit(4, [TaskResult(0, 0, 4, None, 0, True), TaskResult(1, 0, 4, redo, 5)])
     finally:
-        FaultInjector._cache.clear()
+        disarm()
     committer.abort(4, [TaskResult(0, 0, 4, None, 0, True), TaskResult(1, 0, 4, redo, 5)])
     # Round 0 decided lost_tid at epoch 4, not this transaction: nothing may keep it open.
     assert fake.txns[lost_tid]["state"] == "CompleteAbort"

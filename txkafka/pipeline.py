@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from txkafka.connector.fault_injection import ENV_VAR, merge_specs
+
 
 def build_session(master: str, app: str, extra_conf: dict[str, str]):
     from pyspark.sql import SparkSession
@@ -51,8 +53,15 @@ def run(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     kafka_conf = dict(kv.split("=", 1) for kv in (args.kafka_conf or []))
-    spark = build_session(args.master, "txkafka-pipeline", dict(
-        kv.split("=", 1) for kv in (args.spark_conf or [])))
+    spark_conf = dict(kv.split("=", 1) for kv in (args.spark_conf or []))
+    if args.fault:
+        # Faults are armed from the environment only: this process's (Spark's JVM and its local
+        # Python workers inherit it) and, on a cluster, the executors'. Rules already armed there
+        # (the chaos suite arms the reader's that way) stay armed.
+        key = f"spark.executorEnv.{ENV_VAR}"
+        os.environ[ENV_VAR] = merge_specs(os.environ.get(ENV_VAR), args.fault)
+        spark_conf[key] = merge_specs(spark_conf.get(key), os.environ[ENV_VAR])
+    spark = build_session(args.master, "txkafka-pipeline", spark_conf)
     spark.sparkContext.setLogLevel("ERROR")
     if args.batch:
         try:
@@ -153,8 +162,6 @@ def sink_options(args: argparse.Namespace, kafka_conf: dict[str, str]) -> dict[s
             **{f"kafka.{k}": v for k, v in kafka_conf.items()}}
     if args.transaction_timeout_ms:
         opts["kafka.transaction.timeout.ms"] = str(args.transaction_timeout_ms)
-    if args.fault:
-        opts["txkafka.faultInjection"] = args.fault
     return opts
 
 

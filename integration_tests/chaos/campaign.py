@@ -1,8 +1,8 @@
 """One chaos campaign: one pipeline (input, output, checkpoint) driven through many crashes.
 
 A round is one driver run that ends in a crash:
-- ``point``: the driver is SIGKILLed at a named injection point (``txkafka.faultInjection`` /
-  TXKAFKA_FAULT_INJECTION with ``action=kill``: every process of its session dies at once);
+- ``point``: the driver is SIGKILLed at a named injection point (TXKAFKA_FAULT_INJECTION,
+  ``txkafka.pipeline --fault``, with ``action=kill``: every process of its session dies at once);
 - ``random``: after the run made progress, SIGKILL at a random moment;
 - ``broker``: one node of the 3-node cluster, up until then, is SIGKILLed mid-run, the pipeline
   must keep committing, the node is restarted (and must be up again), then the driver is killed at
