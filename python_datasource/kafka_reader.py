@@ -72,6 +72,8 @@ from txkafka.connector.source_options import (
     validate_common,
 )
 
+from .spark_worker import freeze_worker_heap
+
 log = logging.getLogger("txkafka.reader")
 
 # The start of batch 0. ':' cannot occur in a Kafka topic name, so this never collides with an offset,
@@ -143,6 +145,7 @@ def _input_partitions(options: SourceOptions, ranges: list[OffsetRange],
 
 
 def _read(partition: Optional[InputPartition]) -> Iterator[Any]:
+    freeze_worker_heap()
     task = getattr(partition, "value", None)
     if not isinstance(task, FetchTask):
         # An empty plan: Spark still runs one task, with a partition of its own (value None).

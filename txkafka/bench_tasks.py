@@ -16,6 +16,7 @@ processing), plus the drain writer's timestamps inside ``write()``.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -43,7 +44,8 @@ class DrainCommit(WriterCommitMessage):
     worker's CPU time (s) and pid at entry and return."""
 
     def __init__(self, rows: int, task_attempt_id: int, entered: float, first_batch: float | None,
-                 drained: float, pid: int, cpu_entered: float, cpu_drained: float) -> None:
+                 drained: float, pid: int, cpu_entered: float, cpu_drained: float,
+                 frozen: int) -> None:
         self.rows = rows
         self.task_attempt_id = task_attempt_id
         self.entered = entered
@@ -52,6 +54,7 @@ class DrainCommit(WriterCommitMessage):
         self.pid = pid
         self.cpu_entered = cpu_entered
         self.cpu_drained = cpu_drained
+        self.frozen = frozen  # objects in the worker's frozen generation (gc.freeze)
 
 
 class DrainWriter(DataSourceStreamArrowWriter):
@@ -74,11 +77,12 @@ class DrainWriter(DataSourceStreamArrowWriter):
                 first = time.time()
             rows += batch.num_rows
         return DrainCommit(rows, ctx.taskAttemptId() if ctx else -1, entered, first, time.time(),
-                           os.getpid(), cpu_entered, time.process_time())
+                           os.getpid(), cpu_entered, time.process_time(), gc.get_freeze_count())
 
     def commit(self, messages: list, batchId: int) -> None:
         tasks = [[m.task_attempt_id, m.rows, m.entered, m.first_batch, m.drained, m.pid,
-                  m.cpu_entered, m.cpu_drained] for m in messages if isinstance(m, DrainCommit)]
+                  m.cpu_entered, m.cpu_drained, m.frozen] for m in messages
+                 if isinstance(m, DrainCommit)]
         with open(self.ledger, "a") as fh:
             fh.write(json.dumps({"batch": batchId, "rows": sum(t[1] for t in tasks),
                                  "tasks": tasks}) + "\n")
@@ -447,6 +451,9 @@ def worker_cpu(drain_tasks: list[list]) -> dict[str, float]:
         out["py_cpu_in_write_ms"] = round(statistics.median(inside), 3)
     if between:
         out["py_cpu_between_tasks_ms"] = round(statistics.median(between), 3)
+    frozen = [t[8] for t in drain_tasks if len(t) > 8]
+    if frozen:
+        out["py_frozen_objects"] = statistics.median(frozen)
     return out
 
 
