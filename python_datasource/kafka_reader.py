@@ -72,7 +72,7 @@ from txkafka.connector.source_options import (
     validate_common,
 )
 
-from .spark_worker import freeze_worker_heap
+from .spark_worker import frozen_after
 
 log = logging.getLogger("txkafka.reader")
 
@@ -145,13 +145,12 @@ def _input_partitions(options: SourceOptions, ranges: list[OffsetRange],
 
 
 def _read(partition: Optional[InputPartition]) -> Iterator[Any]:
-    freeze_worker_heap()
     task = getattr(partition, "value", None)
     if not isinstance(task, FetchTask):
         # An empty plan: Spark still runs one task, with a partition of its own (value None).
         return iter(())
     _faults_at_read(task)
-    return fetch_range(task)
+    return frozen_after(fetch_range(task), "read")
 
 
 def _faults_at_read(task: FetchTask) -> None:

@@ -171,7 +171,11 @@ class _KafkaWrite:
     # ------------------------------------------------------------------ task side
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxKafkaCommitMessage:
-        freeze_worker_heap()
+        message = self._write(iterator)
+        freeze_worker_heap("write")
+        return message
+
+    def _write(self, iterator: Iterator[pa.RecordBatch]) -> TxKafkaCommitMessage:
         task = _task_context()
         partition_id, attempt, batch_id = task.partition_id, task.attempt, task.batch_id
         if batch_id is None and self.streaming and self.cfg.exactly_once:
