@@ -85,7 +85,7 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--suites",
          "tasks", "--tasks-partitions", "2", "6", "--tasks-batches", "1", "--tasks-batch-rows",
-         "2000", "--repeats", "1", "--skip-builtin", "--trace", "--out", str(out)],
+         "2000", "--repeats", "1", "--skip-builtin", "--trace", "--pyspark-home", "--out", str(out)],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     tasks = json.loads((out / "benchmark.json").read_text())["tasks"]

@@ -620,6 +620,7 @@ def chart(tasks: dict[str, Any], out: str) -> None:
         left.plot(xs, [p["systems"][s]["batch_s"] for p in tasks["points"]], marker="o",
                   label=LABELS[s])
     left.set_xscale("log", base=2)
+    left.set_xticks(xs, [str(x) for x in xs])
     left.set_xlabel("write tasks per batch (P)")
     left.set_ylabel(f"s per {tasks['batch_rows']:,}-row batch (addBatch, median)")
     left.set_title("cost of a micro-batch against its write tasks")
@@ -633,6 +634,7 @@ def chart(tasks: dict[str, Any], out: str) -> None:
         if target:
             right.axhline(target, color="grey", lw=0.8, ls=":")
     right.set_xscale("log", base=2)
+    right.set_xticks(xs, [str(x) for x in xs])
     right.set_xlabel("write tasks per batch (P)")
     right.set_ylabel("ratio of per-batch times")
     right.set_title("txkafka exactly_once against its references")
