@@ -363,6 +363,10 @@ def write_stage_tasks(paths: list[str], query_ids: set[str]) -> dict[str, list[d
         elif kind == "SparkListenerTaskEnd" and e.get("Stage ID") in stage_job:
             if (e.get("Task End Reason") or {}).get("Reason") != "Success":
                 continue
+            if e.get("Task Type") != "ResultTask":
+                # A job of AQE's shuffle map stage alone also ends in a stage of its own: only a
+                # write stage's tasks are result tasks.
+                continue
             info, m = e["Task Info"], e.get("Task Metrics") or {}
             duration = info["Finish Time"] - info["Launch Time"]
             rec = {"task_id": info["Task ID"], "launch": info["Launch Time"],
