@@ -73,3 +73,35 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
         assert result["latency"][trig]["samples"] >= 0.95 * rate * seconds
     assert "window records received" in proc.stdout  # the latency runs show progress
     assert not _bench_topics(kafka.bootstrap)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_bench_tasks_suite_small(kafka, tmp_path):
+    """The tasks suite at two small P and tiny batches, traced: every system's batches are timed
+    and counted (the drain writer's ledger, read_committed counts of the Kafka outputs), the
+    write stages are found in Spark's event log and the report, JSON and chart are written."""
+    out = tmp_path / "bench"
+    proc = subprocess.run(
+        [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--suites",
+         "tasks", "--tasks-partitions", "2", "6", "--tasks-batches", "1", "--tasks-batch-rows",
+         "2000", "--repeats", "1", "--skip-builtin", "--trace", "--pyspark-home", "--out", str(out)],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tasks = json.loads((out / "benchmark.json").read_text())["tasks"]
+    assert [p["tasks"] for p in tasks["points"]] == [2, 6]
+    systems = {"drain", "mapinarrow_noop", "txkafka_at_least_once", "txkafka_exactly_once"}
+    for point in tasks["points"]:
+        assert set(point["systems"]) == systems
+        for s in point["systems"].values():
+            assert s["batch_s"] > 0 and len(s["runs_ms"]) == 1
+    for p, n in (("2", 2), ("6", 6)):
+        for s in systems:  # each timed batch's write stage, P tasks of it, found in the log
+            assert tasks["trace"][p][s]["tasks"] == n, (p, s, tasks["trace"][p][s])
+        drain = tasks["trace"][p]["drain"]
+        assert drain["drain_ms"] >= 0 and drain["py_cpu_in_write_ms"] >= 0
+    assert tasks["trace"]["6"]["drain"]["py_cpu_between_tasks_ms"] >= 0
+    assert set(tasks["cpu_per_task_ms"]) == systems
+    assert "tasks: exactly_once / drain-only writer at 6 tasks" in proc.stdout
+    assert (out / "tasks.png").stat().st_size > 1000
+    assert not _bench_topics(kafka.bootstrap)

@@ -72,6 +72,8 @@ from txkafka.connector.source_options import (
     validate_common,
 )
 
+from .spark_worker import frozen_after
+
 log = logging.getLogger("txkafka.reader")
 
 # The start of batch 0. ':' cannot occur in a Kafka topic name, so this never collides with an offset,
@@ -148,7 +150,7 @@ def _read(partition: Optional[InputPartition]) -> Iterator[Any]:
         # An empty plan: Spark still runs one task, with a partition of its own (value None).
         return iter(())
     _faults_at_read(task)
-    return fetch_range(task)
+    return frozen_after(fetch_range(task), "read")
 
 
 def _faults_at_read(task: FetchTask) -> None:

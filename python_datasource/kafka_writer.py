@@ -50,6 +50,8 @@ from txkafka.connector.sink_options import SinkConfig
 from txkafka.connector.sink_validation import validate_at_start
 from txkafka.connector.transactional_id_factory import TransactionalIdFactory, run_tag
 
+from .spark_worker import freeze_worker_heap
+
 log = logging.getLogger(__name__)
 
 
@@ -169,6 +171,11 @@ class _KafkaWrite:
     # ------------------------------------------------------------------ task side
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxKafkaCommitMessage:
+        message = self._write(iterator)
+        freeze_worker_heap("write")
+        return message
+
+    def _write(self, iterator: Iterator[pa.RecordBatch]) -> TxKafkaCommitMessage:
         task = _task_context()
         partition_id, attempt, batch_id = task.partition_id, task.attempt, task.batch_id
         if batch_id is None and self.streaming and self.cfg.exactly_once:

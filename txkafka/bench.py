@@ -13,7 +13,9 @@ Suites:
 - ceiling: a plain confluent-kafka producer and consumer loop (no Spark);
 - core: txkafka's connector without Spark against that ceiling: the range reader into Arrow, and
   the exactly-once writer from Arrow batches through one transaction and the driver's commit;
-- scaling: txkafka read and exactly-once write over 1, 4 and 16 partitions and 100 B, 1 KB, 10 KB values.
+- scaling: txkafka read and exactly-once write over 1, 4 and 16 partitions and 100 B, 1 KB, 10 KB values;
+- tasks: per-batch time against the number of write tasks (``repartition(P)``) for the built-in
+  sink, a drain-only Python writer, ``mapInArrow`` + noop and txkafka (txkafka/bench_tasks.py).
 
 No run publishes a figure for work it cannot prove done: a Spark query must have read exactly its
 rows, an output must hold exactly its rows by a read_committed count, and a latency window must
@@ -322,7 +324,7 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
 
 # ----------------------------------------------------------------------------- Spark runs
 
-def spark_session(builtin: bool, master: str):
+def spark_session(builtin: bool, master: str, conf: dict[str, str] | None = None):
     import pyspark
     from pyspark.sql import SparkSession
 
@@ -337,6 +339,8 @@ def spark_session(builtin: bool, master: str):
          .config("spark.driver.host", "127.0.0.1")
          .config("spark.driver.bindAddress", "127.0.0.1")
          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
+    for key, value in (conf or {}).items():
+        b = b.config(key, value)
     if builtin:
         from .spark_kafka_packages import builtin_kafka_conf
 
@@ -681,14 +685,23 @@ def run_bench(ns: argparse.Namespace) -> int:
     }
     say(f"Python start-up: pyspark-bytecode {pyspark_bytecode_setting(result['machine'])} (Spark's "
         f"Python processes import pyspark from {result['machine']['spark_python_imports_pyspark_from']})")
-    needs_spark = bool({"read", "write", "sink", "latency", "scaling"} & set(ns.suites))
+    needs_spark = bool({"read", "write", "sink", "latency", "scaling", "tasks"} & set(ns.suites))
     spark = None
+    event_dir = None
     try:
         if needs_spark:
-            spark = spark_session(builtin=not ns.skip_builtin, master=ns.master)
-        say(f"filling the input topic: {rows} records of 100 B over 4 partitions")
-        src = k.topic("bench-in", 4)
-        k.fill(src, rows, 100)
+            conf = {}
+            if getattr(ns, "trace", False) and "tasks" in ns.suites:
+                # The tasks suite's per-task breakdown is read from Spark's event log.
+                event_dir = tempfile.mkdtemp(dir=workdir, prefix="events-")
+                conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": event_dir,
+                        "spark.eventLog.compress": "false",
+                        "spark.eventLog.rolling.enabled": "false"}
+            spark = spark_session(builtin=not ns.skip_builtin, master=ns.master, conf=conf)
+        if set(ns.suites) - {"tasks"}:
+            say(f"filling the input topic: {rows} records of 100 B over 4 partitions")
+            src = k.topic("bench-in", 4)
+            k.fill(src, rows, 100)
 
         # One round = one run of every system of every throughput suite; rounds repeat, so each
         # ratio compares medians of runs interleaved in time and machine drift cancels.
@@ -806,6 +819,13 @@ def run_bench(ns: argparse.Namespace) -> int:
                                               "write_mb_s": w * size / 1e6})
                     say(f"  scaling {parts} partitions, {size} B: read {r:,.0f} rows/s, "
                         f"exactly-once write {w:,.0f} rows/s")
+
+        if "tasks" in ns.suites:
+            from .bench_tasks import run_tasks_suite
+
+            result["tasks"] = run_tasks_suite(
+                spark, k, ns, workdir, event_dir, say,
+                [n.pid for n in cluster.node_infos if n.pid] if cluster is not None else [])
     finally:
         if spark is not None:
             spark.stop()
@@ -866,6 +886,11 @@ def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for trig, lat in (r.get("latency") or {}).items():
         secs = float(trig.rstrip("s"))
         add(f"exactly-once visibility p99 at {trig} trigger (s)", lat["p99"], secs + 1.0, "<=")
+    if r.get("tasks"):
+        from .bench_tasks import tasks_ratios
+
+        for name, value, target in tasks_ratios(r["tasks"]):
+            add(name, value, target, "<=")
     return out
 
 
@@ -910,6 +935,7 @@ def charts(r: dict[str, Any], out: str) -> None:
     # One panel per suite the run has (a read-only run gets one chart, not two empty frames).
     # The core (no Spark) bars join the read and write panels, so a ceiling + core run has both.
     suites = [s for s in ("read", "write", "sink") if r.get(s) or (s != "sink" and r.get("core"))]
+    axes: dict[str, Any] = {}
     if suites:
         fig, row = plt.subplots(1, len(suites), figsize=(5.4 * len(suites), 4.5), squeeze=False)
         axes = dict(zip(suites, row[0]))
@@ -988,6 +1014,11 @@ def charts(r: dict[str, Any], out: str) -> None:
         fig.savefig(os.path.join(out, "scaling.png"), dpi=110)
         plt.close(fig)
 
+    if r.get("tasks"):
+        from .bench_tasks import chart
+
+        chart(r["tasks"], out)
+
 
 def pyspark_bytecode_setting(m: dict[str, Any]) -> str:
     """How the run's Spark-started Python processes imported pyspark. Results written before the
@@ -1038,6 +1069,10 @@ def report_markdown(r: dict[str, Any]) -> str:
             lines.append(f"| {s['partitions']} | {s['value_bytes']} B | {s['rows']} | "
                          f"{s['read_rows_s']:,.0f} | {s['read_mb_s']:.1f} | {s['write_rows_s']:,.0f} | "
                          f"{s['write_mb_s']:.1f} |")
+    if r.get("tasks"):
+        from .bench_tasks import report_lines
+
+        lines += report_lines(r["tasks"])
     return "\n".join(lines)
 
 
@@ -1054,8 +1089,16 @@ def register_cli(sub) -> None:
     p.add_argument("--rows", type=int, default=1_000_000, help="records per throughput run")
     p.add_argument("--repeats", type=int, default=3, help="interleaved runs per system (median)")
     p.add_argument("--suites", nargs="+",
-                   default=["ceiling", "core", "read", "write", "sink", "latency", "scaling"],
-                   choices=["ceiling", "core", "read", "write", "sink", "latency", "scaling"])
+                   default=["ceiling", "core", "read", "write", "sink", "latency", "scaling", "tasks"],
+                   choices=["ceiling", "core", "read", "write", "sink", "latency", "scaling",
+                            "tasks"])
+    p.add_argument("--tasks-partitions", nargs="+", type=int, default=[2, 16, 64, 200, 400],
+                   help="tasks suite: the write tasks per batch (repartition(P)) to measure")
+    p.add_argument("--tasks-batches", type=int, default=3, help="tasks suite: batches per run")
+    p.add_argument("--tasks-batch-rows", type=int, default=40_000,
+                   help="tasks suite: rows per batch (maxOffsetsPerTrigger)")
+    p.add_argument("--trace", action="store_true",
+                   help="tasks suite: break each write stage down per task from Spark's event log")
     p.add_argument("--latency-seconds", type=float, default=40.0)
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s fed in latency runs")
     p.add_argument("--master", default="local[2]")
