@@ -105,3 +105,27 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
     assert "tasks: exactly_once / drain-only writer at 6 tasks" in proc.stdout
     assert (out / "tasks.png").stat().st_size > 1000
     assert not _bench_topics(kafka.bootstrap)
+
+
+def test_bench_endurance_samples_resources_and_checks_every_record(kafka, tmp_path):
+    """`txkafka bench-endurance` for half a minute on the session broker: every input record
+    arrives once in the read_committed output, the resources are sampled (the sink's commit log
+    and transactional ids included) and the JSON, chart and report are written."""
+    out = tmp_path / "endurance"
+    proc = subprocess.run(
+        [sys.executable, "-m", "txkafka", "bench-endurance", "--bootstrap", kafka.bootstrap,
+         "--minutes", "0.5", "--rate", "200", "--trigger-s", "1", "--partitions", "2",
+         "--sample-s", "5", "--pyspark-home", "--out", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads((out / "endurance.json").read_text())
+    rec = r["records"]
+    assert rec["sent"] >= 200 and rec["received"] == rec["sent"], rec
+    assert rec["duplicates"] == 0 and rec["missing"] == 0 and r["ok"]
+    assert len(r["samples"]) >= 4
+    last = r["samples"][-1]
+    assert last["jvm_rss_mb"] > 0 and last["py_processes"] >= 1 and last["commit_log_files"] > 0
+    assert max(s["txn_ids"] for s in r["samples"]) > 0  # the sink's ids, seen on the broker
+    assert r["visibility"] and "jvm_rss_mb" in r["slopes"]
+    assert (out / "endurance.png").stat().st_size > 0
+    assert "0 duplicates, 0 missing" in proc.stdout
