@@ -82,11 +82,12 @@ class BenchKafka:
         self.admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
         self.created: list[str] = []  # deleted at the end on a cluster the bench did not start
 
-    def topic(self, prefix: str, partitions: int) -> str:
+    def topic(self, prefix: str, partitions: int, config: dict[str, str] | None = None) -> str:
         from confluent_kafka.admin import NewTopic
 
         name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        for f in self.admin.create_topics([NewTopic(name, partitions, 1)]).values():
+        new = NewTopic(name, partitions, 1, config=dict(config or {}))
+        for f in self.admin.create_topics([new]).values():
             f.result(60)
         self.created.append(name)
         return name
@@ -448,13 +449,19 @@ def sink_frame(spark, rows: int, value_bytes: int = 100):
     return df
 
 
-def sink_run(k: BenchKafka, sink: str, df, rows: int) -> float:
-    """A batch ``df.write`` of the cached frame into a new topic, timed until every row is
-    visible to read_committed: the sink in Spark, without a Kafka source in front of it."""
-    out = k.topic("bench-sink", 4)
+def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
+             value_bytes: int = 100) -> float:
+    """A batch ``df.write`` of the cached frame into a new topic of ``partitions``, timed until
+    every row is visible to read_committed: the sink in Spark, without a Kafka source in front."""
     fmt, guarantee = _SINKS[sink]
+    big = value_bytes > 900_000  # Kafka's and the producers' default limits are about 1 MB
+    out = k.topic("bench-sink", partitions,
+                  {"max.message.bytes": str(4 * value_bytes)} if big else None)
     started = time.monotonic()
     w = df.write.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
+    if big:
+        w = w.option("kafka.max.request.size" if fmt == "kafka" else "kafka.message.max.bytes",
+                     str(4 * value_bytes))
     if guarantee:
         w = w.option("deliveryGuarantee", guarantee)
     w.mode("append").save()
@@ -681,6 +688,7 @@ def run_bench(ns: argparse.Namespace) -> int:
         "command": " ".join(["txkafka", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
         "machine": machine(external_kafka=bool(ns.bootstrap)),
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
+                   "sink_value_bytes": ns.sink_value_bytes, "sink_partitions": ns.sink_partitions,
                    "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto")},
     }
     say(f"Python start-up: pyspark-bytecode {pyspark_bytecode_setting(result['machine'])} (Spark's "
@@ -719,8 +727,9 @@ def run_bench(ns: argparse.Namespace) -> int:
         if "sink" in ns.suites:
             systems += [("sink", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once"]
                         + ([] if ns.skip_builtin else ["builtin"])]
-            say(f"caching the sink suite's input: {rows} rows of 100 B in Spark")
-            sink_df = sink_frame(spark, rows)
+            say(f"caching the sink suite's input: {rows} rows of {ns.sink_value_bytes:,} B in "
+                f"Spark, written to topics of {ns.sink_partitions} partitions")
+            sink_df = sink_frame(spark, rows, ns.sink_value_bytes)
         per_batch = max(1000, rows // 8)
         runs: dict[tuple[str, str], list[float]] = {s: [] for s in systems}
         batch_runs: dict[str, list[float]] = {}  # read suite: rows/s inside the data batches
@@ -750,7 +759,7 @@ def run_bench(ns: argparse.Namespace) -> int:
                 write_run(spark, name, k, src, rows, workdir, 4, per_batch)
             elif suite == "sink":
                 say(f"warming up the {name} sink")
-                sink_run(k, name, sink_df, rows)
+                sink_run(k, name, sink_df, rows, ns.sink_partitions, ns.sink_value_bytes)
         for i in range(repeats if systems else 0):
             say(f"throughput round {i + 1}/{repeats}")
             for suite, name in _round_order(systems, i):
@@ -768,7 +777,7 @@ def run_bench(ns: argparse.Namespace) -> int:
                     batch_runs.setdefault(name, []).append(in_batches)
                     say(f"  read {name}: {in_batches:,.0f} rows/s inside the data batches")
                 elif suite == "sink":
-                    value = sink_run(k, name, sink_df, rows)
+                    value = sink_run(k, name, sink_df, rows, ns.sink_partitions, ns.sink_value_bytes)
                 else:
                     value = write_run(spark, name, k, src, rows, workdir, 4, per_batch)
                 runs[(suite, name)].append(value)
@@ -1099,6 +1108,10 @@ def register_cli(sub) -> None:
                    help="tasks suite: rows per batch (maxOffsetsPerTrigger)")
     p.add_argument("--trace", action="store_true",
                    help="tasks suite: break each write stage down per task from Spark's event log")
+    p.add_argument("--sink-value-bytes", type=int, default=100,
+                   help="sink suite: bytes per record value (size runs: 1048576)")
+    p.add_argument("--sink-partitions", type=int, default=4,
+                   help="sink suite: partitions of each output topic (size runs: 500)")
     p.add_argument("--latency-seconds", type=float, default=40.0)
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s fed in latency runs")
     p.add_argument("--master", default="local[2]")
