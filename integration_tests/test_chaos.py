@@ -29,6 +29,7 @@ from integration_tests.chaos.summary import (
     ALL_POINTS,
     CI_COVERAGE,
     CI_RESULTS,
+    OPERATOR_STEPS,
     WRITER_POINTS,
     ChaosSummary,
     RoundRecord,
@@ -389,29 +390,30 @@ def test_chaos_aggregate_on_a_standalone_cluster(kafka3, spark_cluster, tmp_path
     _mark_verified(campaign)
 
 
-def _wait_aborted_by_broker(kafka: KafkaTarget, decided: list, timeout: float) -> dict:
-    """Wait until the coordinator has ended every decided-but-uncommitted transaction.
-
-    Returns, per transactional id: its final state, its transaction.timeout.ms, the wall-clock
-    time (ms) at which the coordinator may abort it (start + timeout, from the first description
-    that had a start time) and the wall-clock time (ms) at which it was first seen ended."""
-    deadline = time.monotonic() + timeout
-    states: dict = {}
-    abort_at: dict[str, int | None] = {}
-    with TransactionClient(kafka.conf) as tc:
-        while time.monotonic() < deadline:
-            descs = tc.describe(c.transactional_id for c in decided)
-            now_ms = int(time.time() * 1000)
-            for d in descs.values():
-                if abort_at.get(d.transactional_id) is None:
-                    abort_at[d.transactional_id] = d.deadline_ms()
-            states = {d.transactional_id: (d.state, d.producer_epoch) for d in descs.values()}
-            if len(descs) == len(decided) and all(d.state != "Ongoing" for d in descs.values()):
-                return {d.transactional_id: (d.state, d.timeout_ms, abort_at[d.transactional_id],
-                                             now_ms) for d in descs.values()}
-            time.sleep(0.5)
-    raise AssertionError(f"the broker did not time out the decided transactions in {timeout}s: "
-                         f"{states}")
+@pytest.mark.timeout(1800)  # bounded inside by per-round timeouts
+def test_chaos_operator_actions(kafka3, tmp_path):
+    """Operator actions as campaign steps, each with the outcome it must show (issues 24, 25):
+    the newest batch rolled back with the input unchanged (skipped, logged); a restart with more
+    tasks (no redo pending: continues); the newest batch rolled back with new input
+    (CheckpointMismatchError, then the removed files restored: continues, until a random kill,
+    mid-batch as batches run back to back); then a savepoint of that killed query and a changed
+    query (another projection and layout) on a new checkpoint writing the same output. One
+    verification spans it all. A restart with another layout while a lost round waits is in
+    the transaction-timeout test, which loses rounds anyway."""
+    campaign = _ci_campaign("operator-actions-tv2", kafka3, "map", tmp_path,
+                            transaction_version=2, seed=15)
+    campaign.run([
+        Crash("rollback", "same"),
+        Crash("relayout", how="split-6"),
+        Crash("rollback", None, how="restore"),
+        Crash("savepoint", how="stopped"),
+    ])
+    _assert_exactly_once(campaign)
+    r = campaign.result
+    assert set(r.operator_steps) == {"rollback-skipped", "relayout", "rollback-refused",
+                                     "rollback-restored", "savepoint-moved"}, r.rounds
+    assert r.checkpoints == 2, r
+    _mark_verified(campaign)
 
 
 @pytest.mark.timeout(1800)  # bounded inside by per-round timeouts
@@ -420,14 +422,15 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
     transaction.timeout.ms: the broker aborts the rest of the decided batch; the restart re-writes
     exactly those task partitions (round 1 of the batch). (2) A commit slower than the timeout
     while the driver lives: the query stops with TransactionLostError naming the batch, task
-    partitions, topic partitions and source offsets; the restart re-writes them.
+    partitions, topic partitions and source offsets; a restart with more tasks is refused with
+    TaskLayoutChangedError (the campaign's relayout step), the old layout re-writes them.
     On a transaction.version=0 broker (the pre-KIP-890 protocol; the campaigns above run tv 2)."""
     assert _transaction_version(kafka_tv0.cluster) == 0
     timeout_ms = 15000  # small, yet above a batch's duration on a busy 2-core machine
     campaign = _ci_campaign("transaction-timeout-tv0", kafka_tv0, "map", tmp_path,
                             transaction_version=0, seed=14, max_offsets=240,
                             transaction_timeout_ms=timeout_ms, records_per_txn=40)
-    campaign.plan(2)  # (1) and (2) below; (3) is the final run
+    campaign.plan(4)  # (1), (2) and the relayout's two runs below; (3) is the final run
     try:
         campaign.start(feed=False, initial_transactions=24)
         campaign.feeder.stop()
@@ -449,7 +452,7 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
         assert state.batch_id == 2 and state.pending is not None, state
         decided = state.pending.decision
         assert len(decided) >= 2, decided
-        ended = _wait_aborted_by_broker(kafka_tv0, decided[1:], timeout=60)
+        ended = campaign.wait_aborted_by_broker(decided[1:], timeout=60)
         # The broker (nobody else: the driver is dead) aborted them, and only once their
         # transaction.timeout.ms had run out; the restart below comes after that.
         for tid, (final, tx_timeout, abortable_at, seen_at) in ended.items():
@@ -492,10 +495,18 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
         text = _cli("commit-log", "show", "--checkpoint", str(ck)).stdout
         assert "lost" in text
 
-        # (3) restart: batch 4's lost partitions are re-written, the query catches up.
+        # The operator restarts with more tasks while batch 4 waits for its re-write: refused
+        # with TaskLayoutChangedError, nothing of it committed; the old layout then re-writes
+        # batch 4's lost partitions as its round 1 (the campaign's relayout step).
+        campaign.round(Crash("relayout", how="split-6"))
+        assert [rec.observed for rec in campaign.result.rounds[-2:]] == \
+            ["relayout-refused", "layout-restored"], campaign.result.rounds[-2:]
+
+        # (3) more input, and the last run catches up.
+        campaign.feeder.produce_now(3)
         before = campaign.commit_ids()
         driver = campaign.launch(until_done=True, timeout=campaign.final_timeout)
-        code = campaign.wait_exit(driver, campaign.final_timeout, "recovery of batch 4")
+        code = campaign.wait_exit(driver, campaign.final_timeout, "the last run")
         assert code == 0, driver.tail()
         campaign.close_rounds(before, driver)
         b4 = log.batch_state(4)
@@ -540,3 +551,5 @@ def test_chaos_summary_covers_every_injection_point():
     assert set(totals["transaction_versions"]) == {0, 2}
     assert "standalone" in totals["spark"] and totals["executor_kills"] >= 1
     assert totals["broker_bounces"] >= 1
+    # Every operator step showed its outcome, with its evidence, at least once.
+    assert set(OPERATOR_STEPS) <= set(totals["operator_steps"]), summary.text()
