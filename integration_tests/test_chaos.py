@@ -356,7 +356,12 @@ def _ci_campaign(name: str, kafka: KafkaTarget, mode: str, tmp_path: Path, **kw)
 def test_chaos_map_on_three_brokers(kafka3, tmp_path):
     """Stateless map, transaction.version 2, local Spark: the driver killed at both task-side
     writer points, before and after the decision, during the recovery of that decision, and at a
-    random time after a broker was killed and restarted mid-run; a reader task's worker crashed."""
+    random time after a broker was killed and restarted mid-run; a reader task's worker crashed.
+    Then operator actions (issues 24, 25): the newest batch rolled back with new input
+    (CheckpointMismatchError), the removed files restored and the next run on one task per
+    input partition's records (coalesce 1: continues, until a random kill); a savepoint of that
+    killed query, and a changed query (another projection, an order-keeping layout) on a new
+    checkpoint as the final run. One verification spans both checkpoints' output."""
     assert _transaction_version(kafka3.cluster) == 2
     campaign = _ci_campaign("map-tv2-3brokers", kafka3, "map", tmp_path, transaction_version=2,
                             seed=11)
@@ -367,11 +372,16 @@ def test_chaos_map_on_three_brokers(kafka3, tmp_path):
         Crash("point", "after_decision"),
         Crash("point", "during_recovery"),
         Crash("broker"),
+        Crash("rollback", None, how="restore", layout="coalesce-1"),
+        Crash("savepoint", how="stopped", last=True),
     ])
     _assert_exactly_once(campaign)
     r = campaign.result
-    assert r.broker_bounces == 1 and r.random_kills == 1
+    assert r.broker_bounces == 1 and r.random_kills == 2  # the broker's, the restored run's
     assert r.task_crashes_by_point == {"read_partition": 1}, r.rounds
+    assert set(r.operator_steps) == {"rollback-refused", "rollback-restored", "relayout",
+                                     "savepoint-moved"}, r.rounds
+    assert r.checkpoints == 2 and not r.order_note, r
     _mark_verified(campaign)
 
 
@@ -391,46 +401,22 @@ def test_chaos_aggregate_on_a_standalone_cluster(kafka3, spark_cluster, tmp_path
 
 
 @pytest.mark.timeout(1800)  # bounded inside by per-round timeouts
-def test_chaos_operator_actions(kafka3, tmp_path):
-    """Operator actions as campaign steps, each with the outcome it must show (issues 24, 25):
-    the newest batch rolled back with the input unchanged (skipped, logged); a restart with more
-    tasks (no redo pending: continues); the newest batch rolled back with new input
-    (CheckpointMismatchError, then the removed files restored: continues, until a random kill,
-    mid-batch as batches run back to back); then a savepoint of that killed query and a changed
-    query (another projection and layout) on a new checkpoint writing the same output. One
-    verification spans it all. A restart with another layout while a lost round waits is in
-    the transaction-timeout test, which loses rounds anyway."""
-    campaign = _ci_campaign("operator-actions-tv2", kafka3, "map", tmp_path,
-                            transaction_version=2, seed=15)
-    campaign.run([
-        Crash("rollback", "same"),
-        Crash("relayout", how="split-6"),
-        Crash("rollback", None, how="restore"),
-        Crash("savepoint", how="stopped"),
-    ])
-    _assert_exactly_once(campaign)
-    r = campaign.result
-    assert set(r.operator_steps) == {"rollback-skipped", "relayout", "rollback-refused",
-                                     "rollback-restored", "savepoint-moved"}, r.rounds
-    assert r.checkpoints == 2, r
-    _mark_verified(campaign)
-
-
-@pytest.mark.timeout(1800)  # bounded inside by per-round timeouts
 def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp_path):
     """Invariant 8. (1) The driver dies between two EndTxn calls and stays down longer than
     transaction.timeout.ms: the broker aborts the rest of the decided batch; the restart re-writes
     exactly those task partitions (round 1 of the batch). (2) A commit slower than the timeout
     while the driver lives: the query stops with TransactionLostError naming the batch, task
-    partitions, topic partitions and source offsets; a restart with more tasks is refused with
-    TaskLayoutChangedError (the campaign's relayout step), the old layout re-writes them.
+    partitions, topic partitions and source offsets. Then the newest committed batch is rolled
+    back with the input unchanged and the operator restarts with more tasks: that run skips the
+    re-planned batch (logged) and is refused with TaskLayoutChangedError at the lost batch (the
+    campaign's rollback and relayout steps); the old layout re-writes it in the final run.
     On a transaction.version=0 broker (the pre-KIP-890 protocol; the campaigns above run tv 2)."""
     assert _transaction_version(kafka_tv0.cluster) == 0
     timeout_ms = 15000  # small, yet above a batch's duration on a busy 2-core machine
     campaign = _ci_campaign("transaction-timeout-tv0", kafka_tv0, "map", tmp_path,
                             transaction_version=0, seed=14, max_offsets=240,
                             transaction_timeout_ms=timeout_ms, records_per_txn=40)
-    campaign.plan(4)  # (1), (2) and the relayout's two runs below; (3) is the final run
+    campaign.plan(5)  # (1), (2), the rollback and the relayout's two runs (the last one final)
     try:
         campaign.start(feed=False, initial_transactions=24)
         campaign.feeder.stop()
@@ -495,20 +481,17 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
         text = _cli("commit-log", "show", "--checkpoint", str(ck)).stdout
         assert "lost" in text
 
-        # The operator restarts with more tasks while batch 4 waits for its re-write: refused
-        # with TaskLayoutChangedError, nothing of it committed; the old layout then re-writes
-        # batch 4's lost partitions as its round 1 (the campaign's relayout step).
-        campaign.round(Crash("relayout", how="split-6"))
-        assert [rec.observed for rec in campaign.result.rounds[-2:]] == \
-            ["relayout-refused", "layout-restored"], campaign.result.rounds[-2:]
-
-        # (3) more input, and the last run catches up.
-        campaign.feeder.produce_now(3)
-        before = campaign.commit_ids()
-        driver = campaign.launch(until_done=True, timeout=campaign.final_timeout)
-        code = campaign.wait_exit(driver, campaign.final_timeout, "the last run")
-        assert code == 0, driver.tail()
-        campaign.close_rounds(before, driver)
+        # The newest committed batch (3) rolled back, the input unchanged; the operator then
+        # restarts with more tasks while batch 4 waits for its re-write. That run re-plans batch
+        # 3 with the same offsets (skipped, logged), then is refused at batch 4 with
+        # TaskLayoutChangedError, nothing of it committed. (3) The old layout re-writes batch
+        # 4's lost partitions as its round 1 and catches up: the relayout step's last run is
+        # the final run.
+        assert campaign.roll_back_unchanged() == 3
+        campaign.round(Crash("relayout", how="split-6", last=True))
+        assert [rec.observed for rec in campaign.result.rounds[-3:]] == \
+            ["rollback-skipped", "relayout-refused", "layout-restored"], \
+            campaign.result.rounds[-3:]
         b4 = log.batch_state(4)
         assert b4.complete and len(b4.rounds) == 2, b4
         assert sorted(c.partition_id for c in b4.rounds[1].decision) == \

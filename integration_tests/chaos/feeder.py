@@ -216,6 +216,11 @@ class InputFeeder:
         self._thread.start()
         return self
 
+    @property
+    def stopped(self) -> bool:
+        """stop() was called: the feeder adds nothing more by itself."""
+        return self._stop.is_set()
+
     def produce_now(self, transactions: int) -> None:
         """Feed synchronously (before a campaign starts, or without the thread)."""
         for _ in range(transactions):
