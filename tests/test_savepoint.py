@@ -159,7 +159,11 @@ def test_sources_merge_per_topic_when_they_agree():
 class StableFake(FakeCoordinator):
     """FakeCoordinator with fixed transaction start times (two snapshots compare equal)."""
 
-    started_ms = int(time.time() * 1000)
+    def __init__(self) -> None:
+        super().__init__()
+        # Taken per test, not at import: the 60 s timeout below must not run out while a long
+        # unit run on a loaded machine reaches this file.
+        self.started_ms = int(time.time() * 1000)
 
     def describe(self, ids):
         return {tid: TransactionDescription(tid, 0, t["state"], 60000, self.started_ms, t["pid"],
