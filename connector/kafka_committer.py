@@ -115,6 +115,17 @@ class WritePlan:
     round_no: int = 0                    # the round the tasks write (their late check asks for it)
 
     def should_write(self, batch_id: int, partition_id: int) -> bool:
+        if self.batch_id is not None and batch_id < self.batch_id:
+            # One driver plans batch N right after writing offsets/N, so a newer offsets file
+            # than the task's batch was written by another driver on this checkpoint.
+            raise ConcurrentWriterError(
+                f"task partition {partition_id}: Spark runs this task for batch {batch_id} "
+                f"(local property streaming.sql.batchId), but the checkpoint's newest offsets/ "
+                f"file was already batch {self.batch_id} when Spark planned it: a second driver "
+                "is running this query on the same checkpoint, for example a relaunched driver "
+                "while the old one is still alive. Nothing was written; this driver fails. Stop "
+                "every other driver of this query (its Spark application), then restart one: it "
+                "completes what the sink's log holds exactly once.")
         if self.batch_id is not None and batch_id != self.batch_id:
             # The plan was made for another batch: its skip/redo answer would be a guess.
             raise TransactionError(

@@ -29,6 +29,7 @@ from integration_tests.chaos.summary import (
     ALL_POINTS,
     CI_COVERAGE,
     CI_RESULTS,
+    OPERATOR_STEPS,
     WRITER_POINTS,
     ChaosSummary,
     RoundRecord,
@@ -355,7 +356,12 @@ def _ci_campaign(name: str, kafka: KafkaTarget, mode: str, tmp_path: Path, **kw)
 def test_chaos_map_on_three_brokers(kafka3, tmp_path):
     """Stateless map, transaction.version 2, local Spark: the driver killed at both task-side
     writer points, before and after the decision, during the recovery of that decision, and at a
-    random time after a broker was killed and restarted mid-run; a reader task's worker crashed."""
+    random time after a broker was killed and restarted mid-run; a reader task's worker crashed.
+    Then operator actions (issues 24, 25): the newest batch rolled back with new input
+    (CheckpointMismatchError), the removed files restored and the next run on one task per
+    input partition's records (coalesce 1: continues, until a random kill); a savepoint of that
+    killed query, and a changed query (another projection, an order-keeping layout) on a new
+    checkpoint as the final run. One verification spans both checkpoints' output."""
     assert _transaction_version(kafka3.cluster) == 2
     campaign = _ci_campaign("map-tv2-3brokers", kafka3, "map", tmp_path, transaction_version=2,
                             seed=11)
@@ -366,11 +372,16 @@ def test_chaos_map_on_three_brokers(kafka3, tmp_path):
         Crash("point", "after_decision"),
         Crash("point", "during_recovery"),
         Crash("broker"),
+        Crash("rollback", None, how="restore", layout="coalesce-1"),
+        Crash("savepoint", how="stopped", last=True),
     ])
     _assert_exactly_once(campaign)
     r = campaign.result
-    assert r.broker_bounces == 1 and r.random_kills == 1
+    assert r.broker_bounces == 1 and r.random_kills == 2  # the broker's, the restored run's
     assert r.task_crashes_by_point == {"read_partition": 1}, r.rounds
+    assert set(r.operator_steps) == {"rollback-refused", "rollback-restored", "relayout",
+                                     "savepoint-moved"}, r.rounds
+    assert r.checkpoints == 2 and not r.order_note, r
     _mark_verified(campaign)
 
 
@@ -389,45 +400,23 @@ def test_chaos_aggregate_on_a_standalone_cluster(kafka3, spark_cluster, tmp_path
     _mark_verified(campaign)
 
 
-def _wait_aborted_by_broker(kafka: KafkaTarget, decided: list, timeout: float) -> dict:
-    """Wait until the coordinator has ended every decided-but-uncommitted transaction.
-
-    Returns, per transactional id: its final state, its transaction.timeout.ms, the wall-clock
-    time (ms) at which the coordinator may abort it (start + timeout, from the first description
-    that had a start time) and the wall-clock time (ms) at which it was first seen ended."""
-    deadline = time.monotonic() + timeout
-    states: dict = {}
-    abort_at: dict[str, int | None] = {}
-    with TransactionClient(kafka.conf) as tc:
-        while time.monotonic() < deadline:
-            descs = tc.describe(c.transactional_id for c in decided)
-            now_ms = int(time.time() * 1000)
-            for d in descs.values():
-                if abort_at.get(d.transactional_id) is None:
-                    abort_at[d.transactional_id] = d.deadline_ms()
-            states = {d.transactional_id: (d.state, d.producer_epoch) for d in descs.values()}
-            if len(descs) == len(decided) and all(d.state != "Ongoing" for d in descs.values()):
-                return {d.transactional_id: (d.state, d.timeout_ms, abort_at[d.transactional_id],
-                                             now_ms) for d in descs.values()}
-            time.sleep(0.5)
-    raise AssertionError(f"the broker did not time out the decided transactions in {timeout}s: "
-                         f"{states}")
-
-
 @pytest.mark.timeout(1800)  # bounded inside by per-round timeouts
 def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp_path):
     """Invariant 8. (1) The driver dies between two EndTxn calls and stays down longer than
     transaction.timeout.ms: the broker aborts the rest of the decided batch; the restart re-writes
     exactly those task partitions (round 1 of the batch). (2) A commit slower than the timeout
     while the driver lives: the query stops with TransactionLostError naming the batch, task
-    partitions, topic partitions and source offsets; the restart re-writes them.
+    partitions, topic partitions and source offsets. Then the newest committed batch is rolled
+    back with the input unchanged and the operator restarts with more tasks: that run skips the
+    re-planned batch (logged) and is refused with TaskLayoutChangedError at the lost batch (the
+    campaign's rollback and relayout steps); the old layout re-writes it in the final run.
     On a transaction.version=0 broker (the pre-KIP-890 protocol; the campaigns above run tv 2)."""
     assert _transaction_version(kafka_tv0.cluster) == 0
     timeout_ms = 15000  # small, yet above a batch's duration on a busy 2-core machine
     campaign = _ci_campaign("transaction-timeout-tv0", kafka_tv0, "map", tmp_path,
                             transaction_version=0, seed=14, max_offsets=240,
                             transaction_timeout_ms=timeout_ms, records_per_txn=40)
-    campaign.plan(2)  # (1) and (2) below; (3) is the final run
+    campaign.plan(5)  # (1), (2), the rollback and the relayout's two runs (the last one final)
     try:
         campaign.start(feed=False, initial_transactions=24)
         campaign.feeder.stop()
@@ -449,7 +438,7 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
         assert state.batch_id == 2 and state.pending is not None, state
         decided = state.pending.decision
         assert len(decided) >= 2, decided
-        ended = _wait_aborted_by_broker(kafka_tv0, decided[1:], timeout=60)
+        ended = campaign.wait_aborted_by_broker(decided[1:], timeout=60)
         # The broker (nobody else: the driver is dead) aborted them, and only once their
         # transaction.timeout.ms had run out; the restart below comes after that.
         for tid, (final, tx_timeout, abortable_at, seen_at) in ended.items():
@@ -492,12 +481,17 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
         text = _cli("commit-log", "show", "--checkpoint", str(ck)).stdout
         assert "lost" in text
 
-        # (3) restart: batch 4's lost partitions are re-written, the query catches up.
-        before = campaign.commit_ids()
-        driver = campaign.launch(until_done=True, timeout=campaign.final_timeout)
-        code = campaign.wait_exit(driver, campaign.final_timeout, "recovery of batch 4")
-        assert code == 0, driver.tail()
-        campaign.close_rounds(before, driver)
+        # The newest committed batch (3) rolled back, the input unchanged; the operator then
+        # restarts with more tasks while batch 4 waits for its re-write. That run re-plans batch
+        # 3 with the same offsets (skipped, logged), then is refused at batch 4 with
+        # TaskLayoutChangedError, nothing of it committed. (3) The old layout re-writes batch
+        # 4's lost partitions as its round 1 and catches up: the relayout step's last run is
+        # the final run.
+        assert campaign.roll_back_unchanged() == 3
+        campaign.round(Crash("relayout", how="split-6", last=True))
+        assert [rec.observed for rec in campaign.result.rounds[-3:]] == \
+            ["rollback-skipped", "relayout-refused", "layout-restored"], \
+            campaign.result.rounds[-3:]
         b4 = log.batch_state(4)
         assert b4.complete and len(b4.rounds) == 2, b4
         assert sorted(c.partition_id for c in b4.rounds[1].decision) == \
@@ -540,3 +534,5 @@ def test_chaos_summary_covers_every_injection_point():
     assert set(totals["transaction_versions"]) == {0, 2}
     assert "standalone" in totals["spark"] and totals["executor_kills"] >= 1
     assert totals["broker_bounces"] >= 1
+    # Every operator step showed its outcome, with its evidence, at least once.
+    assert set(OPERATOR_STEPS) <= set(totals["operator_steps"]), summary.text()

@@ -5,17 +5,21 @@ or the query fails with the specific error and the output holds no duplicates (a
 failed run). Scenario numbers are the issue's:
 1. a rolled-back checkpoint (newest offsets/N and commits/N deleted), with and without new input;
    a checkpoint whose offsets/, commits/, sources/ and metadata were deleted, txkafka-sink kept;
-2. a decided batch lost to the transaction timeout, then restarted with another task layout.
-Scenarios 4 and 5 (two drivers, a fenced answer after the commit) are in
-test_operator_actions_kafka.py.
+2. a decided batch lost to the transaction timeout, then restarted with another task layout;
+4. a second driver started on the checkpoint of a live one.
+Scenario 4 as two committers deciding one batch, and scenario 5 (a fenced answer after the
+commit), are in test_operator_actions_kafka.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,7 @@ from integration_tests.pipeline_helpers import (
     pipeline_args,
     run_pipeline,
     sink_prefix,
+    wait_until,
 )
 from txkafka.connector.fault_injection import arm, disarm
 from txkafka.connector.sink_commit_log import SinkCommitLog
@@ -244,3 +249,122 @@ def test_a_lost_batch_is_rewritten_only_by_the_same_task_layout(spark, kafka, tm
     tags = [{ids.parse(c.transactional_id).run for c in r.decision} for r in state.rounds]
     assert all(len(t) == 1 and "000000" not in t for t in tags), tags
     assert tags[0] != tags[1], tags
+
+
+# ------------------------------------------------- scenario 4: two live drivers, one checkpoint
+
+# How a driver that meets another one on its checkpoint must fail: the sink's exclusive records,
+# or Spark's own offset and commit logs (their files are created, never replaced).
+CONCURRENT_WRITER_ERRORS = ("ConcurrentWriterError", "CONCURRENT_STREAM_LOG_UPDATE",
+                            "Concurrent update to the")
+
+
+class _SessionDriver:
+    """The first driver: a query of this test's own Spark application (a warm session: one
+    Spark start fewer than a second driver process)."""
+
+    def __init__(self, query) -> None:
+        self.query = query
+
+    def alive(self) -> bool:
+        return self.query.isActive
+
+    def ran_a_batch(self) -> bool:
+        return any("addBatch" in (p.get("durationMs") or {}) for p in self.query.recentProgress)
+
+    def output(self) -> str:
+        e = self.query.exception()
+        return f"PIPELINE-FAILED {e}" if e is not None else ""
+
+    def tail(self) -> str:
+        return self.output()[-3000:] or "(no error)"
+
+    def stop(self) -> None:
+        if self.query.isActive:
+            self.query.stop()
+
+
+def _failed_loudly(driver) -> str:
+    out = driver.output()
+    assert "PIPELINE-FAILED" in out, driver.tail()
+    named = [e for e in CONCURRENT_WRITER_ERRORS if e in out]
+    assert named, f"failed, but not as a second writer:\n{driver.tail()}"
+    return named[0]
+
+
+@pytest.mark.timeout(900)
+def test_a_second_live_driver_on_one_checkpoint_fails_loudly(spark, kafka, driver_processes,
+                                                             tmp_path):
+    """A relaunched driver while the old one still runs: a query of this test's Spark
+    application and a pipeline driver (another application) plan the batches of new input on
+    one checkpoint. One fails loudly; the output never holds a duplicate; the survivor writes
+    every input record exactly once. (The first writes values as read, the second with
+    '|seen': the check is by id.)"""
+    topics = make_input(kafka, records=200, partitions=2, per_txn=100)
+    ck = str(tmp_path / "ck")
+    first = _SessionDriver(_start(spark, kafka, topics, ck, "processing_time", max_offsets=100))
+    try:
+        wait_until(lambda: first.ran_a_batch() or not first.alive(), QUERY_TIMEOUT_S,
+                   "the first driver's first batch")
+        assert first.alive(), first.tail()
+        second = driver_processes(
+            "-m", "txkafka.pipeline", "--bootstrap", kafka.bootstrap, "--input", topics.source,
+            "--output", topics.sink, "--checkpoint", ck, "--trigger-ms", "300",
+            "--max-offsets", "100", "--timeout", "800",
+            # No task retries: a refusal is deterministic, retries only cost time.
+            "--master", "local[2]")
+        wait_until(lambda: "PIPELINE-STARTED" in second.output() or not second.alive(),
+                   QUERY_TIMEOUT_S, "the second driver's query")
+
+        # New input while both live, until one of them stops: both plan the batches that read
+        # it, and the one that falls behind or writes a batch's record second fails.
+        stop = threading.Event()
+        fed = [0]
+
+        def feed() -> None:
+            while not stop.is_set() and fed[0] < 1000:
+                _more_input(kafka, topics, 20, start=1_000_000 + 20 * fed[0])
+                fed[0] += 1
+                stop.wait(0.5)
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        try:
+            ended = wait_until(lambda: [d for d in (first, second) if not d.alive()],
+                               QUERY_TIMEOUT_S, "one of the two drivers to stop")
+        finally:
+            stop.set()
+            feeder.join(120)
+        errors = [_failed_loudly(d) for d in ended]
+        if second in ended:
+            second.kill()  # its JVM and Python workers too: nothing of the loser runs on
+        rep = verify({"bootstrap.servers": kafka.bootstrap}, topics.source, topics.sink)
+        assert rep.duplicates == 0 and rep.unexpected == 0, rep.text()
+
+        survivors = [d for d in (first, second) if d.alive()]
+        if survivors:
+            # Input after the loser stopped: the survivor commits a batch, whose orphan sweep
+            # aborts whatever the loser left open. It reads everything, never a duplicate.
+            _more_input(kafka, topics, 20, start=2_000_000)
+
+            def caught_up():
+                now = verify({"bootstrap.servers": kafka.bootstrap}, topics.source, topics.sink)
+                assert now.duplicates == 0 and now.unexpected == 0, now.text()
+                return now.missing == 0 and now.expected == topics.expected_ids
+            wait_until(caught_up, QUERY_TIMEOUT_S, "the survivor to write every input record",
+                       interval=3)
+            if survivors[0] is first:
+                first.stop()
+            else:
+                os.kill(second.pid, signal.SIGINT)  # stops its query and Spark
+                second.wait(120)
+        else:
+            # Both stopped, each as a second writer: a restart of one finishes the input.
+            code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, ck,
+                                                                      "--max-offsets", "100"))
+            assert code == 0, proc.tail()
+        assert_exactly_once(kafka, topics, ck)
+        print(f"two drivers: {'first' if first in ended else 'second'} stopped ({errors}), "
+              f"{len(survivors)} survived, {fed[0]} feeder transactions")
+    finally:
+        first.stop()

@@ -19,6 +19,7 @@ from integration_tests.chaos import campaign as campaign_mod
 from integration_tests.chaos import soak
 from integration_tests.chaos.campaign import (
     EXECUTOR_SLEEP_MS,
+    LAYOUTS,
     Campaign,
     CampaignError,
     Crash,
@@ -28,6 +29,7 @@ from integration_tests.chaos.soak import _verified_rounds
 from integration_tests.chaos.summary import (
     ALL_POINTS,
     CI_COVERAGE,
+    OPERATOR_STEPS,
     WRITER_POINTS,
     CampaignResult,
     ChaosSummary,
@@ -197,6 +199,87 @@ def test_a_campaign_in_progress_does_not_count_until_it_verifies():
     assert CampaignResult("e", "map", 2, 1, "local").ok is False
 
 
+# ------------------------------------------------------------------------- operator steps
+
+
+def _operator(steps: tuple[tuple[list[str], str], ...] = tuple(
+        ([s], s) for s in OPERATOR_STEPS)) -> CampaignResult:
+    """A campaign of operator-step rounds: (the outcomes each accepts, the one it showed)."""
+    c = _good("operator", ())
+    c.rounds_planned = len(steps)
+    for expected, observed in steps:
+        c.rounds.append(RoundRecord(len(c.rounds) + 1, "step", f"{observed} (evidence)", 0, 1, 1.0,
+                                    stale_open=0, expected=expected, observed=observed))
+        if observed in expected:
+            c.operator_steps[observed] = c.operator_steps.get(observed, 0) + 1
+    c.stale_checks = len(steps)
+    return c
+
+
+def test_operator_steps_that_showed_their_expected_outcomes_are_ok():
+    c = _operator()
+    assert c.problems() == [], c.problems()
+    assert {f"op:{s}" for s in OPERATOR_STEPS} <= c.landed()
+
+
+@pytest.mark.parametrize("expected, observed, problem", [
+    # a redo was pending: the changed layout must be refused, a re-run that continued is a
+    # partial re-write
+    (["relayout-refused"], "relayout", "expected relayout-refused, observed relayout"),
+    # no evidence for either accepted outcome (a rolled-back batch re-written without a word)
+    (["rollback-skipped", "rollback-refused"], "",
+     "expected rollback-skipped or rollback-refused, observed nothing"),
+    (["savepoint-moved"], "", "expected savepoint-moved, observed nothing"),
+])
+def test_an_operator_step_without_its_expected_outcome_fails(expected, observed, problem):
+    c = _operator(((expected, observed),))
+    assert not c.ok
+    assert any(problem in p for p in c.problems()), c.problems()
+
+
+def test_a_failure_an_operator_step_provokes_is_allowed_only_when_it_showed_the_step():
+    c = _operator(((["relayout-refused"], "relayout-refused"),))
+    failure = "round 1: TaskLayoutChangedError: batch 3: the broker aborted ..."
+    c.query_failures.append(failure)
+    assert any("failed instead of recovering" in p for p in c.problems())
+    c.expected_failures.append(failure)
+    assert c.ok, c.problems()
+
+
+def test_the_layouts_a_relayout_switches_between_leave_distinct_evidence():
+    """A decision's task partition count tells which layout ran: never two at once."""
+    for mode, layouts in LAYOUTS.items():
+        for tasks in range(12):
+            shown = [lay.name for lay in layouts if lay.shows_in(tasks, mode, 3)]
+            assert len(shown) <= 1, (mode, tasks, shown)
+        assert all(any(lay.shows_in(t, mode, 3) for t in range(12)) for lay in layouts)
+
+
+def test_a_rollback_removes_the_newest_committed_batch_and_later_offsets(tmp_path):
+    campaign = _bare_campaign(tmp_path)
+    for folder, ids in (("offsets", range(5)), ("commits", range(4))):
+        (tmp_path / "ck" / folder).mkdir(parents=True)
+        for b in ids:
+            (tmp_path / "ck" / folder / str(b)).write_text(f"{folder} {b}")
+            (tmp_path / "ck" / folder / f".{b}.crc").write_text("crc")
+    newest, kept = campaign.roll_back()
+    assert newest == 3
+    assert sorted(f"{f.parent.name}/{f.name}" for f in kept) == [
+        "commits/.3.crc", "commits/3", "offsets/.3.crc", "offsets/.4.crc", "offsets/3",
+        "offsets/4"]
+    assert campaign.commit_ids() == {0, 1, 2}
+    assert sorted(p.name for p in (tmp_path / "ck" / "offsets").iterdir()) == [
+        ".0.crc", ".1.crc", ".2.crc", "0", "1", "2"]
+    assert kept[tmp_path / "ck" / "offsets" / "4"] == b"offsets 4"
+
+
+def test_savepoint_steps_are_refused_in_aggregation_campaigns(tmp_path):
+    kafka = SimpleNamespace(cluster=None, conf={}, bootstrap="127.0.0.1:1")
+    campaign = Campaign("unit", kafka, "aggregate", tmp_path, log=lambda msg: None)
+    with pytest.raises(ValueError, match="no aggregation state"):
+        campaign.round(Crash("savepoint", "after_decision"))
+
+
 # ------------------------------------------------------------------------- the CI summary
 
 
@@ -210,7 +293,7 @@ def _ci_campaigns() -> list[CampaignResult]:
     aggregate = _good("aggregate", (Crash("executor", "after_sink_commit"),), mode="aggregate",
                       spark="standalone")
     timeout = _good("timeout", (Crash("point", "between_endtxn"),), transaction_version=0)
-    return [chaos_map, aggregate, timeout]
+    return [chaos_map, aggregate, timeout, _operator()]
 
 
 def test_the_ci_summary_passes_with_every_point_hit():
@@ -230,7 +313,8 @@ def test_the_ci_summary_fails_on_fault_free_or_partial_runs():
     t = s.totals()
     assert not t["all_ok"], s.text()
     assert any("injection points not hit" in p for p in t["coverage_problems"])
-    assert t["failed_campaigns"] == ["map", "aggregate", "timeout"]  # ran 0 of 1 rounds
+    assert t["failed_campaigns"] == ["map", "aggregate", "timeout", "operator"]  # 0 of 1 rounds
+    assert any("operator steps never shown" in p for p in t["coverage_problems"])
     # Every campaign ok, but the executor round's kill did not count: coverage fails.
     partial = _ci_campaigns()
     agg = partial[1]

@@ -159,7 +159,11 @@ def test_sources_merge_per_topic_when_they_agree():
 class StableFake(FakeCoordinator):
     """FakeCoordinator with fixed transaction start times (two snapshots compare equal)."""
 
-    started_ms = int(time.time() * 1000)
+    def __init__(self) -> None:
+        super().__init__()
+        # Taken per test, not at import: the 60 s timeout below must not run out while a long
+        # unit run on a loaded machine reaches this file.
+        self.started_ms = int(time.time() * 1000)
 
     def describe(self, ids):
         return {tid: TransactionDescription(tid, 0, t["state"], 60000, self.started_ms, t["pid"],
@@ -320,6 +324,24 @@ def test_a_decided_round_is_rolled_forward_and_its_batch_is_the_position(ck):
     assert all(fake.txns[c.transactional_id]["state"] == "CompleteCommit" for c in txns)
     assert sp.origin["query_id"] == "query-1" and sp.origin["sink_id"] == ids.sink_id
     assert sp.origin["checkpoint"] == str(ck)
+
+
+def test_a_rolled_back_checkpoint_gives_the_positions_the_sink_committed(ck):
+    """Found while building the chaos campaign's rollback step: after a CheckpointMismatchError
+    (offsets/N and commits/N removed, batch N re-planned with other offsets), Spark's offsets/N
+    no longer says what the sink committed for N; the savepoint took it and skipped records."""
+    fake = StableFake()
+    committer, ids, log = _committer(ck, fake)
+    _spark(ck, 4, '{"t":{"0":5,"1":6}}')
+    _spark(ck, 5, '{"t":{"0":9,"1":12}}', committed=False)
+    committer.commit(5, _results(ids, fake, 5, [0, 1]))
+    assert log.batch_state(5).complete
+    _spark(ck, 5, '{"t":{"0":15,"1":20}}', committed=False)  # re-planned, refused by the sink
+    sp = _create(ck, fake)
+    assert (sp.batch_id, sp.basis, sp.positions) == (5, BASIS_SINK, {T0: 9, T1: 12})
+    assert "reads other offsets than the sink committed for batch 5" in sp.notes[0]
+    (ck / "offsets" / "5").unlink()  # removed, not re-planned
+    assert _create(ck, fake, out=ck.parent / "sp2.json").positions == {T0: 9, T1: 12}
 
 
 def test_a_batch_spark_committed_after_the_sink_s_last_data_batch(ck):

@@ -8,6 +8,7 @@ import pytest
 
 from txkafka.connector.errors import (
     CommitLogError,
+    ConcurrentWriterError,
     KafkaConfigError,
     KafkaProtocolError,
     TransactionError,
@@ -208,7 +209,11 @@ def test_write_plan():
     # A task of another batch than the one planned never guesses (a skip could drop its rows).
     for plan in (done, redo, WritePlan(6)):
         with pytest.raises(TransactionError, match=r"task partition 1: Spark runs this task for "
-                                                   r"batch 4 .* planned the writer for batch"):
+                                                   r"batch 7 .* planned the writer for batch"):
+            plan.should_write(7, 1)
+    # A plan newer than the task's batch: another driver wrote that offsets file.
+    for plan in (done, redo, WritePlan(6)):
+        with pytest.raises(ConcurrentWriterError, match=r"batch 4 .* second driver"):
             plan.should_write(4, 1)
 
 

@@ -77,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         reader = reader.option("savepoint", args.savepoint)
     if args.max_offsets:
         reader = reader.option("maxOffsetsPerTrigger", str(args.max_offsets))
+    if args.min_partitions:
+        reader = reader.option("minPartitions", str(args.min_partitions))
     for k, v in kafka_conf.items():
         reader = reader.option(f"kafka.{k}", v)
     src = reader.load()
@@ -105,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.repartition:
         out = out.repartition(args.repartition)
+    if args.coalesce:
+        out = out.coalesce(args.coalesce)
     writer = (out.writeStream.format("txkafka").outputMode(output_mode)
               .option("checkpointLocation", args.checkpoint)
               .options(**sink_options(args, kafka_conf)))
@@ -229,6 +233,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--savepoint", default="", help="start a new query from this savepoint")
     p.add_argument("--repartition", type=int, default=0,
                    help="repartition the output to this many tasks (0: as read)")
+    p.add_argument("--coalesce", type=int, default=0,
+                   help="coalesce the output to at most this many tasks (0: as read); unlike "
+                   "--repartition it keeps each input partition's records in order")
+    p.add_argument("--min-partitions", type=int, default=0,
+                   help="the reader's minPartitions (0: one task per Kafka partition)")
     p.add_argument("--guarantee", choices=["exactly_once", "at_least_once"], default="exactly_once")
     p.add_argument("--master", default="local[2,4]")
     p.add_argument("--trigger-ms", type=int, default=1000)

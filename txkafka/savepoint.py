@@ -48,7 +48,7 @@ from .connector.savepoint import (
 from .connector.secrets_redaction import redact_uri
 from .connector.sink_commit_log import SINK_DIR, SinkCommitLog
 from .connector.sink_options import SinkConfig
-from .connector.spark_checkpoint import checkpoint_filesystem
+from .connector.spark_checkpoint import OffsetLogEntry, checkpoint_filesystem, same_source_offsets
 from .connector.transactional_id_factory import TransactionalIdFactory
 
 log = logging.getLogger(__name__)
@@ -307,6 +307,7 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
     latest = commit_log.latest()
     sink_complete = latest.batch_id if latest is not None and latest.complete else None
     batch, basis = committed_batch(spark.latest_committed_batch(), sink_complete)
+    rolled_back = ""
     if batch is None:
         first = spark.read_offsets(0)
         sources, notes = sources_of(first, batch_start=True) if first is not None else ([], [])
@@ -314,6 +315,15 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
             basis = BASIS_BATCH_0
     else:
         done = spark.read_offsets(batch)
+        recorded = _sink_offsets(commit_log, batch)
+        if recorded is not None and (done is None
+                                     or not same_source_offsets(recorded, done.sources)):
+            # The output holds what the sink committed. Spark's offsets/N says otherwise after a
+            # rollback: a re-planned batch N that the sink refused (CheckpointMismatchError).
+            done = OffsetLogEntry(batch, {}, recorded)
+            rolled_back = (f"Spark's offsets/{batch} is missing or reads other offsets than the "
+                           f"sink committed for batch {batch} (a rolled-back or edited "
+                           "checkpoint); the positions are the sink's")
         if done is None:
             raise SavepointError(
                 f"--checkpoint {shown}: batch {batch} is committed but Spark's offsets/{batch} "
@@ -321,6 +331,8 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
         if not has_kafka_source(done):
             raise SavepointError(f"--checkpoint {shown}: offsets/{batch} has no Kafka offsets")
         sources, notes = sources_of(done, batch_start=False)
+    if rolled_back:
+        notes = [rolled_back, *notes]
     positions, conflicts = merge_sources(sources)
     sp = Savepoint(
         positions=positions, conflicts=conflicts, sources=tuple(sources),
@@ -330,6 +342,13 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
         notes=tuple(notes))
     write_savepoint(sp, out)
     return out
+
+
+def _sink_offsets(commit_log: SinkCommitLog, batch: int) -> Optional[tuple[str, ...]]:
+    """The source offsets the sink recorded with ``batch`` (None: no record of it, or one
+    written before txkafka recorded them)."""
+    state = commit_log.batch_state(batch)
+    return state.source_offsets if state is not None else None
 
 
 # ---------------------------------------------------------------------------------- CLI

@@ -67,6 +67,9 @@ class InputFeeder:
         self._txn = 0              # transactions begun: the event-time clock
         self._block = 0            # aggregate: the next block of groups to start
         self._stop = threading.Event()
+        self._running = threading.Event()  # cleared while paused
+        self._running.set()
+        self._idle = threading.Event()     # set while paused and between transactions
         self._thread: threading.Thread | None = None
         self._producer = None
 
@@ -183,16 +186,40 @@ class InputFeeder:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            if not self._running.is_set():
+                self._idle.set()
+                self._running.wait(0.2)
+                continue
+            self._idle.clear()
             abort = self.rng.random() < self.abort_ratio
             # A failed commit still advances the blocks: its groups just have fewer occurrences,
             # and the verifier counts what the input topic really holds.
             self._transaction(self._records(abort), abort)
             self._stop.wait(self.interval_s)
 
+    def pause(self, timeout: float = 120.0) -> None:
+        """Stop feeding until ``resume()``; returns once no transaction is under way (so the
+        input's last stable offsets no longer move)."""
+        self._running.clear()
+        if self._thread is None or not self._thread.is_alive():
+            return
+        if not self._idle.wait(timeout):
+            raise AssertionError(f"the input feeder did not pause within {timeout}s: "
+                                 f"{self.stats.errors[-3:]}")
+
+    def resume(self) -> None:
+        self._idle.clear()
+        self._running.set()
+
     def start(self) -> "InputFeeder":
         self._thread = threading.Thread(target=self._run, name=f"feeder-{self.tag}", daemon=True)
         self._thread.start()
         return self
+
+    @property
+    def stopped(self) -> bool:
+        """stop() was called: the feeder adds nothing more by itself."""
+        return self._stop.is_set()
 
     def produce_now(self, transactions: int) -> None:
         """Feed synchronously (before a campaign starts, or without the thread)."""
@@ -203,6 +230,7 @@ class InputFeeder:
     def stop(self, timeout: float = 180.0) -> FeederStats:
         """Stop feeding; in aggregate mode, complete every started group first."""
         self._stop.set()
+        self._running.set()
         if self._thread is not None:
             self._thread.join(timeout)
             if self._thread.is_alive():

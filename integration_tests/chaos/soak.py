@@ -54,9 +54,32 @@ PROFILES = [
 ]
 
 
+# Share of rounds that are an operator action (campaign.py: relayout, rollback, savepoint).
+OPERATOR_SHARE = 0.25
+
+
+def choose_operator_step(rng: random.Random, campaign: Campaign) -> Crash:
+    """A random operator action: a restart with another layout (sometimes after losing a decided
+    batch to the transaction timeout), a rolled-back checkpoint (the input unchanged or not,
+    recovered by restoring the files or by a savepoint), or a move to a changed query on a new
+    checkpoint by a savepoint after a kill (map only: a savepoint carries no aggregation state)."""
+    standalone = campaign.spark.kind == "standalone"
+    kill_points = [p for p in DRIVER_POINTS if p != "during_recovery"] + (
+        [] if standalone else ["before_precommit", "after_precommit"])
+    kinds = ["relayout", "rollback"] + (["savepoint"] if campaign.mode == "map" else [])
+    kind = rng.choice(kinds)
+    if kind == "relayout":
+        return Crash("relayout", "redo" if rng.random() < 0.4 else None)
+    if kind == "rollback":
+        how = rng.choice(["restore", "savepoint"]) if campaign.mode == "map" else "restore"
+        return Crash("rollback", "same" if rng.random() < 0.5 else None, how=how)
+    return Crash("savepoint", rng.choice([None, *kill_points]))
+
+
 def choose_crash(rng: random.Random, campaign: Campaign, cluster_nodes: int) -> Crash:
     """A random crash that can happen in this campaign's set-up (a kill in an executor would take
-    the standalone worker down with it, so task-side kills are local-mode only)."""
+    the standalone worker down with it, so task-side kills are local-mode only), or now and then
+    an operator action once the pipeline committed a batch."""
     standalone = campaign.spark.kind == "standalone"
     points = list(DRIVER_POINTS) + ([] if standalone else list(TASK_POINTS))
     # A task's worker crashing at a task-side point, on top of the round's crash.
@@ -65,6 +88,8 @@ def choose_crash(rng: random.Random, campaign: Campaign, cluster_nodes: int) -> 
         points.remove("during_recovery")
     elif rng.random() < 0.5:
         return Crash("point", "during_recovery")  # a decided batch is waiting: crash its recovery
+    if campaign.committed() >= 0 and rng.random() < OPERATOR_SHARE:
+        return choose_operator_step(rng, campaign)
     roll = rng.random()
     if cluster_nodes == 3 and roll < 0.08:
         return Crash("broker", task_exit=task_exit)

@@ -29,7 +29,32 @@ ALL_POINTS = WRITER_POINTS + ("read_partition",)
 #   "random"       the driver SIGKILLed by the campaign while it was running
 #   "executor"     the executor JVM running the task that sat in pre-commit SIGKILLed
 #   "broker"       a broker node that was up SIGKILLed, and up again afterwards
+#   "op:STEP"      an operator action showed the outcome it must show (OPERATOR_STEPS)
 DESIGNED_FAILURE = "so none is"  # the sink's deliberate failure of an uncommittable batch
+
+
+# Operator actions (campaign.py) and the outcome each must show, with its evidence:
+OPERATOR_STEPS = {
+    # the next run has another task layout and no redo is pending: it commits a batch with it
+    "relayout": "a batch decided with the new layout's task partitions",
+    # the same while a lost round waits to be re-written: the run fails with
+    # TaskLayoutChangedError and commits nothing of the re-run
+    "relayout-refused": "TaskLayoutChangedError, the lost round still waiting",
+    # ... then the layout that decided the lost round re-writes it as the batch's next round
+    "layout-restored": "the lost batch complete, its new round with the lost round's layout",
+    # newest offsets/N and commits/N removed, the re-planned batch reads the same offsets
+    "rollback-skipped": "the sink's skip logged, commits/N written again",
+    # ... reads other offsets: the run fails with CheckpointMismatchError before writing
+    "rollback-refused": "CheckpointMismatchError naming the batch, nothing of it written",
+    # ... then the removed files restored: the next run continues after them
+    "rollback-restored": "a batch committed after the restored ones",
+    # the stopped or killed query moved to a new checkpoint by a savepoint: a changed query
+    # started at the savepoint's positions and committed a batch
+    "savepoint-moved": "the new query's batch 0 starts at the savepoint, a batch committed",
+}
+# Query failures an operator step provokes on purpose, by the error that must name them.
+STEP_ERRORS = {"relayout-refused": "TaskLayoutChangedError",
+               "rollback-refused": "CheckpointMismatchError"}
 
 
 def is_designed_failure(reason: str) -> bool:
@@ -51,6 +76,10 @@ class RoundRecord:
     stale_open: int | None = None   # transactions of the crashed run still open after recovery
     asked: list[str] = field(default_factory=list)   # crash targets the round asked for
     landed: list[str] = field(default_factory=list)  # ... and those it proved happened
+    # Operator steps: the outcomes this round accepts (OPERATOR_STEPS keys) and the one its
+    # evidence showed ("" when none did); the verdict requires observed in expected.
+    expected: list[str] = field(default_factory=list)
+    observed: str = ""
 
 
 @dataclass
@@ -69,6 +98,9 @@ class CampaignResult:
     broker_bounces: int = 0
     task_crashes: int = 0                        # Python workers killed at a task-side point
     task_crashes_by_point: dict[str, int] = field(default_factory=dict)
+    operator_steps: dict[str, int] = field(default_factory=dict)  # outcomes shown, with evidence
+    checkpoints: int = 1                         # checkpoints the pipeline ran on (savepoints)
+    order_note: str = ""                         # why the map's order check was off ("": on)
     query_failures: list[str] = field(default_factory=list)
     expected_failures: list[str] = field(default_factory=list)  # provoked on purpose, verbatim
     errors: list[str] = field(default_factory=list)  # exceptions that cut the campaign short
@@ -111,6 +143,7 @@ class CampaignResult:
                           ("broker", self.broker_bounces)):
             if n:
                 out.add(target)
+        out |= {f"op:{step}" for step, n in self.operator_steps.items() if n}
         return out
 
     def unexpected_failures(self) -> list[str]:
@@ -128,6 +161,11 @@ class CampaignResult:
         missed = sorted(self.asked - self.landed() - set(self.optional))
         if missed:
             out.append(f"asked for but never landed: {', '.join(missed)}")
+        for r in self.rounds:
+            if r.expected and r.observed not in r.expected:
+                out.append(f"round {r.number} ({r.crash}): expected "
+                           f"{' or '.join(r.expected)}, observed {r.observed or 'nothing'}: "
+                           f"{r.outcome[:300]}")
         if self.records_verified <= 0 or self.updates_verified <= 0:
             out.append(f"nothing verified: {self.records_verified} input records, "
                        f"{self.updates_verified} output records checked")
@@ -188,9 +226,13 @@ class Coverage:
     spark: tuple[str, ...] = ()
     min_executor_kills: int = 0
     min_broker_bounces: int = 0
+    operator_steps: tuple[str, ...] = ()       # each shown at least once
 
     def problems(self, t: dict) -> list[str]:
         out = []
+        not_shown = [s for s in self.operator_steps if not t["operator_steps"].get(s)]
+        if not_shown:
+            out.append(f"operator steps never shown: {', '.join(not_shown)}")
         if t["crash_points"] < self.min_crash_points:
             out.append(f"{t['crash_points']} crash points, fewer than {self.min_crash_points}")
         hit = set(t["kills_by_point"]) | set(t["task_crashes_by_point"])
@@ -218,7 +260,8 @@ class Coverage:
 # What the CI suite's campaigns must prove together.
 CI_COVERAGE = Coverage(min_crash_points=10, points=ALL_POINTS, driver_kill_points=WRITER_POINTS,
                        modes=("aggregate", "map"), transaction_versions=(0, 2),
-                       spark=("standalone",), min_executor_kills=1, min_broker_bounces=1)
+                       spark=("standalone",), min_executor_kills=1, min_broker_bounces=1,
+                       operator_steps=tuple(OPERATOR_STEPS))
 
 
 def _merge(counters: list[dict[str, int]]) -> dict[str, int]:
@@ -257,6 +300,7 @@ class ChaosSummary:
             "broker_bounces": sum(c.broker_bounces for c in cs),
             "task_crashes": sum(c.task_crashes for c in cs),
             "task_crashes_by_point": task_kills,
+            "operator_steps": _merge([c.operator_steps for c in cs]),
             "query_failures": sum(len(c.query_failures) for c in cs),
             "points_not_hit": [p for p in ALL_POINTS if not kills.get(p) and not task_kills.get(p)],
             "records_verified": sum(c.records_verified for c in cs),
@@ -315,6 +359,8 @@ class ChaosSummary:
             f"{t['order_violations']}",
             f"  open transactions of the sink: after {t['recovery_checks']} recoveries "
             f"{t['open_transactions_after_rounds']}, at the end {t['open_transactions_at_end']}",
+            f"  operator steps: "
+            + (", ".join(f"{k}={n}" for k, n in t["operator_steps"].items()) or "none"),
             f"  modes {'/'.join(t['modes'])}; transaction.version {t['transaction_versions']}; "
             f"spark {'/'.join(t['spark'])}; query failures {t['query_failures']}; sink re-run "
             f"rounds {t['sink_rerun_rounds']}",
