@@ -35,7 +35,8 @@ from txkafka.connector.savepoint import (
 )
 from txkafka.connector.source_options import parse_source_options
 from txkafka.connector.spark_checkpoint import OffsetLogEntry
-from txkafka.connector.transaction_client import INVALID_PRODUCER_ID_MAPPING, TransactionDescription
+from txkafka.connector.kafka_error_codes import INVALID_PRODUCER_ID_MAPPING
+from txkafka.connector.transaction_client import TransactionDescription
 from txkafka.savepoint import Snapshot, TxnView, create, movements
 
 T0, T1 = ("t", 0), ("t", 1)

@@ -28,13 +28,15 @@ from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import validate_input_schema
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import DeliveryGuarantee, SinkConfig
-from txkafka.connector.transaction_client import (
+from txkafka.connector.kafka_error_codes import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
     PRODUCER_FENCED,
     REQUEST_TIMED_OUT,
     TRANSACTIONAL_ID_NOT_FOUND,
+)
+from txkafka.connector.transaction_client import (
     TransactionDescription,
     TransactionListing,
 )
