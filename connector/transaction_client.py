@@ -253,9 +253,9 @@ class TransactionClient:
         """(node id, host, port) of every live broker, from a Metadata request."""
         try:
             found = self._brokers_once()
-        except KafkaProtocolError as e:
-            if type(e).__name__ == "KafkaAuthenticationError":
-                raise
+        except KafkaAuthenticationError:
+            raise
+        except KafkaProtocolError:
             found = self._brokers_once()  # a stale pooled connection was dropped: retry once
         self._remember((host, port) for _, host, port in found)
         return found
@@ -464,9 +464,9 @@ class TransactionClient:
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,
                                  flexible=True)
-            except KafkaProtocolError as e:
-                if type(e).__name__ == "KafkaAuthenticationError":
-                    raise
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError:
                 self._drop(host, port)
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,

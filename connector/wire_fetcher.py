@@ -25,7 +25,7 @@ from typing import Iterator
 
 from .broker_connection import BrokerConnection, SecurityConfig, split_host_port
 from .cluster_metadata import request_metadata
-from .errors import KafkaProtocolError
+from .errors import KafkaAuthenticationError, KafkaProtocolError
 from .kafka_error_codes import (
     FENCED_LEADER_EPOCH,
     KAFKA_STORAGE_ERROR,
@@ -219,7 +219,7 @@ class WireRange:
                 yield _Response(None, pos, f"a Fetch response did not parse: {e}")
                 return
             except KafkaProtocolError as e:
-                if type(e).__name__ == "KafkaAuthenticationError" or retries >= _RETRIES:
+                if isinstance(e, KafkaAuthenticationError) or retries >= _RETRIES:
                     yield _Response(None, pos, str(e))
                     return
                 retries += 1
