@@ -4,14 +4,14 @@ replayed with the same records, and the whole output holds every committed recor
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from integration_tests.reader_support import QUERY_TIMEOUT_S
+from integration_tests.reader_support import QUERY_TIMEOUT_S, has_commit, offsets_log
+from txkafka.connector.spark_checkpoint import SparkCheckpoint
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -89,10 +89,9 @@ def test_sigkill_mid_batch_then_restart(kafka, driver_processes, checkpoint_dir,
     _wait_for(lambda: (outdir / f"hanging-{hang_at}").exists(), f"batch {hang_at} in the sink",
               first)
     first.kill()  # SIGKILL to the driver's process group (Python, JVM, workers)
-    assert os.path.exists(os.path.join(checkpoint_dir, "offsets", str(hang_at)))
-    assert not os.path.exists(os.path.join(checkpoint_dir, "commits", str(hang_at)))
-    with open(os.path.join(checkpoint_dir, "offsets", "0")) as f:
-        batch_0_end = json.loads(f.read().strip().splitlines()[-1])
+    assert SparkCheckpoint(checkpoint_dir).read_offsets(hang_at) is not None
+    assert not has_commit(checkpoint_dir, hang_at)
+    batch_0_end = offsets_log(checkpoint_dir, 0)
     assert batch_0_end["txkafka:start"] == {topic: {"0": 0, "1": 0}}
 
     # More data while the query is down, then the restart.

@@ -27,6 +27,7 @@ from integration_tests.pipeline_helpers import (
     sink_prefix,
     wait_until,
 )
+from tests.spark_checkpoint_files import write_metadata, write_offsets
 from txkafka.connector.errors import SavepointError
 from txkafka.connector.fault_injection import arm, disarm, read_marker
 from txkafka.connector.kafka_committable import KafkaCommittable
@@ -321,9 +322,8 @@ def test_an_unknown_outcome_is_refused(kafka, tmp_path):
     """A decided round whose transactional id the coordinator does not know (as after
     transactional.id.expiration.ms): the real broker cannot tell its outcome."""
     ck = tmp_path / "ck"
-    (ck / "offsets").mkdir(parents=True)
-    (ck / "metadata").write_text('{"id":"q"}\n')
-    (ck / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"in":{"0":10}}\n')
+    write_metadata(ck, "q")
+    write_offsets(ck, 0, '{"in":{"0":10}}')
     log = SinkCommitLog(str(ck))
     ident = log.identity("txkafka")
     tid = f"txkafka-{ident.sink_id}-{uuid.uuid4().hex[:6]}-0-0-0"  # never used: unknown

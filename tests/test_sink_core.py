@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.spark_checkpoint_files import write_offsets
 from txkafka.connector.errors import (
     CommitLogError,
     ConcurrentWriterError,
@@ -407,8 +408,7 @@ def test_fault_once_marker(tmp_path):
 # ----------------------------------------------------------------- ambiguous outcomes (invariant 8)
 
 def _spark_offsets(tmp_path, batch, line):
-    (tmp_path / "offsets").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + line + "\n")
+    write_offsets(tmp_path, batch, line)
 
 
 def _decide_then_crash(tmp_path, fake, batch, parts):

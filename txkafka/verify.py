@@ -375,13 +375,13 @@ def _offset_log(checkpoint: str, topic: str):
     ck = SparkCheckpoint(checkpoint, error=CheckpointError, name="--checkpoint")
     batches: list[tuple[int, dict[int, int]]] = []
     marks: dict[int, int] = {}
-    for b in ck.batch_ids("offsets"):
+    for b in ck.offsets_batch_ids():
         entry = ck.read_offsets(b)
         if entry is None:
             continue
         marks[b] = entry.watermark_ms
         batches.append((b, entry.topic_offsets(topic)))
-    return batches, set(ck.batch_ids("commits")), marks
+    return batches, set(ck.committed_batch_ids()), marks
 
 
 def _parse_count(raw: bytes | None) -> int | None:
