@@ -40,7 +40,8 @@ from txkafka.connector.savepoint import (
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.spark_checkpoint import SparkCheckpoint
 from txkafka.savepoint import create
-from txkafka.verify import scan_topic, verify
+from txkafka.kafka_admin import end_offsets, scan_topic
+from txkafka.verify import verify
 
 # Where the savepoint lands when the old query dies in batch 1 at each point: batch 1 once the
 # sink has decided it (the savepoint rolls the decision forward), else batch 0.
@@ -192,9 +193,7 @@ def test_a_query_that_wrote_nothing_yet_moves_to_where_it_would_have_started(
 
 
 def _log_ends(kafka: KafkaTarget, topic: str) -> dict[tuple[str, int], int]:
-    from txkafka.pipeline import end_offsets
-
-    return {(topic, p): o for p, o in end_offsets(kafka.bootstrap, topic, {}).items()}
+    return {(topic, p): o for p, o in end_offsets(kafka.conf, topic).items()}
 
 
 def test_a_union_of_two_sources_is_recorded_and_restored(spark, kafka, tmp_path):

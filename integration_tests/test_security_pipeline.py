@@ -151,7 +151,8 @@ from integration_tests.pipeline_helpers import PipelineTopics, make_input  # noq
 from integration_tests.secure_kafka import SecureKafka, allow  # noqa: E402
 from txkafka.connector.fault_injection import ENV_VAR  # noqa: E402
 from txkafka.connector.sink_commit_log import SinkCommitLog  # noqa: E402
-from txkafka.verify import VERIFY_GROUP_PREFIX, verify  # noqa: E402
+from txkafka.kafka_admin import VERIFY_GROUP_PREFIX  # noqa: E402
+from txkafka.verify import verify  # noqa: E402
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -15,6 +15,7 @@ import os
 import sys
 import time
 
+from txkafka import kafka_admin
 from txkafka.connector.fault_injection import ENV_VAR, merge_specs
 
 
@@ -32,21 +33,6 @@ def build_session(master: str, app: str, extra_conf: dict[str, str]):
     for k, v in extra_conf.items():
         b = b.config(k, v)
     return b.getOrCreate()
-
-
-def end_offsets(bootstrap: str, topic: str, kafka_conf: dict[str, str]) -> dict[int, int]:
-    """Last stable offsets of every partition: what the pipeline must have consumed to be done."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "txkafka-pipeline-probe",
-                  "isolation.level": "read_committed", **kafka_conf})
-    try:
-        md = c.list_topics(topic, timeout=30)
-        parts = sorted(md.topics[topic].partitions)
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
-                for p in parts}
-    finally:
-        c.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -117,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
 
-    target = end_offsets(args.bootstrap, args.input, kafka_conf) if args.until_done else None
+    # Last stable offsets of every partition: what the pipeline must have consumed to be done.
+    target = (kafka_admin.end_offsets({"bootstrap.servers": args.bootstrap, **kafka_conf},
+                                      args.input) if args.until_done else None)
     q = writer.start()
     print(f"PIPELINE-STARTED query={q.id} target={json.dumps(target)}", flush=True)
     deadline = time.monotonic() + args.timeout
