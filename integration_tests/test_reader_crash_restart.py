@@ -17,15 +17,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 DRIVER = textwrap.dedent('''
     import hashlib, json, os, sys, time
-    from pyspark.sql import SparkSession
+    from txkafka.spark_session import session_builder
 
     bootstrap, topic, checkpoint, outdir, hang_at = sys.argv[1:6]
     hang_at = int(hang_at)
-    spark = (SparkSession.builder.master("local[2]").appName("txkafka-crash")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable).getOrCreate())
+    spark = session_builder("txkafka-crash").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
 
     def sink(df, batch_id):

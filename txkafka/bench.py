@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 from . import kafka_admin
 from .kafka_admin import QUIET
+from .spark_session import session_builder
 
 
 def say(msg: str) -> None:
@@ -299,30 +300,20 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
 
 def spark_session(builtin: bool, master: str, conf: dict[str, str] | None = None):
     import pyspark
-    from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    b = (SparkSession.builder.master(master).appName("txkafka-bench")
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         # Every progress report is kept, so a run's numInputRows add up to what it read.
-         .config("spark.sql.streaming.numRecentProgressUpdates", str(PROGRESS_KEPT))
-         .config("spark.driver.memory", "3g")
-         .config("spark.driver.host", "127.0.0.1")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    for key, value in (conf or {}).items():
-        b = b.config(key, value)
     if builtin:
         from .spark_kafka_packages import builtin_kafka_conf
 
-        conf = builtin_kafka_conf()
-        say(f"loading Spark's built-in Kafka connector ({conf['spark.jars.packages']}; the first run "
-            f"downloads it from Maven Central; pyspark is {pyspark.__version__})")
-        for key, value in conf.items():
-            b = b.config(key, value)
-    spark = b.getOrCreate()
+        say(f"loading Spark's built-in Kafka connector "
+            f"({builtin_kafka_conf()['spark.jars.packages']}; the first run downloads it from "
+            f"Maven Central; pyspark is {pyspark.__version__})")
+    spark = session_builder("txkafka-bench", master, {
+        "spark.ui.showConsoleProgress": "false",
+        # Every progress report is kept, so a run's numInputRows add up to what it read.
+        "spark.sql.streaming.numRecentProgressUpdates": str(PROGRESS_KEPT),
+        "spark.driver.memory": "3g",
+        **(conf or {}),
+    }, spark_kafka=builtin).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 

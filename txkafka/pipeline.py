@@ -17,22 +17,7 @@ import time
 
 from txkafka import kafka_admin
 from txkafka.connector.fault_injection import ENV_VAR, merge_specs
-
-
-def build_session(master: str, app: str, extra_conf: dict[str, str]):
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    b = (SparkSession.builder.master(master).appName(app)
-         .config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.driver.host", "127.0.0.1")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    for k, v in extra_conf.items():
-        b = b.config(k, v)
-    return b.getOrCreate()
+from txkafka.spark_session import session_builder
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         key = f"spark.executorEnv.{ENV_VAR}"
         os.environ[ENV_VAR] = merge_specs(os.environ.get(ENV_VAR), args.fault)
         spark_conf[key] = merge_specs(spark_conf.get(key), os.environ[ENV_VAR])
-    spark = build_session(args.master, "txkafka-pipeline", spark_conf)
+    spark = session_builder("txkafka-pipeline", args.master, spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if args.batch:
         try:
