@@ -25,6 +25,7 @@ from typing import Iterator, Mapping
 
 from .errors import KafkaProtocolError, KafkaAuthenticationError, KafkaConfigError
 from .java_keystores import read_pkcs12_keystore
+from .kafka_error_codes import UNSUPPORTED_VERSION, error_name
 from .kafka_config import TXKAFKA_SASL_MECHANISMS, refuse_two_client_identities
 from .kafka_wire import Reader, Writer, request_header
 from .oauthbearer_token import (
@@ -200,16 +201,6 @@ class SecurityConfig:
                 hint=("Check that both are PEM and that kafka.ssl.key.password is the key's "
                       "password (a wrong one reads as 'PEM lib')"))
         return ctx
-
-
-def error_name(code: int) -> str:
-    """Kafka's name for a broker error code (librdkafka uses the same numbers)."""
-    try:
-        from confluent_kafka import KafkaError
-
-        return KafkaError(code).name()
-    except Exception:  # noqa: BLE001 - naming only
-        return f"ERROR_{code}"
 
 
 class _NotConnected(Exception):
@@ -405,7 +396,7 @@ class BrokerConnection:
         r = self._exchange(sock, [(API_VERSIONS, 3, body, True, False)], deadline)[0]
         r.flexible = True
         err = r.int16()
-        if err == 35:  # UNSUPPORTED_VERSION: broker older than 2.4; retry at v0
+        if err == UNSUPPORTED_VERSION:  # broker older than 2.4; retry at v0
             r = self._exchange(sock, [(API_VERSIONS, 0, b"", False, False)], deadline)[0]
             err = r.int16()
         if err:

@@ -44,6 +44,7 @@ from .errors import (
 )
 from .fault_injection import FaultInjector
 from .kafka_committable import KafkaCommittable, TaskResult
+from .kafka_error_codes import INVALID_TXN_STATE, NONE, error_name
 from .kafka_source_offset import resume_option
 from .partition_input import PartitionInput
 from .secrets_redaction import redact_uri
@@ -52,7 +53,6 @@ from .sink_options import SinkConfig
 from .spark_checkpoint import same_source_offsets
 from .transaction_client import (
     FENCED_CODES,
-    INVALID_TXN_STATE,
     UNKNOWN_ID_CODES,
     TransactionClient,
     TransactionDescription,
@@ -603,8 +603,6 @@ class KafkaCommitter:
             raise (TransactionLostError if lost and not unfinished else TransactionError)(
                 self._partial_batch_write_message(committed, lost + unfinished, codes))
         if unfinished:
-            from .broker_connection import error_name
-
             raise TransactionError(
                 f"batch {batch_id}: the commit of {len(unfinished)} decided transactions did not "
                 f"finish ({', '.join(f'{c.transactional_id}: {error_name(codes.get(c.transactional_id, -1))}' for c in unfinished[:5])}); "
@@ -666,7 +664,6 @@ class KafkaCommitter:
                       codes: dict[str, int],
                       seen: dict[str, TransactionDescription] | None = None) -> NoReturn:
         """Invariant 8 for an unknowable outcome: record what is known, write no outcome, stop."""
-        from .broker_connection import error_name
 
         if self.log is not None:
             previous = self.log.read_unresolved(batch_id, round_no) or {}
@@ -737,7 +734,6 @@ class KafkaCommitter:
     @staticmethod
     def _partial_batch_write_message(committed: list[KafkaCommittable],
                                      failed: list[KafkaCommittable], codes: dict[str, int]) -> str:
-        from .broker_connection import error_name
 
         def parts(cs: list[KafkaCommittable]) -> str:
             return "; ".join(
@@ -776,7 +772,7 @@ class KafkaCommitter:
         if not items:
             return 0
         codes = self.client.end_many(items, commit=False, parallelism=self.cfg.commit_parallelism)
-        return sum(1 for code in codes.values() if code == 0)
+        return sum(1 for code in codes.values() if code == NONE)
 
     def sweep_orphans(self, keep: Iterable[Key] = ()) -> int:
         """Invariant 6: abort every open transaction of this sink that no decision covers.

@@ -25,7 +25,6 @@ from typing import Any, Callable, Iterable
 import pyarrow as pa
 
 from .client_errors import (
-    TOPIC_AUTHORIZATION_FAILED,
     SecurityErrorProbe,
     missing_topic_operations,
     topic_access_error,
@@ -35,6 +34,7 @@ from .errors import KafkaConfigError, TransactionError
 from .fault_injection import FaultInjector
 from .kafka_committable import KafkaCommittable
 from .kafka_config import RECONNECT_BACKOFF_MS
+from .kafka_error_codes import TOPIC_AUTHORIZATION_FAILED
 from .secrets_redaction import redact_text
 from .sink_commit_log import SinkCommitLog
 from .sink_options import SinkConfig

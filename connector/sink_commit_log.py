@@ -168,7 +168,7 @@ class SinkCommitLog:
         driver host, and a restart there would commit a batch twice.
         """
         if not self.spark.has_metadata():
-            path = f"{self.checkpoint_root}/metadata"
+            path = self.spark.metadata_path
             shown = redact_uri(self.location)
             raise CommitLogError(
                 f"option 'checkpointLocation' ({shown!r}): Spark's checkpoint metadata is not at "

@@ -28,6 +28,12 @@ import pyarrow.fs as pafs
 from .errors import CommitLogError
 from .secrets_redaction import redact_uri, redact_uri_text
 
+METADATA = "metadata"
+OFFSETS = "offsets"
+COMMITS = "commits"
+# The folders Spark adds a file to at every batch.
+BATCH_FOLDERS = (OFFSETS, COMMITS)
+
 # Hadoop's names for its S3 connectors; pyarrow's S3 filesystem answers to s3 only.
 _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
 
@@ -121,15 +127,25 @@ class SparkCheckpoint:
     def _path(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
 
+    @property
+    def metadata_path(self) -> str:
+        return self._path(METADATA)
+
+    def offsets_path(self, batch_id: int) -> str:
+        return self._path(OFFSETS, str(batch_id))
+
+    def commit_path(self, batch_id: int) -> str:
+        return self._path(COMMITS, str(batch_id))
+
     def has_metadata(self) -> bool:
         """Whether Spark's ``metadata`` file is here (Spark writes it when the query starts)."""
         try:
-            return self.fs.get_file_info(self._path("metadata")).type != pafs.FileType.NotFound
+            return self.fs.get_file_info(self.metadata_path).type != pafs.FileType.NotFound
         except OSError as e:
-            raise self.error(f"cannot read {redact_uri(self._path('metadata'))}: {e}") from None
+            raise self.error(f"cannot read {redact_uri(self.metadata_path)}: {e}") from None
 
     def query_id(self) -> str | None:
-        raw = self._read_text(self._path("metadata"))
+        raw = self._read_text(self.metadata_path)
         if raw is None:
             return None
         try:
@@ -145,16 +161,24 @@ class SparkCheckpoint:
             raise self.error(f"cannot list {redact_uri(self._path(folder))}: {e}") from None
         return sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
 
+    def offsets_batch_ids(self) -> list[int]:
+        """Batches Spark planned (logged in ``offsets/``), sorted."""
+        return self.batch_ids(OFFSETS)
+
+    def committed_batch_ids(self) -> list[int]:
+        """Batches Spark finished (``commits/``), sorted."""
+        return self.batch_ids(COMMITS)
+
     def latest_offsets_batch(self) -> int | None:
-        return max(self.batch_ids("offsets"), default=None)
+        return max(self.offsets_batch_ids(), default=None)
 
     def latest_committed_batch(self) -> int | None:
-        return max(self.batch_ids("commits"), default=None)
+        return max(self.committed_batch_ids(), default=None)
 
     def has_commit(self, batch_id: int) -> bool:
         """Whether Spark wrote ``commits/N``: batch N is done, and any task of it still running
         is a loser or a zombie."""
-        path = self._path("commits", str(batch_id))
+        path = self.commit_path(batch_id)
         try:
             return self.fs.get_file_info(path).type != pafs.FileType.NotFound
         except OSError as e:
@@ -162,7 +186,7 @@ class SparkCheckpoint:
 
     def read_offsets(self, batch_id: int) -> OffsetLogEntry | None:
         """``offsets/N`` parsed, or None if Spark has not logged batch N (or it was removed)."""
-        raw = self._read_text(self._path("offsets", str(batch_id)))
+        raw = self._read_text(self.offsets_path(batch_id))
         if raw is None:
             return None
         lines = raw.splitlines()

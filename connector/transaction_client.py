@@ -23,7 +23,6 @@ from .broker_connection import (
     SecurityConfig,
     current_deadline,
     deadline_scope,
-    error_name,
     split_host_port,
 )
 from .cluster_metadata import request_metadata
@@ -33,6 +32,21 @@ from .errors import (
     KafkaProtocolError,
     TransactionError,
 )
+from .kafka_error_codes import (
+    CLUSTER_AUTHORIZATION_FAILED,
+    CONCURRENT_TRANSACTIONS,
+    COORDINATOR_LOAD_IN_PROGRESS,
+    COORDINATOR_NOT_AVAILABLE,
+    INVALID_PRODUCER_EPOCH,
+    INVALID_PRODUCER_ID_MAPPING,
+    NONE,
+    NOT_COORDINATOR,
+    PRODUCER_FENCED,
+    REQUEST_TIMED_OUT,
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    TRANSACTIONAL_ID_NOT_FOUND,
+    error_name,
+)
 from .kafka_wire import Reader, Writer
 
 FIND_COORDINATOR = 10
@@ -41,21 +55,6 @@ DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 
 KEY_TYPE_TRANSACTION = 1
-
-# Broker error codes (the numbers are Kafka's; names from librdkafka's table at run time).
-NONE = 0
-COORDINATOR_LOAD_IN_PROGRESS = 14
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-REQUEST_TIMED_OUT = 7
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-INVALID_PRODUCER_ID_MAPPING = 49
-CONCURRENT_TRANSACTIONS = 51
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
-CLUSTER_AUTHORIZATION_FAILED = 31
-PRODUCER_FENCED = 90
-TRANSACTIONAL_ID_NOT_FOUND = 105
 
 _RETRIABLE = {
     COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, REQUEST_TIMED_OUT,
@@ -254,9 +253,9 @@ class TransactionClient:
         """(node id, host, port) of every live broker, from a Metadata request."""
         try:
             found = self._brokers_once()
-        except KafkaProtocolError as e:
-            if type(e).__name__ == "KafkaAuthenticationError":
-                raise
+        except KafkaAuthenticationError:
+            raise
+        except KafkaProtocolError:
             found = self._brokers_once()  # a stale pooled connection was dropped: retry once
         self._remember((host, port) for _, host, port in found)
         return found
@@ -465,9 +464,9 @@ class TransactionClient:
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,
                                  flexible=True)
-            except KafkaProtocolError as e:
-                if type(e).__name__ == "KafkaAuthenticationError":
-                    raise
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError:
                 self._drop(host, port)
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,

@@ -23,9 +23,18 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
-from .broker_connection import BrokerConnection, SecurityConfig, error_name, split_host_port
+from .broker_connection import BrokerConnection, SecurityConfig, split_host_port
 from .cluster_metadata import request_metadata
-from .errors import KafkaProtocolError
+from .errors import KafkaAuthenticationError, KafkaProtocolError
+from .kafka_error_codes import (
+    FENCED_LEADER_EPOCH,
+    KAFKA_STORAGE_ERROR,
+    LEADER_NOT_AVAILABLE,
+    NOT_LEADER_OR_FOLLOWER,
+    REPLICA_NOT_AVAILABLE,
+    UNKNOWN_LEADER_EPOCH,
+    error_name,
+)
 from .kafka_wire import ProtocolError, Writer
 from .record_batch_decoder import DecodedRecords, decode
 
@@ -35,14 +44,8 @@ FETCH = 1
 FETCH_VERSION = 11  # v11: KIP-320 leader epochs, KIP-392 rack id; non-flexible, topic names
 
 # Partition errors after which the leader is looked up again and the fetch retried.
-_LEADER_MOVED = {
-    5,   # LEADER_NOT_AVAILABLE
-    6,   # NOT_LEADER_OR_FOLLOWER
-    9,   # REPLICA_NOT_AVAILABLE
-    56,  # KAFKA_STORAGE_ERROR
-    74,  # FENCED_LEADER_EPOCH
-    75,  # UNKNOWN_LEADER_EPOCH
-}
+_LEADER_MOVED = {LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAILABLE,
+                 KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH}
 _RETRIES = 8
 _BACKOFF_S = 0.1
 
@@ -216,7 +219,7 @@ class WireRange:
                 yield _Response(None, pos, f"a Fetch response did not parse: {e}")
                 return
             except KafkaProtocolError as e:
-                if type(e).__name__ == "KafkaAuthenticationError" or retries >= _RETRIES:
+                if isinstance(e, KafkaAuthenticationError) or retries >= _RETRIES:
                     yield _Response(None, pos, str(e))
                     return
                 retries += 1

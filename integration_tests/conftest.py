@@ -22,6 +22,7 @@ from integration_tests import jvm_archive, kafka_container
 from integration_tests.conftest_secure import secure_kafka  # noqa: F401  (session fixture)
 from integration_tests.kafka_helpers import KafkaTarget
 from txkafka.embedded_kafka import KAFKA_VERSION, EmbeddedKafka, EmbeddedKafkaError
+from txkafka.spark_session import session_builder
 
 # Executors start "python3" from PATH unless told: make them use this interpreter (it has txkafka).
 os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -109,21 +110,11 @@ def kafka3(tmp_path_factory) -> KafkaTarget:
 
 
 def spark_builder(app: str = "txkafka-tests", master: str = "local[2,4]"):
-    from pyspark.sql import SparkSession
-
-    return (
-        SparkSession.builder.master(master)
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-    )
+    return session_builder(app, master, {
+        "spark.default.parallelism": "2",
+        "spark.sql.streaming.stopTimeout": "30s",
+        "spark.python.worker.reuse": "true",
+    })
 
 
 @pytest.fixture(scope="session")

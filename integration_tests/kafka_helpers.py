@@ -1,26 +1,20 @@
-"""Test-side Kafka helpers: topics, transactional producers, and exhaustive read_committed reads.
-
-Reads stop at partition EOF (the last stable offset for read_committed), never at a poll timeout,
-so a test that expects records and gets none fails instead of passing on a slow broker.
+"""Test-side Kafka helpers: a cluster as the tests see it, on txkafka.kafka_admin's topics,
+producers and exhaustive read_committed reads, plus the transaction watching only tests need.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
+from txkafka import kafka_admin
 from txkafka.connector.transaction_client import TransactionClient
-from txkafka.verify import scan_topic
-
-QUIET = logging.getLogger("txkafka.tests.librdkafka")
-QUIET.addHandler(logging.NullHandler())
-QUIET.propagate = False
+from txkafka.kafka_admin import QUIET  # noqa: F401 - imported from here by chaos/feeder.py
 
 
 @dataclass(frozen=True)
@@ -59,78 +53,27 @@ class KafkaTarget:
         return 3 if self.cluster is not None and len(self.cluster.node_infos) == 3 else 1
 
     def admin(self) -> AdminClient:
-        return AdminClient({**self.conf, "logger": QUIET})
+        return kafka_admin.admin(self.conf)
 
     def create_topic(self, name: str | None = None, partitions: int = 1,
                      config: dict[str, str] | None = None) -> str:
-        name = name or unique("t")
-        admin = self.admin()  # keep a reference: a collected client cancels its futures
-        fs = admin.create_topics(
-            [NewTopic(name, partitions, self.replication_factor, config=config or {})],
-            operation_timeout=30,
-        )
-        for f in fs.values():
-            f.result(timeout=60)
-        del admin
-        self.wait_topic(name, partitions)
-        return name
+        return kafka_admin.create_topic(self.conf, name or unique("t"), partitions,
+                                        self.replication_factor, config)
 
     def wait_topic(self, name: str, partitions: int, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            md = self.admin().list_topics(name, timeout=10)
-            t = md.topics.get(name)
-            if t is not None and t.error is None and len(t.partitions) == partitions and all(
-                p.leader >= 0 for p in t.partitions.values()
-            ):
-                return
-            time.sleep(0.2)
-        raise TimeoutError(f"topic {name} not ready with {partitions} partitions")
+        kafka_admin.wait_topic(self.conf, name, partitions, timeout)
 
     def producer(self, transactional_id: str | None = None, **conf) -> Producer:
-        c = {**self.conf, "partitioner": "murmur2_random", "logger": QUIET, "linger.ms": 5, **conf}
-        if transactional_id:
-            c["transactional.id"] = transactional_id
-        return Producer(c)
+        return kafka_admin.producer(self.conf, transactional_id, **conf)
 
     def produce(self, topic: str, records: Iterable[tuple], *, transactional: bool = False,
                 commit: bool = True, headers: Sequence | None = None) -> int:
         """Produce (key, value[, partition[, timestamp_ms]]) tuples; transactional on request."""
-        p = self.producer(unique("test-tx") if transactional else None)
+        n = kafka_admin.produce(self.conf, topic, records, transactional=transactional,
+                                commit=commit, headers=headers)
         if transactional:
-            p.init_transactions(30)
-            p.begin_transaction()
-        n = 0
-        for rec in records:
-            key, value = rec[0], rec[1]
-            kwargs = {}
-            if len(rec) > 2 and rec[2] is not None:
-                kwargs["partition"] = rec[2]
-            if len(rec) > 3 and rec[3] is not None:
-                kwargs["timestamp"] = rec[3]
-            if headers is not None:
-                kwargs["headers"] = list(headers)
-            _encode = (lambda x: x.encode() if isinstance(x, str) else x)
-            while True:
-                try:
-                    p.produce(topic, _encode(value), _encode(key), **kwargs)
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            n += 1
-        if transactional:
-            if commit:
-                p.commit_transaction(30)
-            else:
-                # Flush first: librdkafka purges unsent records on abort, and the test wants
-                # aborted records (and the abort marker) really written to the log.
-                p.flush(30)
-                p.abort_transaction(30)
             # Markers follow commit/abort: a record produced before them would land in front.
             self.wait_decided_markers(topic)
-        else:
-            left = p.flush(30)
-            assert left == 0, f"{left} records not delivered"
         return n
 
     def wait_decided_markers(self, topic: str, settle_s: float = 10.0) -> None:
@@ -160,8 +103,7 @@ class KafkaTarget:
             return
 
     def partitions(self, topic: str) -> list[int]:
-        md = self.admin().list_topics(topic, timeout=10)
-        return sorted(md.topics[topic].partitions)
+        return kafka_admin.partitions(self.conf, topic)
 
     def read_all(self, topic: str, *, isolation: str = "read_committed",
                  timeout: float = 60.0) -> list[Record]:
@@ -170,7 +112,7 @@ class KafkaTarget:
             self.wait_decided_markers(topic)
         out = [Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.timestamp()[1],
                       tuple(m.headers() or ()))
-               for m in scan_topic(self.conf, topic, timeout, isolation)]
+               for m in kafka_admin.scan_topic(self.conf, topic, timeout, isolation)]
         out.sort(key=lambda r: (r.partition, r.offset))
         return out
 
@@ -193,12 +135,8 @@ class KafkaTarget:
                 time.sleep(0.2)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        c = Consumer({**self.conf, "group.id": unique("wm"), "logger": QUIET})
-        try:
-            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                    for p in self.partitions(topic)}
-        finally:
-            c.close()
+        """High watermarks (open transactions' records included)."""
+        return kafka_admin.end_offsets(self.conf, topic, "read_uncommitted")
 
 
 @dataclass

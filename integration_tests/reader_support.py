@@ -6,13 +6,13 @@ Every wait is bounded; a query that does not finish in time fails the test with 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from integration_tests.kafka_helpers import KafkaTarget, Record
+from txkafka.connector.spark_checkpoint import SparkCheckpoint
 
 QUERY_TIMEOUT_S = 240
 
@@ -119,13 +119,14 @@ def end_offsets(progress: dict) -> dict[str, dict[str, int]]:
 
 
 def offsets_log(checkpoint: str, batch_id: int) -> dict:
-    """The source's offset as Spark logged it in ``offsets/<batch_id>`` (last line of the file)."""
-    with open(os.path.join(checkpoint, "offsets", str(batch_id))) as f:
-        return json.loads(f.read().strip().splitlines()[-1])
+    """The (last) source's offset as Spark logged it for ``batch_id``."""
+    entry = SparkCheckpoint(checkpoint).read_offsets(batch_id)
+    assert entry is not None, f"Spark logged no offsets for batch {batch_id} in {checkpoint}"
+    return entry.source_offsets()[-1]
 
 
 def has_commit(checkpoint: str, batch_id: int) -> bool:
-    return os.path.exists(os.path.join(checkpoint, "commits", str(batch_id)))
+    return SparkCheckpoint(checkpoint).has_commit(batch_id)
 
 
 def list_offsets(kafka: KafkaTarget, topic: str, *, committed: bool) -> dict[int, int]:

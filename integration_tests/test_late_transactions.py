@@ -28,11 +28,13 @@ from integration_tests.pipeline_helpers import (
     run_pipeline,
     wait_until,
 )
+from tests.spark_checkpoint_files import write_commits
 from txkafka.connector.errors import UnsupportedBrokerError
 from txkafka.connector.late_transaction_sweeper import follow_up
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import SinkConfig
 from txkafka.connector.sink_validation import validate_at_start
+from txkafka.connector.spark_checkpoint import SparkCheckpoint
 from txkafka.connector.transaction_client import TransactionClient
 from txkafka.connector.transactional_id_factory import TransactionalIdFactory
 
@@ -58,7 +60,7 @@ def _late(ck: str, marker: Path, batch: int, partition: int, zombie: bool) -> st
     """Attempt 0 of a task partition writes only once Spark finished its batch (so a speculative
     copy must win); a zombie then dies after its flush, before its own check."""
     wait = (f"point=before_first_produce,batch={batch},partition={partition},attempt=0,"
-            f"action=wait_for,path={ck}/commits/{batch},ms=180000")
+            f"action=wait_for,path={SparkCheckpoint(ck).commit_path(batch)},ms=180000")
     then = "action=exit" if zombie else "action=sleep,ms=0"
     return (f"{wait};point=after_precommit,batch={batch},partition={partition},attempt=0,"
             f"{then},once={marker}")
@@ -201,9 +203,7 @@ def _ongoing(kafka: KafkaTarget, transactional_id: str) -> bool:
 def test_follow_up_sweeps_end_late_transactions_and_spare_the_running_batch(kafka, tmp_path):
     topic = kafka.create_topic()
     ck = tmp_path / "ck"
-    (ck / "commits").mkdir(parents=True)
-    for b in range(5):  # Spark finished batches 0-4: batch 5 runs
-        (ck / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    write_commits(ck, *range(5))  # Spark finished batches 0-4: batch 5 runs
     log = SinkCommitLog(str(ck))
     prefix = unique("late")
     ids = TransactionalIdFactory(prefix, log.identity(prefix).sink_id)

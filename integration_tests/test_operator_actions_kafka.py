@@ -21,12 +21,8 @@ from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.transaction_client import (
-    FENCED_CODES,
-    INVALID_TXN_STATE,
-    PRODUCER_FENCED,
-    TransactionClient,
-)
+from txkafka.connector.kafka_error_codes import INVALID_TXN_STATE, PRODUCER_FENCED
+from txkafka.connector.transaction_client import FENCED_CODES, TransactionClient
 from txkafka.connector.transactional_id_factory import TransactionalIdFactory
 
 pytestmark = [pytest.mark.kafka]

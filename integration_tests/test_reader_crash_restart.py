@@ -4,28 +4,24 @@ replayed with the same records, and the whole output holds every committed recor
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from integration_tests.reader_support import QUERY_TIMEOUT_S
+from integration_tests.reader_support import QUERY_TIMEOUT_S, has_commit, offsets_log
+from txkafka.connector.spark_checkpoint import SparkCheckpoint
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 DRIVER = textwrap.dedent('''
     import hashlib, json, os, sys, time
-    from pyspark.sql import SparkSession
+    from txkafka.spark_session import session_builder
 
     bootstrap, topic, checkpoint, outdir, hang_at = sys.argv[1:6]
     hang_at = int(hang_at)
-    spark = (SparkSession.builder.master("local[2]").appName("txkafka-crash")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable).getOrCreate())
+    spark = session_builder("txkafka-crash").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
 
     def sink(df, batch_id):
@@ -89,10 +85,9 @@ def test_sigkill_mid_batch_then_restart(kafka, driver_processes, checkpoint_dir,
     _wait_for(lambda: (outdir / f"hanging-{hang_at}").exists(), f"batch {hang_at} in the sink",
               first)
     first.kill()  # SIGKILL to the driver's process group (Python, JVM, workers)
-    assert os.path.exists(os.path.join(checkpoint_dir, "offsets", str(hang_at)))
-    assert not os.path.exists(os.path.join(checkpoint_dir, "commits", str(hang_at)))
-    with open(os.path.join(checkpoint_dir, "offsets", "0")) as f:
-        batch_0_end = json.loads(f.read().strip().splitlines()[-1])
+    assert SparkCheckpoint(checkpoint_dir).read_offsets(hang_at) is not None
+    assert not has_commit(checkpoint_dir, hang_at)
+    batch_0_end = offsets_log(checkpoint_dir, 0)
     assert batch_0_end["txkafka:start"] == {topic: {"0": 0, "1": 0}}
 
     # More data while the query is down, then the restart.

@@ -3,7 +3,6 @@ expected, and nothing hangs."""
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -15,6 +14,7 @@ from integration_tests.reader_support import (
     start_memory_query,
     stream,
 )
+from txkafka.connector.spark_checkpoint import SparkCheckpoint
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -63,8 +63,7 @@ def test_a_mistyped_option_fails_the_stream_before_any_batch(spark, kafka, check
     finally:
         q.stop()
     assert q.recentProgress == []
-    offsets = os.path.join(checkpoint_dir, "offsets")
-    assert not os.path.isdir(offsets) or os.listdir(offsets) == []  # no batch was ever planned
+    assert SparkCheckpoint(checkpoint_dir).offsets_batch_ids() == []  # no batch was ever planned
     # The same query spelled right reads the topic (so the failure above is the typo's alone).
     fixed = {k: v for k, v in opts.items() if k != "startingOffset"}
     assert batch(spark, kafka, **{**fixed, "startingOffsets": "earliest"}).count() == 20

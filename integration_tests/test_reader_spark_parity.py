@@ -14,29 +14,16 @@ import time
 
 import pytest
 
-from txkafka.embedded_kafka import cache_dir
 from txkafka.spark_kafka_packages import builtin_kafka_conf
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 DRIVER = textwrap.dedent('''
     import json, sys, tempfile
-    from pyspark.sql import SparkSession
+    from txkafka.spark_session import session_builder
 
-    bootstrap, topic, out, ivy, packages, excludes, jars = sys.argv[1:8]
-    builder = (SparkSession.builder.master("local[2]").appName("txkafka-parity")
-               .config("spark.jars.packages", packages).config("spark.jars.ivy", ivy))
-    if excludes:
-        builder = builder.config("spark.jars.excludes", excludes)
-    if jars:
-        builder = builder.config("spark.jars", jars)
-    spark = (builder
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .getOrCreate())
+    bootstrap, topic, out = sys.argv[1:4]
+    spark = session_builder("txkafka-parity", spark_kafka=True).getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
 
     def plain(r):
@@ -94,19 +81,14 @@ def test_same_rows_as_sparks_kafka_source(kafka, driver_processes, tmp_path):
     script = tmp_path / "parity_driver.py"
     script.write_text(DRIVER)
     out = tmp_path / "parity.json"
-    ivy = cache_dir() / "ivy"  # the same folder builtin_kafka_conf() names
-
-    def run(packages: str, excludes: str = "", jars: str = ""):
-        proc = driver_processes(script, kafka.bootstrap, topic, str(out), str(ivy), packages,
-                                excludes, jars)
-        try:
-            return proc, proc.wait(timeout=600)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"parity driver did not finish:\n{proc.tail()}")
-
-    conf = builtin_kafka_conf()  # pyspark's own connector, or the newest resolvable 4.x
-    proc, code = run(conf["spark.jars.packages"], conf.get("spark.jars.excludes", ""),
-                     conf.get("spark.jars", ""))
+    # pyspark's own connector, or the newest resolvable 4.x: resolved here, so that a Maven
+    # failure shows in the test; the driver's session_builder reads the cached answer.
+    builtin_kafka_conf()
+    proc = driver_processes(script, kafka.bootstrap, topic, str(out))
+    try:
+        code = proc.wait(timeout=600)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"parity driver did not finish:\n{proc.tail()}")
     assert code == 0, f"parity driver failed ({code}):\n{proc.tail(80)}"
     result = json.loads(out.read_text())
 

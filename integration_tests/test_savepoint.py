@@ -27,6 +27,7 @@ from integration_tests.pipeline_helpers import (
     sink_prefix,
     wait_until,
 )
+from tests.spark_checkpoint_files import write_metadata, write_offsets
 from txkafka.connector.errors import SavepointError
 from txkafka.connector.fault_injection import arm, disarm, read_marker
 from txkafka.connector.kafka_committable import KafkaCommittable
@@ -39,7 +40,8 @@ from txkafka.connector.savepoint import (
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.spark_checkpoint import SparkCheckpoint
 from txkafka.savepoint import create
-from txkafka.verify import scan_topic, verify
+from txkafka.kafka_admin import end_offsets, scan_topic
+from txkafka.verify import verify
 
 # Where the savepoint lands when the old query dies in batch 1 at each point: batch 1 once the
 # sink has decided it (the savepoint rolls the decision forward), else batch 0.
@@ -191,9 +193,7 @@ def test_a_query_that_wrote_nothing_yet_moves_to_where_it_would_have_started(
 
 
 def _log_ends(kafka: KafkaTarget, topic: str) -> dict[tuple[str, int], int]:
-    from txkafka.pipeline import end_offsets
-
-    return {(topic, p): o for p, o in end_offsets(kafka.bootstrap, topic, {}).items()}
+    return {(topic, p): o for p, o in end_offsets(kafka.conf, topic).items()}
 
 
 def test_a_union_of_two_sources_is_recorded_and_restored(spark, kafka, tmp_path):
@@ -321,9 +321,8 @@ def test_an_unknown_outcome_is_refused(kafka, tmp_path):
     """A decided round whose transactional id the coordinator does not know (as after
     transactional.id.expiration.ms): the real broker cannot tell its outcome."""
     ck = tmp_path / "ck"
-    (ck / "offsets").mkdir(parents=True)
-    (ck / "metadata").write_text('{"id":"q"}\n')
-    (ck / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":0}\n{"in":{"0":10}}\n')
+    write_metadata(ck, "q")
+    write_offsets(ck, 0, '{"in":{"0":10}}')
     log = SinkCommitLog(str(ck))
     ident = log.identity("txkafka")
     tid = f"txkafka-{ident.sink_id}-{uuid.uuid4().hex[:6]}-0-0-0"  # never used: unknown

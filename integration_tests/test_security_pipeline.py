@@ -67,11 +67,12 @@ def _driver_main(spec_path: str) -> int:
     offsets given in the spec are committed (PIPELINE-DONE). Then, if the spec has a ``failing``
     query, run it in the same session until it fails (FAILING-QUERY-FAILED); every exception is
     printed with its traceback, for the hygiene test to grep."""
-    from txkafka.pipeline import _caught_up, build_session
+    from txkafka.pipeline import _caught_up
+    from txkafka.spark_session import session_builder
 
     spec = json.loads(Path(spec_path).read_text())
-    spark = build_session("local[2,4]", "txkafka-secure-pipeline",
-                          {"spark.sql.streaming.stopTimeout": "30s"})
+    spark = session_builder("txkafka-secure-pipeline", "local[2,4]",
+                            {"spark.sql.streaming.stopTimeout": "30s"}).getOrCreate()
     # Spark's JVM log at INFO for everything that touches Kafka: the hygiene test greps this
     # capture for secrets. PySpark's default WARN is a console filter over a root logger already
     # at INFO, so setLogLevel("INFO") alone is a no-op (it only acts when the root level
@@ -151,7 +152,8 @@ from integration_tests.pipeline_helpers import PipelineTopics, make_input  # noq
 from integration_tests.secure_kafka import SecureKafka, allow  # noqa: E402
 from txkafka.connector.fault_injection import ENV_VAR  # noqa: E402
 from txkafka.connector.sink_commit_log import SinkCommitLog  # noqa: E402
-from txkafka.verify import VERIFY_GROUP_PREFIX, verify  # noqa: E402
+from txkafka.kafka_admin import VERIFY_GROUP_PREFIX  # noqa: E402
+from txkafka.verify import verify  # noqa: E402
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -34,7 +34,7 @@ from txkafka.connector.errors import (
 )
 from txkafka.connector.kafka_config import describe_config, kafka_client_config
 from txkafka.connector.transaction_client import TransactionClient
-from txkafka.verify import VERIFY_GROUP_PREFIX
+from txkafka.kafka_admin import VERIFY_GROUP_PREFIX
 
 pytestmark = pytest.mark.kafka
 

@@ -25,23 +25,19 @@ DRIVER_TIMEOUT_S = 600
 
 DRIVER = r"""
 import json, sys, time
-from pyspark.sql import SparkSession
 from pyspark.sql.connect.session import SparkSession as ConnectSession
+from txkafka.spark_session import session_builder
 
 cfg = json.loads(sys.argv[1])
 boot = cfg["bootstrap"]
-server = (SparkSession.builder.master("local[2]").appName("txkafka-connect-server")
-          .config("spark.plugins", "org.apache.spark.sql.connect.SparkConnectPlugin")
-          .config("spark.connect.grpc.binding.address", "127.0.0.1")
-          .config("spark.connect.grpc.binding.port", "0")
-          # what pyspark sets for its own local Connect server (remote("local[...]"))
-          .config("spark.sql.artifact.isolation.enabled", "true")
-          .config("spark.sql.artifact.isolation.alwaysApplyClassloader", "true")
-          .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-          .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-          .config("spark.sql.session.timeZone", "UTC")
-          .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable)
-          .getOrCreate())
+server = session_builder("txkafka-connect-server", conf={
+    "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+    "spark.connect.grpc.binding.address": "127.0.0.1",
+    "spark.connect.grpc.binding.port": "0",
+    # what pyspark sets for its own local Connect server (remote("local[...]"))
+    "spark.sql.artifact.isolation.enabled": "true",
+    "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
+}).getOrCreate()
 server.sparkContext.setLogLevel("WARN")
 service = getattr(server._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
 port = getattr(service, "MODULE$").localPort()

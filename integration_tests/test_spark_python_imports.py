@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 DRIVER = r"""
 import json, sys, tempfile
-from pyspark.sql import SparkSession
+from txkafka.spark_session import session_builder
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 class Probe(DataSource):
@@ -59,9 +59,7 @@ class ProbeReader(DataSourceStreamReader):
         yield (__import__("pyspark").__file__,)
 
 bootstrap, topic = sys.argv[1], sys.argv[2]
-spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
-         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-         .getOrCreate())
+spark = session_builder("txkafka-import-probe").getOrCreate()
 spark.dataSource.register(Probe)
 worker = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__).collect()
 probe = (spark.readStream.format("importprobe").load().writeStream.format("memory")

@@ -23,6 +23,7 @@ from integration_tests.pipeline_helpers import (
 )
 from txkafka.connector.fault_injection import arm, disarm
 from txkafka.connector.sink_commit_log import SinkCommitLog
+from txkafka.connector.spark_checkpoint import SparkCheckpoint
 from txkafka.verify import verify
 
 
@@ -175,7 +176,7 @@ def test_commit_lost_after_sink_commit_rerun_writes_nothing_twice(spark, kafka, 
     _run_until_injected_failure(spark, kafka, topics, ck, marker, "after_sink_commit", 700,
                                 f"point=after_sink_commit,batch=1,action=raise,once={marker}")
     assert SinkCommitLog(ck).batch_state(1).complete  # the sink committed batch 1; Spark did not
-    assert not (tmp_path / "ck" / "commits" / "1").exists()
+    assert not SparkCheckpoint(ck).has_commit(1)
     q = _query(spark, kafka, topics, ck, max_offsets=700)
     try:
         q.processAllAvailable()

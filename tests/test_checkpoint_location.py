@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pyarrow.fs as pafs
 import pytest
 
+from tests.spark_checkpoint_files import write_commits, write_metadata, write_offsets
 from txkafka.connector import sink_commit_log
 from txkafka.connector.errors import CommitLogError
 from txkafka.connector import spark_checkpoint
@@ -13,7 +14,7 @@ from txkafka.connector.spark_checkpoint import checkpoint_filesystem
 
 
 def test_a_checkpoint_spark_wrote_is_accepted(tmp_path):
-    (tmp_path / "metadata").write_text('{"id":"5f0c"}\n')
+    write_metadata(tmp_path, "5f0c")
     SinkCommitLog(str(tmp_path)).require_spark_checkpoint()
     SinkCommitLog(f"file://{tmp_path}").require_spark_checkpoint()
 
@@ -61,3 +62,25 @@ def test_a_record_and_its_rename_are_synced_to_disk(tmp_path, monkeypatch):
     root = str(tmp_path / "txkafka-sink")
     assert synced[0].startswith(f"{root}/.sink.json.") and synced[0].endswith(".tmp")
     assert synced[1] == root  # the directory holding the renamed record
+
+
+def test_spark_checkpoint_lists_planned_and_finished_batches(tmp_path):
+    write_offsets(tmp_path, 0, '{"t":{"0":5}}')
+    write_offsets(tmp_path, 1, '{"t":{"0":9}}', watermark_ms=7)
+    write_commits(tmp_path, 0, crc=True)
+    ck = spark_checkpoint.SparkCheckpoint(f"file://{tmp_path}")
+    assert ck.offsets_batch_ids() == [0, 1] and ck.committed_batch_ids() == [0]
+    assert (ck.latest_offsets_batch(), ck.latest_committed_batch()) == (1, 0)
+    assert ck.has_commit(0) and not ck.has_commit(1)
+    assert ck.read_offsets(1).watermark_ms == 7 and ck.read_offsets(1).topic_offsets("t") == {0: 9}
+    assert ck.commit_path(0) == f"{tmp_path}/commits/0"
+    assert ck.offsets_path(1) == f"{tmp_path}/offsets/1"
+    assert not ck.has_metadata() and ck.query_id() is None
+    write_metadata(tmp_path, "q-1")
+    assert ck.has_metadata() and ck.query_id() == "q-1" and ck.metadata_path == f"{tmp_path}/metadata"
+
+
+def test_spark_checkpoint_of_a_query_that_never_planned_a_batch(tmp_path):
+    ck = spark_checkpoint.SparkCheckpoint(str(tmp_path / "none-yet"))
+    assert ck.offsets_batch_ids() == [] and ck.committed_batch_ids() == []
+    assert ck.latest_offsets_batch() is None and ck.read_offsets(0) is None

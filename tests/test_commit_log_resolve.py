@@ -15,7 +15,7 @@ from tests.test_sink_core import FakeCoordinator, _committer, _decide_then_crash
 from txkafka.cli import main
 from txkafka.connector.errors import TransactionOutcomeUnknownError
 from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.transaction_client import INVALID_PRODUCER_ID_MAPPING
+from txkafka.connector.kafka_error_codes import INVALID_PRODUCER_ID_MAPPING
 
 
 def _stopped(tmp_path, forgotten=(1,), batch=5, parts=(0, 1, 2)):

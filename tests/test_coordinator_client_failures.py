@@ -27,6 +27,10 @@ from txkafka.connector.errors import (
     KafkaProtocolError,
     TransactionError,
 )
+from txkafka.connector.kafka_error_codes import (
+    CONCURRENT_TRANSACTIONS,
+    COORDINATOR_LOAD_IN_PROGRESS,
+)
 from txkafka.connector.kafka_wire import Reader, Writer
 from txkafka.connector.transaction_client import TransactionClient
 
@@ -35,7 +39,7 @@ FIND_COORDINATOR, END_TXN, DESCRIBE_TRANSACTIONS = 10, 26, 65
 # (api key, min, max) the fake offers, and whether the version the client picks is flexible.
 OFFERED = [(18, 0, 3), (17, 0, 1), (36, 0, 2), (10, 0, 4), (26, 0, 4), (65, 0, 0)]
 FLEXIBLE = {18: True, 17: False, 36: True, 10: True, 26: True, 65: True}
-LOADING, CONCURRENT = 14, 51
+LOADING, CONCURRENT = COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS
 
 
 class Hangup(Exception):

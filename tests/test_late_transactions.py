@@ -12,6 +12,7 @@ import time
 
 import pyarrow as pa
 
+from tests.spark_checkpoint_files import write_commits
 from txkafka.connector import kafka_writer
 from txkafka.connector import late_transaction_sweeper as lts
 from txkafka.connector.kafka_committable import KafkaCommittable
@@ -70,10 +71,7 @@ def _committable(batch: int, partition: int, pid: int = 7, epoch: int = 0) -> Ka
 
 
 def _spark_commits(root, *batches: int) -> None:
-    (root / "commits").mkdir(exist_ok=True)
-    for b in batches:
-        (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
-        (root / "commits" / f".{b}.crc").write_text("")
+    write_commits(root, *batches, crc=True)
 
 
 def _complete(log: SinkCommitLog, batch: int, lost: bool = False) -> None:

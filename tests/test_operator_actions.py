@@ -36,7 +36,7 @@ from txkafka.connector.kafka_committable import KafkaCommittable, TaskResult
 from txkafka.connector.kafka_committer import WritePlan
 from txkafka.connector.partition_input import InputDigest, PartitionInput
 from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.transaction_client import INVALID_TXN_STATE
+from txkafka.connector.kafka_error_codes import INVALID_TXN_STATE
 
 OFFSETS_A = '{"in":{"0":400,"1":380}}'
 OFFSETS_B = '{"in":{"0":520,"1":380}}'

@@ -61,11 +61,12 @@ class ScriptedAdmin:
 
 def _kind(spec, isolation):
     from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import OffsetSpec
 
-    name = type(spec).__name__.lower()
-    if "earliest" in name:
+    # The spec classes are not exported; the factories' results give them.
+    if isinstance(spec, type(OffsetSpec.earliest())):
         return "earliest"
-    if "latest" in name:
+    if isinstance(spec, type(OffsetSpec.latest())):
         return "high" if isolation == IsolationLevel.READ_UNCOMMITTED else "latest"
     return "ts"
 

@@ -13,6 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from tests.test_reader_stream_start import FakeLogs, logged, ranges, stream
 from tests.test_sink_core import FakeCoordinator, _committer, _decide_then_crash, _results
+from tests.spark_checkpoint_files import write_commits, write_metadata, write_offsets
 from txkafka.cli import main
 from txkafka.connector.errors import KafkaConfigError, SavepointError
 from txkafka.connector.kafka_source_offset import BATCH_START_KEY
@@ -35,7 +36,8 @@ from txkafka.connector.savepoint import (
 )
 from txkafka.connector.source_options import parse_source_options
 from txkafka.connector.spark_checkpoint import OffsetLogEntry
-from txkafka.connector.transaction_client import INVALID_PRODUCER_ID_MAPPING, TransactionDescription
+from txkafka.connector.kafka_error_codes import INVALID_PRODUCER_ID_MAPPING
+from txkafka.connector.transaction_client import TransactionDescription
 from txkafka.savepoint import Snapshot, TxnView, create, movements
 
 T0, T1 = ("t", 0), ("t", 1)
@@ -172,12 +174,9 @@ class StableFake(FakeCoordinator):
 
 
 def _spark(ck, batch, line, committed=True):
-    (ck / "offsets").mkdir(parents=True, exist_ok=True)
-    (ck / "commits").mkdir(exist_ok=True)
-    (ck / "metadata").write_text('{"id":"query-1"}\n')
-    (ck / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + line + "\n")
-    if committed:
-        (ck / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
+    write_metadata(ck)
+    write_offsets(ck, batch, line)
+    write_commits(ck, *([batch] if committed else []))
 
 
 def _create(ck, fake, out=None, **kw):

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from tests.spark_checkpoint_files import write_offsets
 from txkafka.connector.errors import (
     CommitLogError,
     ConcurrentWriterError,
@@ -28,13 +29,15 @@ from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
 from txkafka.connector.kafka_writer import validate_input_schema
 from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import DeliveryGuarantee, SinkConfig
-from txkafka.connector.transaction_client import (
+from txkafka.connector.kafka_error_codes import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
     PRODUCER_FENCED,
     REQUEST_TIMED_OUT,
     TRANSACTIONAL_ID_NOT_FOUND,
+)
+from txkafka.connector.transaction_client import (
     TransactionDescription,
     TransactionListing,
 )
@@ -405,8 +408,7 @@ def test_fault_once_marker(tmp_path):
 # ----------------------------------------------------------------- ambiguous outcomes (invariant 8)
 
 def _spark_offsets(tmp_path, batch, line):
-    (tmp_path / "offsets").mkdir(parents=True, exist_ok=True)
-    (tmp_path / "offsets" / str(batch)).write_text('v1\n{"batchWatermarkMs":0}\n' + line + "\n")
+    write_offsets(tmp_path, batch, line)
 
 
 def _decide_then_crash(tmp_path, fake, batch, parts):

@@ -10,14 +10,12 @@ import pytest
 
 from txkafka.connector.errors import TransactionError
 from txkafka.connector.kafka_wire import Reader, Writer
-from txkafka.connector.transaction_client import (
+from txkafka.connector.kafka_error_codes import (
+    CLUSTER_AUTHORIZATION_FAILED,
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
-    TransactionClient,
-    TransactionListing,
 )
-
-CLUSTER_AUTHORIZATION_FAILED = 31
+from txkafka.connector.transaction_client import TransactionClient, TransactionListing
 
 
 def _answer(err: int, listings=()) -> Reader:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import txkafka.verify as verify_mod
+from tests.spark_checkpoint_files import write_commits, write_offsets
 from txkafka.cli import main
 from txkafka.connector.errors import TxKafkaError
 from txkafka.verify import verify, verify_counts, verify_windowed_counts
@@ -177,13 +178,9 @@ def test_counts_output_records_without_a_key_are_unexpected():
 def _checkpoint(root, topic: str, ends: list[int], committed: int) -> str:
     """Spark's offset log for batches ending at ``ends`` (one partition), committed up to
     ``committed`` (-1: none)."""
-    for name in ("offsets", "commits"):
-        (root / name).mkdir(parents=True, exist_ok=True)
+    write_commits(root, *range(committed + 1))
     for b, end in enumerate(ends):
-        (root / "offsets" / str(b)).write_text(f'v1\n{{"batchWatermarkMs":{1000 * b}}}\n'
-                                               f'{{"{topic}":{{"0":{end}}}}}')
-        if b <= committed:
-            (root / "commits" / str(b)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+        write_offsets(root, b, f'{{"{topic}":{{"0":{end}}}}}', watermark_ms=1000 * b)
     return str(root)
 
 

@@ -11,7 +11,6 @@ import pytest
 from confluent_kafka import KafkaError
 
 from txkafka.connector import kafka_writer
-from txkafka.connector.client_errors import TOPIC_AUTHORIZATION_FAILED
 from txkafka.connector.errors import KafkaAuthorizationError
 from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
 from txkafka.connector.sink_options import SinkConfig
@@ -46,7 +45,7 @@ class AclProducer:
         while self.pending:
             topic = self.pending.pop()
             if self.denied:
-                self.on_delivery(KafkaError(TOPIC_AUTHORIZATION_FAILED), _Msg(topic))
+                self.on_delivery(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED), _Msg(topic))
         return 0
 
     def flush(self, timeout=None):

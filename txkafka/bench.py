@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import platform
 import shutil
@@ -38,9 +37,9 @@ import time
 import uuid
 from typing import Any, Callable
 
-_quiet = logging.getLogger("txkafka.bench.librdkafka")
-_quiet.addHandler(logging.NullHandler())
-_quiet.propagate = False
+from . import kafka_admin
+from .kafka_admin import QUIET
+from .spark_session import session_builder
 
 
 def say(msg: str) -> None:
@@ -76,19 +75,14 @@ def check_input_rows(what: str, progress: list[dict], expected: int) -> None:
 
 class BenchKafka:
     def __init__(self, bootstrap: str) -> None:
-        from confluent_kafka.admin import AdminClient
-
         self.bootstrap = bootstrap
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
+        self.conf = {"bootstrap.servers": bootstrap}
+        self.admin = kafka_admin.admin(self.conf)
         self.created: list[str] = []  # deleted at the end on a cluster the bench did not start
 
     def topic(self, prefix: str, partitions: int, config: dict[str, str] | None = None) -> str:
-        from confluent_kafka.admin import NewTopic
-
-        name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-        new = NewTopic(name, partitions, 1, config=dict(config or {}))
-        for f in self.admin.create_topics([new]).values():
-            f.result(60)
+        name = kafka_admin.create_topic(self.conf, f"{prefix}-{uuid.uuid4().hex[:8]}", partitions,
+                                        config=config)
         self.created.append(name)
         return name
 
@@ -98,15 +92,12 @@ class BenchKafka:
             return
         say(f"deleting the {len(self.created)} topics the benchmark created")
         try:
-            futures = self.admin.delete_topics(self.created, operation_timeout=60)
+            failed = kafka_admin.delete_topics(self.conf, self.created)
         except Exception as e:  # noqa: BLE001
             say(f"  could not delete them: {e}")
             return
-        for name, f in futures.items():
-            try:
-                f.result(90)
-            except Exception as e:  # noqa: BLE001
-                say(f"  could not delete {name}: {e}")
+        for name, e in failed.items():
+            say(f"  could not delete {name}: {e}")
         self.created = []
 
     def fill(self, topic: str, rows: int, value_bytes: int) -> float:
@@ -114,11 +105,9 @@ class BenchKafka:
 
         Keys and the value are built before the timer, as txkafka's writer gets its Arrow
         batches prebuilt, so the plain client's loop does nothing but produce."""
-        from confluent_kafka import Producer
-
-        p = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                      "queue.buffering.max.messages": 1_000_000, "compression.type": "none",
-                      "enable.idempotence": True, "partitioner": "murmur2_random", "logger": _quiet})
+        p = kafka_admin.producer(self.conf, **{
+            "linger.ms": 20, "batch.size": 1_000_000, "queue.buffering.max.messages": 1_000_000,
+            "compression.type": "none", "enable.idempotence": True})
         payload = (os.urandom(value_bytes // 2 + 1).hex().encode())[:value_bytes]
         keys = [b"k%09d" % i for i in range(rows)]
         produce = p.produce
@@ -151,7 +140,7 @@ class BenchKafka:
                       "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
                       # As txkafka's reader: without it librdkafka idles a second per 100k
                       # queued records and the "ceiling" would be a third of the client's.
-                      "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, "logger": _quiet})
+                      "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, "logger": QUIET})
         c.assign([TopicPartition(topic, p, 0) for p in parts])
         n = 0
         pending = set(parts)
@@ -171,26 +160,14 @@ class BenchKafka:
         check_count(f"ceiling consume of {topic}", n, expected)
         return n / elapsed
 
-    def _watermarks(self, topic: str, isolation: str) -> dict[int, tuple[int, int]]:
-        """(low, high) per partition; high is the last stable offset under read_committed."""
-        from confluent_kafka import Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4()}",
-                      "isolation.level": isolation, "logger": _quiet})
-        try:
-            parts = sorted(c.list_topics(topic, timeout=30).topics[topic].partitions)
-            return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)
-                    for p in parts}
-        finally:
-            c.close()
-
     def end_offsets(self, topic: str, parts: list[int]) -> dict[int, int]:
-        marks = self._watermarks(topic, "read_uncommitted")
-        return {p: marks[p][1] for p in parts}
+        ends = kafka_admin.end_offsets(self.conf, topic, "read_uncommitted")
+        return {p: ends[p] for p in parts}
 
     def offsets_held(self, topic: str) -> int:
         """Offsets below the high watermarks: the record count of a non-transactional topic."""
-        return sum(hi - lo for lo, hi in self._watermarks(topic, "read_uncommitted").values())
+        marks = kafka_admin.watermarks(self.conf, topic, "read_uncommitted")
+        return sum(hi - lo for lo, hi in marks.values())
 
     def wait_visible(self, what: str, topic: str, rows: int, timeout: float = 120.0) -> None:
         """Return once everything written to ``topic`` is visible to read_committed readers.
@@ -205,7 +182,7 @@ class BenchKafka:
         from confluent_kafka import Consumer, TopicPartition
 
         def consumer(isolation: str):
-            return Consumer({"bootstrap.servers": self.bootstrap, "logger": _quiet,
+            return Consumer({"bootstrap.servers": self.bootstrap, "logger": QUIET,
                              "group.id": f"bench-{uuid.uuid4()}", "isolation.level": isolation})
 
         committed, raw = consumer("read_committed"), consumer("read_uncommitted")
@@ -235,10 +212,7 @@ class BenchKafka:
     def check_output(self, what: str, topic: str, rows: int) -> None:
         """Count ``topic``'s records as a read_committed consumer sees them (markers and aborted
         records excluded) and require exactly ``rows``. Untimed: about 2 s per million records."""
-        from .verify import scan_topic
-
-        got = sum(1 for _ in scan_topic({"bootstrap.servers": self.bootstrap}, topic,
-                                        timeout_s=300))
+        got = sum(1 for _ in kafka_admin.scan_topic(self.conf, topic, timeout_s=300))
         check_count(f"{what}, its output {topic} read with read_committed", got, rows)
 
 
@@ -306,9 +280,8 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
     options = parse_source_options({"kafka.bootstrap.servers": k.bootstrap, "subscribe": topic,
                                     **TXKAFKA_READ_OPTIONS}, streaming=True)
     conf = tuple(sorted(options.consumer_config().items()))
-    md = k.admin.list_topics(topic, timeout=30)
-    parts = sorted(md.topics[topic].partitions)
-    ends = k.end_offsets(topic, parts)
+    ends = kafka_admin.end_offsets(k.conf, topic, "read_uncommitted")
+    parts = sorted(ends)
     pool = ConsumerPool()
     n = 0
     started = time.monotonic()
@@ -327,30 +300,20 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
 
 def spark_session(builtin: bool, master: str, conf: dict[str, str] | None = None):
     import pyspark
-    from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    b = (SparkSession.builder.master(master).appName("txkafka-bench")
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         # Every progress report is kept, so a run's numInputRows add up to what it read.
-         .config("spark.sql.streaming.numRecentProgressUpdates", str(PROGRESS_KEPT))
-         .config("spark.driver.memory", "3g")
-         .config("spark.driver.host", "127.0.0.1")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    for key, value in (conf or {}).items():
-        b = b.config(key, value)
     if builtin:
         from .spark_kafka_packages import builtin_kafka_conf
 
-        conf = builtin_kafka_conf()
-        say(f"loading Spark's built-in Kafka connector ({conf['spark.jars.packages']}; the first run "
-            f"downloads it from Maven Central; pyspark is {pyspark.__version__})")
-        for key, value in conf.items():
-            b = b.config(key, value)
-    spark = b.getOrCreate()
+        say(f"loading Spark's built-in Kafka connector "
+            f"({builtin_kafka_conf()['spark.jars.packages']}; the first run downloads it from "
+            f"Maven Central; pyspark is {pyspark.__version__})")
+    spark = session_builder("txkafka-bench", master, {
+        "spark.ui.showConsoleProgress": "false",
+        # Every progress report is kept, so a run's numInputRows add up to what it read.
+        "spark.sql.streaming.numRecentProgressUpdates": str(PROGRESS_KEPT),
+        "spark.driver.memory": "3g",
+        **(conf or {}),
+    }, spark_kafka=builtin).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -553,7 +516,7 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
     fed = {"in_window": 0, "last_stamp": 0.0}  # written by the feeder thread only
 
     def feed():
-        p = Producer({"bootstrap.servers": k.bootstrap, "linger.ms": 1, "logger": _quiet})
+        p = Producer({"bootstrap.servers": k.bootstrap, "linger.ms": 1, "logger": QUIET})
         i = 0
         t0 = time.monotonic()
         while not stop.is_set():
@@ -572,7 +535,7 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
 
     feeder = threading.Thread(target=feed, daemon=True)
     c = Consumer({"bootstrap.servers": k.bootstrap, "group.id": f"lat-{uuid.uuid4()}",
-                  "isolation.level": "read_committed", "logger": _quiet})
+                  "isolation.level": "read_committed", "logger": QUIET})
     c.assign([TopicPartition(out, p, 0) for p in range(2)])
     samples: list[float] = []
     seen: set[bytes] = set()

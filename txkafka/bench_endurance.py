@@ -26,7 +26,9 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from .bench import TXKAFKA_READ_OPTIONS, _quiet, _stop_between_batches, say, spark_session
+from . import kafka_admin
+from .bench import TXKAFKA_READ_OPTIONS, _stop_between_batches, say, spark_session
+from .kafka_admin import QUIET as _quiet
 
 # What the run samples, by group: (label, unit).
 SERIES = {
@@ -214,7 +216,6 @@ class _Output:
 
 def run(ns: argparse.Namespace) -> dict[str, Any]:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     from .connector.transaction_client import TransactionClient
 
@@ -227,12 +228,10 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         say("starting a 3-node Kafka cluster")
         bootstrap = cluster.start()
     rf = 3 if cluster or ns.replication == 3 else ns.replication
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
     src, out = f"endur-in-{uuid.uuid4().hex[:8]}", f"endur-out-{uuid.uuid4().hex[:8]}"
     cfg = {"min.insync.replicas": "2"} if rf == 3 else {}
-    for f in admin.create_topics([NewTopic(t, ns.partitions, rf, config=cfg)
-                                  for t in (src, out)]).values():
-        f.result(60)
+    for t in (src, out):
+        kafka_admin.create_topic({"bootstrap.servers": bootstrap}, t, ns.partitions, rf, cfg)
     prefix = f"endur-{uuid.uuid4().hex[:6]}"
     if ns.pyspark_home:  # before the JVM starts: a JVM's SPARK_HOME is fixed for its life
         from .pyspark_home import build

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import shutil
 import signal
@@ -25,10 +24,7 @@ import tempfile
 import time
 import uuid
 
-
-_quiet = logging.getLogger("txkafka.demo.librdkafka")
-_quiet.addHandler(logging.NullHandler())
-_quiet.propagate = False
+from txkafka import kafka_admin
 
 
 def say(msg: str) -> None:
@@ -36,11 +32,8 @@ def say(msg: str) -> None:
 
 
 def _produce_input(bootstrap: str, topic: str, total: int, per_txn: int) -> tuple[int, int]:
-    from confluent_kafka import Producer
-
     committed = aborted = 0
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"demo-feeder-{uuid.uuid4()}",
-                  "partitioner": "murmur2_random", "linger.ms": 5, "logger": _quiet})
+    p = kafka_admin.producer({"bootstrap.servers": bootstrap}, f"demo-feeder-{uuid.uuid4()}")
     p.init_transactions(30)
     seq = 0
     n_txn = 0
@@ -48,15 +41,9 @@ def _produce_input(bootstrap: str, topic: str, total: int, per_txn: int) -> tupl
         n_txn += 1
         abort = n_txn % 5 == 0
         p.begin_transaction()
-        for _ in range(per_txn):
-            key = f"{'aborted' if abort else 'id'}-{seq:07d}"
-            while True:
-                try:
-                    p.produce(topic, f"payload of {key}".encode(), key.encode())
-                    break
-                except BufferError:
-                    p.poll(0.05)
-            seq += 1
+        keys = [f"{'aborted' if abort else 'id'}-{s:07d}" for s in range(seq, seq + per_txn)]
+        kafka_admin.send(p, topic, [(key, f"payload of {key}") for key in keys])
+        seq += per_txn
         if abort:
             p.flush(30)
             p.abort_transaction(30)
@@ -155,7 +142,6 @@ def _failed(problem: str, log_path: str, tail: int = 25) -> int:
 def run_demo(ns: argparse.Namespace) -> int:
     from txkafka.embedded_kafka import EmbeddedKafka
     from txkafka.verify import verify
-    from confluent_kafka.admin import AdminClient, NewTopic
 
     workdir = tempfile.mkdtemp(prefix="txkafka-demo-")
     cluster = None
@@ -169,11 +155,10 @@ def run_demo(ns: argparse.Namespace) -> int:
     try:
         run_id = uuid.uuid4().hex[:6]
         src, dst = f"demo-input-{run_id}", f"demo-output-{run_id}"
-        admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet})
-        rf = min(3, len(admin.list_topics(timeout=30).brokers))
-        for f in admin.create_topics([NewTopic(src, 3, rf), NewTopic(dst, 3, rf)]).values():
-            f.result(60)
-        del admin
+        conf = {"bootstrap.servers": bootstrap}
+        rf = min(3, len(kafka_admin.admin(conf).list_topics(timeout=30).brokers))
+        for topic in (src, dst):
+            kafka_admin.create_topic(conf, topic, 3, rf)
         say(f"step 2/5: writing {ns.records} committed records to '{src}' (every 5th "
             "transaction aborted)")
         committed, aborted = _produce_input(bootstrap, src, ns.records, 500)

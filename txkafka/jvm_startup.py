@@ -35,9 +35,9 @@ _DISABLE_ENV = "TXKAFKA_NO_CDS"
 
 _WARMUP = r'''
 import sys, tempfile
-from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     DataSourceStreamWriter, InputPartition, WriterCommitMessage)
+from txkafka.spark_session import session_builder
 
 class _Reader(DataSourceReader):
     def read(self, partition):
@@ -76,10 +76,7 @@ class Warmup(DataSource):
     def streamWriter(self, schema, overwrite):
         return _StreamWriter()
 
-spark = (SparkSession.builder.master("local[2]").appName("txkafka-cds-warmup")
-         .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-         .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-         .getOrCreate())
+spark = session_builder("txkafka-cds-warmup").getOrCreate()
 spark.dataSource.register(Warmup)
 df = spark.range(1000)
 df.groupBy((df.id % 3).alias("k")).count().collect()

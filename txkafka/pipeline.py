@@ -15,38 +15,9 @@ import os
 import sys
 import time
 
+from txkafka import kafka_admin
 from txkafka.connector.fault_injection import ENV_VAR, merge_specs
-
-
-def build_session(master: str, app: str, extra_conf: dict[str, str]):
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    b = (SparkSession.builder.master(master).appName(app)
-         .config("spark.ui.enabled", "false")
-         .config("spark.sql.shuffle.partitions", "2")
-         .config("spark.driver.host", "127.0.0.1")
-         .config("spark.driver.bindAddress", "127.0.0.1")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.executorEnv.PYSPARK_PYTHON", sys.executable))
-    for k, v in extra_conf.items():
-        b = b.config(k, v)
-    return b.getOrCreate()
-
-
-def end_offsets(bootstrap: str, topic: str, kafka_conf: dict[str, str]) -> dict[int, int]:
-    """Last stable offsets of every partition: what the pipeline must have consumed to be done."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "txkafka-pipeline-probe",
-                  "isolation.level": "read_committed", **kafka_conf})
-    try:
-        md = c.list_topics(topic, timeout=30)
-        parts = sorted(md.topics[topic].partitions)
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1]
-                for p in parts}
-    finally:
-        c.close()
+from txkafka.spark_session import session_builder
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
         key = f"spark.executorEnv.{ENV_VAR}"
         os.environ[ENV_VAR] = merge_specs(os.environ.get(ENV_VAR), args.fault)
         spark_conf[key] = merge_specs(spark_conf.get(key), os.environ[ENV_VAR])
-    spark = build_session(args.master, "txkafka-pipeline", spark_conf)
+    spark = session_builder("txkafka-pipeline", args.master, spark_conf).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     if args.batch:
         try:
@@ -117,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         writer = writer.trigger(processingTime=f"{args.trigger_ms} milliseconds")
 
-    target = end_offsets(args.bootstrap, args.input, kafka_conf) if args.until_done else None
+    # Last stable offsets of every partition: what the pipeline must have consumed to be done.
+    target = (kafka_admin.end_offsets({"bootstrap.servers": args.bootstrap, **kafka_conf},
+                                      args.input) if args.until_done else None)
     q = writer.start()
     print(f"PIPELINE-STARTED query={q.id} target={json.dumps(target)}", flush=True)
     deadline = time.monotonic() + args.timeout

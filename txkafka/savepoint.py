@@ -48,14 +48,19 @@ from .connector.savepoint import (
 from .connector.secrets_redaction import redact_uri
 from .connector.sink_commit_log import SINK_DIR, SinkCommitLog
 from .connector.sink_options import SinkConfig
-from .connector.spark_checkpoint import OffsetLogEntry, checkpoint_filesystem, same_source_offsets
+from .connector.spark_checkpoint import (
+    BATCH_FOLDERS,
+    OffsetLogEntry,
+    checkpoint_filesystem,
+    same_source_offsets,
+)
 from .connector.transactional_id_factory import TransactionalIdFactory
 
 log = logging.getLogger(__name__)
 
 DEFAULT_QUIET_PERIOD_S = 15.0
 # The checkpoint folders a running query writes to at every batch (Spark's, then the sink's).
-WATCHED = ("offsets", "commits", SINK_DIR)
+WATCHED = (*BATCH_FOLDERS, SINK_DIR)
 # Transaction states the coordinator reaches by itself (a timeout abort, writing markers): a dead
 # query's transactions may move this way while it is watched, a live one's otherwise too.
 _BY_ITSELF = {("Ongoing", "PrepareAbort"), ("Ongoing", "CompleteAbort"),

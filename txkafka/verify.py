@@ -33,20 +33,16 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
-import logging
 import sys
 import time
-import uuid
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable
 
 from .connector.errors import TxKafkaError
 from .connector.spark_checkpoint import SparkCheckpoint
+from .kafka_admin import scan_topic
 
-_quiet = logging.getLogger("txkafka.verify.librdkafka")
-_quiet.addHandler(logging.NullHandler())
-_quiet.propagate = False
 
 IdExtractor = Callable[[object], bytes | None]
 
@@ -161,52 +157,6 @@ def id_extractor(spec: str) -> IdExtractor:
 
         return from_header
     raise ValueError(f"--id must be key, value or header:NAME, got {spec!r}")
-
-
-# The verifier's consumers assign partitions and never join a group, but librdkafka still looks up
-# the group's coordinator: on a cluster with ACLs the reading principal needs READ on this prefix.
-VERIFY_GROUP_PREFIX = "txkafka-verify-"
-
-
-def scan_topic(conf: dict, topic: str, timeout_s: float = 120.0,
-               isolation: str = "read_committed") -> Iterator[object]:
-    """Every committed record of ``topic``, partition by partition up to the last stable offset
-    (read_uncommitted: up to the high watermark, open transactions' records included)."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-
-    # fetch.queue.backoff.ms: librdkafka's default (1000 ms) idles a second per 100k queued
-    # records, however fast they are counted; a user's own value wins.
-    from .connector.source_options import FETCH_QUEUE_BACKOFF_MS
-
-    c = Consumer({"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, **conf,
-                  "group.id": f"{VERIFY_GROUP_PREFIX}{uuid.uuid4().hex[:8]}",
-                  "enable.auto.commit": False, "enable.partition.eof": True,
-                  "isolation.level": isolation, "logger": _quiet})
-    try:
-        md = c.list_topics(topic, timeout=30)
-        t = md.topics.get(topic)
-        if t is None or t.error is not None:
-            raise SystemExit(f"error: topic {topic!r} not found ({t.error if t else 'no metadata'})")
-        parts = sorted(t.partitions)
-        c.assign([TopicPartition(topic, p, 0) for p in parts])
-        pending = set(parts)
-        deadline = time.monotonic() + timeout_s
-        while pending:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"{topic}: partitions {sorted(pending)} did not reach their end in "
-                    f"{timeout_s:.0f}s (an open transaction blocks read_committed readers)"
-                )
-            for m in c.consume(5000, 0.5):
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(m.partition())
-                        continue
-                    raise KafkaException(err)
-                yield m
-    finally:
-        c.close()
 
 
 def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key",
@@ -375,13 +325,13 @@ def _offset_log(checkpoint: str, topic: str):
     ck = SparkCheckpoint(checkpoint, error=CheckpointError, name="--checkpoint")
     batches: list[tuple[int, dict[int, int]]] = []
     marks: dict[int, int] = {}
-    for b in ck.batch_ids("offsets"):
+    for b in ck.offsets_batch_ids():
         entry = ck.read_offsets(b)
         if entry is None:
             continue
         marks[b] = entry.watermark_ms
         batches.append((b, entry.topic_offsets(topic)))
-    return batches, set(ck.batch_ids("commits")), marks
+    return batches, set(ck.committed_batch_ids()), marks
 
 
 def _parse_count(raw: bytes | None) -> int | None:
