@@ -511,7 +511,7 @@ class BrokerConnection:
         """Send one request and return a reader positioned at the response body."""
         return self._send([(api_key, version, body, flexible, flexible)], deadline)[0]
 
-    def request_many(self, requests: list[tuple[int, int, bytes, bool]], *,
+    def request_many(self, requests: list[tuple[int, int, bytes | list[bytes], bool]], *,
                      deadline: float | None = None) -> list[Reader]:
         """Pipeline several requests on this connection: one write, then the answers in order.
 
@@ -559,8 +559,12 @@ class BrokerConnection:
             for key, version, body, flex_req, _flex_resp in requests:
                 self._correlation += 1
                 cids.append(self._correlation)
-                frame = request_header(key, version, self._correlation, self.client_id, flex_req) + body
-                frames.append(struct.pack(">i", len(frame)) + frame)
+                head = request_header(key, version, self._correlation, self.client_id, flex_req)
+                # A body may come in pieces (a Produce request's record batches): the one join
+                # below is then the only copy of its bytes.
+                pieces = body if isinstance(body, list) else [body]
+                size = len(head) + sum(len(b) for b in pieces)
+                frames += [struct.pack(">i", size), head, *pieces]
             payloads = []
             try:
                 sock.settimeout(self._attempt_timeout(deadline))
