@@ -199,30 +199,44 @@ class ClusterLink:
     # ---------------------------------------------------------------- metadata
 
     def topic(self, name: str, *, refresh: bool = False, where: str = "writing") -> _Topic:
-        """Partition count and leaders of ``name`` (cached for a minute, or until refreshed)."""
+        """Partition count and leaders of ``name`` (cached for a minute, or until refreshed).
+
+        A topic the broker does not know yet is asked for again until
+        ``topic.metadata.propagation.max.ms`` (librdkafka's setting, 30 s): a topic created a
+        moment ago reaches every broker's metadata a little later.
+        """
         with self._lock:
             hit = self._topics.get(name)
         if hit is not None and not refresh and time.monotonic() - hit.fetched < _METADATA_MAX_AGE_S:
             return hit
-        conn = self.any_broker()
-        try:
-            md = request_metadata(conn, [name])
-        except KafkaAuthenticationError:
-            raise
-        except KafkaProtocolError:
-            self.drop(conn)
-            md = request_metadata(self.any_broker(), [name])
-        err = md.topic_errors.get(name, 0)
-        if err == TOPIC_AUTHORIZATION_FAILED:
-            raise _error(err, self.conf, where, topic=name)
-        if err and err != LEADER_NOT_AVAILABLE:
-            if err == UNKNOWN_TOPIC_OR_PARTITION:
+        patience = int(str(self.conf.get("topic.metadata.propagation.max.ms", 30_000))) / 1000
+        give_up = time.monotonic() + patience
+        backoff = 0.02
+        while True:
+            conn = self.any_broker()
+            try:
+                md = request_metadata(conn, [name])
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError:
+                self.drop(conn)
+                md = request_metadata(self.any_broker(), [name])
+            err = md.topic_errors.get(name, 0)
+            if err == TOPIC_AUTHORIZATION_FAILED:
+                raise _error(err, self.conf, where, topic=name)
+            if err in (0, LEADER_NOT_AVAILABLE) and md.partitions.get(name):
+                break
+            if err not in (0, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE):
+                raise KafkaProtocolError(f"{where}: Metadata for topic {name!r} answered "
+                                         f"{error_name(err)}")
+            if time.monotonic() + backoff > give_up:
                 raise TransactionError(
-                    f"{where}: topic {name!r} does not exist (UNKNOWN_TOPIC_OR_PARTITION); "
-                    "txkafka never creates topics: create it, or fix the 'topic' option or column",
-                    err)
-            raise KafkaProtocolError(f"{where}: Metadata for topic {name!r} answered "
-                                     f"{error_name(err)}")
+                    f"{where}: topic {name!r} does not exist (UNKNOWN_TOPIC_OR_PARTITION, still "
+                    f"after {patience:g}s: kafka.topic.metadata.propagation.max.ms); txkafka "
+                    "never creates topics: create it, or fix the 'topic' option or column",
+                    UNKNOWN_TOPIC_OR_PARTITION)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 1.0)
         leaders = {p: node for (t, p), node in md.leaders.items() if t == name}
         info = _Topic(md.partitions.get(name, 0), leaders, time.monotonic())
         with self._lock:

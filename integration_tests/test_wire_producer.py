@@ -233,8 +233,8 @@ def test_a_fenced_producer_fails_typed(kafka):
 
 def test_missing_topic_and_oversized_records_fail_typed(kafka):
     with pytest.raises(TransactionError, match="does not exist"):
-        _write(kafka.conf, unique("no-such-topic"), unique("wire-err"),
-               [dict(values=pa.array([b"x"]))])
+        _write({**kafka.conf, "topic.metadata.propagation.max.ms": "1000"},
+               unique("no-such-topic"), unique("wire-err"), [dict(values=pa.array([b"x"]))])
     small = kafka.create_topic(config={"max.message.bytes": "2000"})
     p = _write(kafka.conf, small, unique("wire-big"), [dict(values=pa.array([b"x" * 5000]))])
     with pytest.raises(TransactionError, match="max.message.bytes"):

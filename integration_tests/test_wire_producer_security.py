@@ -5,36 +5,18 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
 from integration_tests.kafka_helpers import unique
-from integration_tests.secure_kafka import allow
+from integration_tests.test_security_transport import TRANSPORTS, _label, reader_groups  # noqa: F401
 from txkafka.connector.errors import KafkaAuthorizationError
 from txkafka.connector.transaction_client import TransactionClient
 from txkafka.connector.wire_producer import ClusterLink, WireProducer
-from txkafka.verify import VERIFY_GROUP_PREFIX
 
 pytestmark = pytest.mark.kafka
 
-TRANSPORTS = [
-    ("SSL", None),
-    ("SASL_PLAINTEXT", "PLAIN"),
-    ("SASL_PLAINTEXT", "SCRAM-SHA-512"),
-    ("SASL_SSL", "SCRAM-SHA-512"),
-    ("SASL_SSL", "PLAIN"),
-    ("SASL_SSL", "SCRAM-SHA-256"),
-]
-
-
-@pytest.fixture(scope="module")
-def reader_groups(secure_kafka) -> str:
-    secure_kafka.create_acls([allow("reader", ResourceType.GROUP, VERIFY_GROUP_PREFIX,
-                                    AclOperation.READ, ResourcePatternType.PREFIXED)])
-    return VERIFY_GROUP_PREFIX
-
 
 @pytest.mark.parametrize("protocol, mechanism", TRANSPORTS,
-                         ids=[p if m is None else f"{p}-{m}" for p, m in TRANSPORTS])
+                         ids=[_label(p, m) for p, m in TRANSPORTS])
 def test_every_transport_writes_and_the_driver_commits(secure_kafka, reader_groups, protocol,
                                                         mechanism):
     sk = secure_kafka
