@@ -597,14 +597,23 @@ class WireProducer:
                 if p.leader == node and not p.inflight and len(p.queue)]
         if not mine:
             return reqs
+        # A partition left out of a request (size cap) sits out the rest of the round: its
+        # batches must reach the broker in sequence order, a prefix of its unsent ones. (A new
+        # producer's first batch may carry any sequence, so a later batch sent first would be
+        # appended and its predecessors then refused.)
+        unsent = {(p.topic, p.partition): [b for b in p.queue if not b.acked] for p in mine}
+        stopped: set[tuple[str, int]] = set()
         for i in range(MAX_IN_FLIGHT):
             req: dict[tuple[str, int], _Batch] = {}
             size = 0
-            for p in mine:
-                unacked = [b for b in p.queue if not b.acked]
-                if i < len(unacked) and (not req or size + len(unacked[i].data) <= _REQUEST_BYTES):
-                    req[(p.topic, p.partition)] = unacked[i]
-                    size += len(unacked[i].data)
+            for key, batches in unsent.items():
+                if key in stopped or i >= len(batches):
+                    continue
+                if req and size + len(batches[i].data) > _REQUEST_BYTES:
+                    stopped.add(key)
+                    continue
+                req[key] = batches[i]
+                size += len(batches[i].data)
             if not req:
                 break
             reqs.append(req)
@@ -652,8 +661,11 @@ class WireProducer:
                         # appended after all, and its resend is answered as a duplicate)
                         batch.acked = True
                         continue
-                    if code in _PRODUCE_RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE_NUMBER
-                                                      and key in retry):
+                    part = self._parts[key]
+                    first_unacked = next((b for b in part.queue if not b.acked), None)
+                    if code in _PRODUCE_RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE_NUMBER and (
+                            key in retry or first_unacked is not batch)):
+                        # (out of order behind an unacknowledged batch: resent in order)
                         retry.add(key)
                         continue
                     if fatal is None:
