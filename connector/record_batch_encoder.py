@@ -47,6 +47,9 @@ _INT32_MAX = 2**31 - 1
 # holds a million records, which no byte limit here allows for real records (each is >= 7 bytes).
 _DELTA_BOUND = 3
 _SMALLEST_RECORD = 8  # length, attributes, two deltas, null key, empty value, no headers: 7 B
+# Records are gathered as views rather than copied into partition order (Arrow take) when the
+# call's same-partition stretches average at least this many bytes.
+_GATHER_MIN_RUN_BYTES = 16 * 1024
 
 
 # --------------------------------------------------------------------------- varints
@@ -268,28 +271,48 @@ class SealedBatch:
     count: int
     base_ts: int
     max_ts: int
-    records: bytes  # the uncompressed records section
+    # The uncompressed records section in pieces: views into the encoding calls' Arrow buffers
+    # (zero-copy; the buffers live as long as the batch).
+    parts: list
+    size: int
+
+    @property
+    def records(self) -> bytes:
+        return b"".join(self.parts)
 
 
-def encode_batch(sealed: SealedBatch, *, codec: int, producer_id: int, producer_epoch: int,
-                 base_sequence: int, transactional: bool, level: int | None = None) -> bytes:
-    """The wire bytes of one record batch (base offset 0: the broker assigns offsets)."""
+def batch_pieces(sealed: SealedBatch, *, codec: int, producer_id: int, producer_epoch: int,
+                 base_sequence: int, transactional: bool, level: int | None = None) -> list:
+    """One record batch as buffers to write in order (base offset 0: the broker assigns
+    offsets): its header, then the records section's pieces uncopied. The CRC runs over the
+    pieces one after the other."""
     import google_crc32c
 
-    section = sealed.records
+    section: list = sealed.parts
+    size = sealed.size
     if codec:
-        packed = compress(codec, section, level)
+        packed = compress(codec, b"".join(section) if len(section) != 1 else section[0], level)
         # Incompressible data goes as it is: a batch says its own codec, and readers take both.
-        if len(packed) < len(section):
-            section = packed
+        if len(packed) < size:
+            section, size = [packed], len(packed)
         else:
             codec = 0
     attrs = codec | (TRANSACTIONAL if transactional else 0)
     after = _AFTER_CRC.pack(attrs, sealed.count - 1, sealed.base_ts, sealed.max_ts, producer_id,
                             producer_epoch, base_sequence, sealed.count)
-    crc = google_crc32c.extend(google_crc32c.value(after), section)
-    length = BATCH_HEADER_SIZE - _LOG_OVERHEAD + len(section)
-    return b"".join((_BEFORE_CRC.pack(0, length, -1, 2), _CRC.pack(crc), after, section))
+    crc = google_crc32c.value(after)
+    for piece in section:
+        crc = google_crc32c.extend(crc, piece)
+    length = BATCH_HEADER_SIZE - _LOG_OVERHEAD + size
+    return [_BEFORE_CRC.pack(0, length, -1, 2) + _CRC.pack(crc) + after, *section]
+
+
+def encode_batch(sealed: SealedBatch, *, codec: int, producer_id: int, producer_epoch: int,
+                 base_sequence: int, transactional: bool, level: int | None = None) -> bytes:
+    """The wire bytes of one record batch, joined (see :func:`batch_pieces`)."""
+    return b"".join(batch_pieces(sealed, codec=codec, producer_id=producer_id,
+                                 producer_epoch=producer_epoch, base_sequence=base_sequence,
+                                 transactional=transactional, level=level))
 
 
 class RecordTooLargeError(KafkaConfigError):
@@ -383,16 +406,22 @@ class BatchAccumulator:
                  + uvarint_sizes(zigzag(vlen)) + np.maximum(vlen, 0) + hsize)
         part = self.place(keys, partitions, fixed + 4)
         order = None
+        gather = False  # rows stay in the call's order; batches point at runs of them
         if len(part) > 1 and (np.diff(part) < 0).any():
             # Stable: a partition's records keep their order. int16 keys sort by radix.
             order = np.argsort(part.astype(np.int16) if self.partitions <= 32767 else part,
                                kind="stable")
             part, ts, fixed, klen, vlen = part[order], ts[order], fixed[order], klen[order], \
                 vlen[order]
-            take = pa.array(order)
-            values = values.take(take)
-            keys = keys.take(take) if keys is not None else None
-            hbytes = hbytes.take(take) if hbytes is not None else None
+            # Large records: a view per run of adjacent same-partition rows costs less than
+            # copying every byte into partition order (Arrow's take); small ones the reverse.
+            runs_in_call = int(np.count_nonzero(np.diff(order) != 1)) + 1
+            gather = runs_in_call * _GATHER_MIN_RUN_BYTES <= int(fixed.sum())
+            if not gather:
+                take = pa.array(order)
+                values = values.take(take)
+                keys = keys.take(take) if keys is not None else None
+                hbytes = hbytes.take(take) if hbytes is not None else None
 
         # Plan, per partition: which rows continue the open batch, where new batches start.
         bounds = np.flatnonzero(np.diff(part)) + 1
@@ -439,6 +468,9 @@ class BatchAccumulator:
         zb, zt, zd, zk, zv = zigzag(body), zigzag(ts_delta), zigzag(delta), zigzag(klen), \
             zigzag(vlen)
         sb, st, sd, sk, sv = (uvarint_sizes(z) for z in (zb, zt, zd, zk, zv))
+        if gather:  # the record fields back in the call's order, where the columns still are
+            zb, zt, zd, zk, zv, sb, st, sd, sk, sv = (_unsort(x, order) for x in (
+                zb, zt, zd, zk, zv, sb, st, sd, sk, sv))
         prefix = _binary_from_fields(
             sb + 1 + st + sd + sk,
             [(sb, zb), (np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.uint64)),  # attributes
@@ -452,22 +484,29 @@ class BatchAccumulator:
         rec_offsets, data = _offsets_and_data(joined)
         run_start = np.array([r[1] for r in runs], dtype=np.int64)
         run_end = np.array([r[2] for r in runs], dtype=np.int64)
-        lo_all = rec_offsets[run_start].tolist()
-        hi_all = rec_offsets[run_end].tolist()
+        if gather:
+            pieces_of = _gathered_pieces(data, rec_offsets, order, run_start, run_end)
+        else:
+            lo_all, hi_all = rec_offsets[run_start].tolist(), rec_offsets[run_end].tolist()
+            pieces_of = [[data[lo:hi]] for lo, hi in zip(lo_all, hi_all)]
+        row_bytes = np.diff(rec_offsets)
+        cum_bytes = np.concatenate(([0], np.cumsum(row_bytes[order] if gather else row_bytes)))
+        run_bytes = (cum_bytes[run_end] - cum_bytes[run_start]).tolist()
         nonempty = run_end > run_start
         ts_max = np.full(len(runs), -1, dtype=np.int64)
         if nonempty.any():
             ts_max[nonempty] = np.maximum.reduceat(ts, run_start[nonempty])
-        for (p, s, e, seal_after), lo, hi, tmax in zip(runs, lo_all, hi_all, ts_max.tolist()):
+        for (p, s, e, seal_after), pieces, nbytes, tmax in zip(runs, pieces_of, run_bytes,
+                                                               ts_max.tolist()):
             ob = self.open.get(p)
             if ob is None:
                 if s == e:
                     continue
                 ob = self.open[p] = OpenBatch(base_ts=int(base_ts[s]))
             if e > s:
-                ob.parts.append(data[lo:hi])
+                ob.parts.extend(pieces)
                 ob.count += e - s
-                ob.size += hi - lo
+                ob.size += nbytes
                 if tmax > ob.max_ts:
                     ob.max_ts = tmax
             if seal_after or ob.size + _SMALLEST_RECORD > self.cap:
@@ -508,12 +547,34 @@ class BatchAccumulator:
     def _seal(self, p: int) -> None:
         ob = self.open.pop(p)
         self.sealed.append(SealedBatch(self.topic, p, ob.count, ob.base_ts, ob.max_ts,
-                                       b"".join(ob.parts)))
+                                       ob.parts, ob.size))
 
     def drain(self) -> None:
         """Seal every open batch."""
         for p in list(self.open):
             self._seal(p)
+
+
+def _unsort(x: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Values computed in partition order, put back in the call's row order."""
+    out = np.empty_like(x)
+    out[order] = x
+    return out
+
+
+def _gathered_pieces(data: np.ndarray, rec_offsets: np.ndarray, order: np.ndarray,
+                     run_start: np.ndarray, run_end: np.ndarray) -> list[list[np.ndarray]]:
+    """Per run (rows [s, e) in partition order): views of ``data`` (records in the call's
+    order) covering its rows, one per stretch of rows adjacent in the call."""
+    n = len(order)
+    cuts = np.union1d(np.flatnonzero(np.diff(order) != 1) + 1,
+                      np.concatenate((run_start, run_end)))
+    cuts = np.concatenate(([0], cuts[(cuts > 0) & (cuts < n)], [n]))
+    lo = rec_offsets[order[cuts[:-1]]].tolist()
+    hi = rec_offsets[order[cuts[1:] - 1] + 1].tolist()
+    first = np.searchsorted(cuts, run_start).tolist()
+    last = np.searchsorted(cuts, run_end).tolist()
+    return [[data[lo[i]:hi[i]] for i in range(a, b)] for a, b in zip(first, last)]
 
 
 def _nulls(arr: pa.Array) -> np.ndarray:

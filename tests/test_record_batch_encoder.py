@@ -245,3 +245,37 @@ def test_compression_setting():
     assert codec_from_config({"compression.codec": "LZ4"}) == 3
     with pytest.raises(KafkaConfigError, match="compression.type"):
         codec_from_config({"compression.type": "brotli"})
+
+
+@pytest.mark.parametrize("codec", [0, 3], ids=["none", "lz4"])
+def test_large_records_gathered_as_views_give_the_same_batches_as_copied_ones(monkeypatch, codec):
+    """Big records are not copied into partition order (views of the call's records instead):
+    the batches must be byte for byte those of the copying path."""
+    import txkafka.connector.record_batch_encoder as enc
+
+    rnd = random.Random(5)
+    n = 60
+    keys = [b"k%d" % i for i in range(n)]  # (null keys: a random sticky start)
+    values = [bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(1, 30_000)))
+              if i % 9 else None for i in range(n)]
+
+    def batches(min_run_bytes):
+        monkeypatch.setattr(enc, "_GATHER_MIN_RUN_BYTES", min_run_bytes)
+        sealed, by_part = _round_trip(keys, values, partitions=4, codec=codec,
+                                      batch_bytes=100_000, calls=3)
+        return sealed, by_part
+
+    gathered_sealed, gathered = batches(0)
+    copied_sealed, copied = batches(10**12)
+    # The gathering path ran: a view per stretch of rows rather than one per call and batch.
+    assert sum(len(sb.parts) for sb in gathered_sealed) > 2 * sum(
+        len(sb.parts) for sb in copied_sealed)
+    assert gathered == copied
+    for p, wire in gathered.items():
+        for b in wire:
+            assert len(b) <= 100_000
+        dec, count = _decode_partition(wire)
+        got = list(zip(dec.keys.to_pylist(), dec.values.to_pylist()))
+        want = [(k, v) for k, v in zip(keys, values)
+                if k is not None and int(murmur2_partitions(pa.array([k]), 4)[0]) == p]
+        assert [r for r in got if r[0] is not None] == want
