@@ -49,7 +49,7 @@ from .record_batch_encoder import (
     BatchAccumulator,
     SealedBatch,
     codec_from_config,
-    encode_batch,
+    batch_pieces,
 )
 from .transaction_client import TransactionClient
 
@@ -59,7 +59,8 @@ PRODUCE = 0
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
 
-MAX_IN_FLIGHT = 5            # per partition: the broker's duplicate check remembers 5 batches
+MAX_IN_FLIGHT = 5            # requests per connection and batches per partition: the broker's
+                             # duplicate check remembers 5 batches
 _REQUEST_BYTES = 16 << 20    # a Produce request's records at most (brokers take 100 MB)
 _QUEUED_BYTES = 64 << 20     # encoded batches waiting for the network before send() waits
 _METADATA_MAX_AGE_S = 60.0
@@ -148,14 +149,40 @@ class ClusterLink:
         self.brokers: dict[int, tuple[str, int]] = {}
         self._topics: dict[str, _Topic] = {}
         self._idle: list[_IdempotentState] = []
+        # Connections a producer's sender owns while it pipelines Produce requests, kept for the
+        # next task's producer.
+        self._produce_idle: dict[tuple[str, int], list[BrokerConnection]] = {}
 
     def close(self) -> None:
         with self._lock:
             conns = list(self._conns.values())
+            conns += [c for idle in self._produce_idle.values() for c in idle]
             self._conns.clear()
+            self._produce_idle.clear()
         for c in conns:
             c.close()
         self.coordinators.close()
+
+    def produce_connection(self, node: int) -> BrokerConnection:
+        """A connection to ``node`` for one sender alone (kept idle ones first)."""
+        with self._lock:
+            addr = self.brokers.get(node)
+            idle = self._produce_idle.get(addr, []) if addr is not None else []
+            while idle:
+                conn = idle.pop()
+                if not conn.closed:
+                    return conn
+        if addr is None:
+            raise KafkaProtocolError(f"broker {node} is not in the cluster's metadata")
+        return BrokerConnection(*addr, self.security, client_id=self.client_id)
+
+    def release_produce_connection(self, conn: BrokerConnection, *, reusable: bool) -> None:
+        """A sender is done with ``conn``: kept if its stream is clean (no answer pending)."""
+        if reusable and not conn.closed:
+            with self._lock:
+                self._produce_idle.setdefault((conn.host, conn.port), []).append(conn)
+                return
+        conn.close()
 
     # ------------------------------------------------------------- connections
 
@@ -308,8 +335,10 @@ class PrecommitResult:
 class _Batch:
     seq: int
     count: int
-    data: bytes
+    pieces: list  # the encoded batch: header, then views of the records (see batch_pieces)
+    size: int
     acked: bool = False
+    sent: bool = False  # written and not yet answered, or answered with a retriable error
 
 
 @dataclass
@@ -318,7 +347,9 @@ class _Partition:
     partition: int
     leader: int
     queue: deque = field(default_factory=deque)  # unacknowledged batches, in sequence order
-    inflight: int = 0                            # of the queue's head, sent and unanswered
+    inflight: int = 0                            # batches sent and unanswered
+    # A retriable answer: nothing more is sent until the batches in flight are answered, then
+    # every unacknowledged batch goes again, in order, to the leader Metadata names.
     retry: bool = False
 
 
@@ -463,16 +494,17 @@ class WireProducer:
             seqs = self._idem.sequences if self._idem is not None else self._sequences
             seq = seqs.get(key, 0)
             seqs[key] = (seq + sb.count) % _SEQ_MOD
-            data = encode_batch(sb, codec=self.codec, producer_id=self.producer_id,
-                                producer_epoch=self.producer_epoch, base_sequence=seq,
-                                transactional=transactional, level=self.level)
+            pieces = batch_pieces(sb, codec=self.codec, producer_id=self.producer_id,
+                                  producer_epoch=self.producer_epoch, base_sequence=seq,
+                                  transactional=transactional, level=self.level)
+            size = sum(len(x) for x in pieces)
             with self._cv:
                 while self._queued > _QUEUED_BYTES and self._error is None:
                     self._cv.wait(0.5)
                 if self._error is not None:
                     break
-                part.queue.append(_Batch(seq, sb.count, data))
-                self._queued += len(data)
+                part.queue.append(_Batch(seq, sb.count, pieces, size))
+                self._queued += size
                 self._ensure_sender(part.leader)
                 self._cv.notify_all()
         self._raise_if_failed()
@@ -572,113 +604,135 @@ class WireProducer:
             t.start()
 
     def _sender(self, node: int) -> None:
+        """Keep up to MAX_IN_FLIGHT Produce requests in flight to ``node`` on a connection of its
+        own: a new request goes out as soon as one is answered (a rolling window, as librdkafka
+        keeps), and the broker handles a connection's requests in the order sent, so each
+        partition's batches are appended in sequence order."""
+        conn: BrokerConnection | None = None
+        inflight: deque[tuple[int, dict[tuple[str, int], _Batch]]] = deque()
         try:
             while True:
+                req = None
                 with self._cv:
-                    while not self._stopping and self._error is None:
-                        work = self._take(node)
-                        if work:
+                    while self._error is None:
+                        if len(inflight) < MAX_IN_FLIGHT and not self._stopping:
+                            req = self._next_request(node)
+                            if req:
+                                break
+                        if inflight:
                             break
+                        if self._stopping:
+                            return
                         self._cv.wait(0.5)
                     else:
                         return
-                self._round(node, work)
+                try:
+                    if req is not None:
+                        if conn is None:
+                            conn = self.link.produce_connection(node)
+                        if not inflight:
+                            conn.connect_idle()
+                        cid = conn.send_pipelined(PRODUCE, conn.version_for(PRODUCE, 9, 11),
+                                                  self._produce_body(req), flexible=True)
+                        inflight.append((cid, req))
+                        continue
+                    assert conn is not None
+                    cid, req = inflight[0]
+                    answer = self._parse_produce(conn.receive_pipelined(
+                        cid, PRODUCE, flexible=True,
+                        deadline=time.monotonic() + self.request_timeout_ms / 1000 + 5))
+                    inflight.popleft()
+                    self._answered([(req, answer)], "")
+                except KafkaAuthenticationError as e:
+                    raise _Fatal(e) from None
+                except (KafkaProtocolError, ProtocolError) as e:
+                    # The stream is broken: what was in flight is unanswered (retried in order).
+                    lost = [(r, None) for _, r in inflight]
+                    if req is not None and not any(r is req for r, _ in lost):
+                        lost.append((req, None))
+                    inflight.clear()
+                    if conn is not None:
+                        self.link.release_produce_connection(conn, reusable=False)
+                        conn = None
+                    self._answered(lost, str(e))
         except BaseException as e:  # noqa: BLE001 - re-raised in the task's thread
             with self._cv:
                 if self._error is None:
                     self._error = e.args[0] if isinstance(e, _Fatal) else e
                 self._cv.notify_all()
+        finally:
+            if conn is not None:
+                self.link.release_produce_connection(conn, reusable=not inflight)
 
-    def _take(self, node: int) -> list[dict[tuple[str, int], _Batch]]:
-        """(with the lock) Up to MAX_IN_FLIGHT requests of this node's unsent batches: request
-        i holds each partition's i-th unsent batch (one batch per partition per request)."""
-        reqs: list[dict[tuple[str, int], _Batch]] = []
-        mine = [p for p in self._parts.values()
-                if p.leader == node and not p.inflight and len(p.queue)]
-        if not mine:
-            return reqs
-        # A partition left out of a request (size cap) sits out the rest of the round: its
-        # batches must reach the broker in sequence order, a prefix of its unsent ones. (A new
-        # producer's first batch may carry any sequence, so a later batch sent first would be
-        # appended and its predecessors then refused.)
-        unsent = {(p.topic, p.partition): [b for b in p.queue if not b.acked] for p in mine}
-        stopped: set[tuple[str, int]] = set()
-        for i in range(MAX_IN_FLIGHT):
-            req: dict[tuple[str, int], _Batch] = {}
-            size = 0
-            for key, batches in unsent.items():
-                if key in stopped or i >= len(batches):
-                    continue
-                if req and size + len(batches[i].data) > _REQUEST_BYTES:
-                    stopped.add(key)
-                    continue
-                req[key] = batches[i]
-                size += len(batches[i].data)
-            if not req:
-                break
-            reqs.append(req)
-        for p in mine:
-            p.inflight = sum(1 for r in reqs if (p.topic, p.partition) in r)
-        return reqs
+    def _next_request(self, node: int) -> dict[tuple[str, int], _Batch]:
+        """(with the lock) The next request to ``node``: each of its partitions' first unsent
+        batch (one batch per partition per request; at most MAX_IN_FLIGHT per partition, the
+        broker's duplicate window), up to _REQUEST_BYTES. A partition left out by the size cap
+        sends its batch in the next request: its batches always go in sequence order."""
+        req: dict[tuple[str, int], _Batch] = {}
+        size = 0
+        for key, p in self._parts.items():
+            if p.leader != node or p.retry or p.inflight >= MAX_IN_FLIGHT or not p.queue:
+                continue
+            batch = next((b for b in p.queue if not b.sent and not b.acked), None)
+            if batch is None or (req and size + batch.size > _REQUEST_BYTES):
+                continue
+            req[key] = batch
+            size += batch.size
+        for key, batch in req.items():
+            batch.sent = True
+            self._parts[key].inflight += 1
+        return req
 
-    def _produce_body(self, req: dict[tuple[str, int], _Batch]) -> list[bytes]:
-        by_topic: dict[str, list[tuple[int, bytes]]] = {}
+    def _produce_body(self, req: dict[tuple[str, int], _Batch]) -> list:
+        by_topic: dict[str, list[tuple[int, _Batch]]] = {}
         for (t, p), b in req.items():
-            by_topic.setdefault(t, []).append((p, b.data))
+            by_topic.setdefault(t, []).append((p, b))
         w = Writer(True).string(self.transactional_id).int16(-1).int32(self.request_timeout_ms)
-        w.array(sorted(by_topic.items()),
-                lambda ww, tp: ww.string(tp[0]).array(
-                    tp[1], lambda x, pb: x.int32(pb[0]).bytes_(pb[1]).tags()).tags())
+
+        def one(x: Writer, pb: tuple[int, _Batch]) -> None:
+            x.int32(pb[0]).uvarint(pb[1].size + 1)  # compact bytes: the batch, unjoined
+            x.parts.extend(pb[1].pieces)
+            x.tags()
+
+        w.array(sorted(by_topic.items()), lambda ww, tp: ww.string(tp[0]).array(tp[1], one).tags())
         return w.tags().pieces()
 
-    def _round(self, node: int, reqs: list[dict[tuple[str, int], _Batch]]) -> None:
-        """Send the requests (one write), then apply every answer; retriable failures leave the
-        batches queued (and the partitions' leaders looked up again)."""
-        answers: list[dict[tuple[str, int], int]] | None = None
-        conn = None
-        failure = ""
-        try:
-            conn = self.link.node(node)
-            v = conn.version_for(PRODUCE, 9, 11)
-            readers = conn.request_many([(PRODUCE, v, self._produce_body(r), True) for r in reqs],
-                                        deadline=time.monotonic() + self.request_timeout_ms / 1000
-                                        + 5)
-            answers = [self._parse_produce(r) for r in readers]
-        except KafkaAuthenticationError as e:
-            raise _Fatal(e) from None
-        except (KafkaProtocolError, ProtocolError) as e:
-            if conn is not None:
-                self.link.drop(conn)
-            failure = str(e)
-        retry: set[tuple[str, int]] = set()
+    def _answered(self, done: list[tuple[dict[tuple[str, int], _Batch],
+                                          dict[tuple[str, int], int] | None]],
+                  failure: str) -> None:
+        """Apply answers (None: the request went unanswered, a broken connection). Batches
+        acknowledged leave their queue; a retriable answer stops the partition until its batches
+        in flight are answered, then they all go again, in order, to the current leader."""
         fatal: BaseException | None = None
+        again: list[tuple[str, int]] = []
         with self._cv:
-            for i, req in enumerate(reqs):
+            for req, answer in done:
                 for key, batch in req.items():
-                    code = answers[i].get(key, NETWORK_EXCEPTION) if answers else NETWORK_EXCEPTION
+                    part = self._parts[key]
+                    part.inflight -= 1
+                    code = NETWORK_EXCEPTION if answer is None else answer.get(
+                        key, NETWORK_EXCEPTION)
                     if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
                         # (also after an earlier batch's retriable answer: that one was then
                         # appended after all, and its resend is answered as a duplicate)
                         batch.acked = True
-                        continue
-                    part = self._parts[key]
-                    first_unacked = next((b for b in part.queue if not b.acked), None)
-                    if code in _PRODUCE_RETRIABLE or (code == OUT_OF_ORDER_SEQUENCE_NUMBER and (
-                            key in retry or first_unacked is not batch)):
-                        # (out of order behind an unacknowledged batch: resent in order)
-                        retry.add(key)
-                        continue
-                    if fatal is None:
-                        fatal = self._produce_error(code, key, batch)
-            for req in reqs:
-                for key in req:
-                    part = self._parts[key]
-                    part.inflight = 0
+                    else:
+                        first_unacked = next((b for b in part.queue if not b.acked), None)
+                        if code in _PRODUCE_RETRIABLE or (
+                                code == OUT_OF_ORDER_SEQUENCE_NUMBER
+                                and (part.retry or first_unacked is not batch)):
+                            # (out of order behind an unacknowledged batch: resent in order)
+                            part.retry = True
+                        elif fatal is None:
+                            fatal = self._produce_error(code, key, batch)
                     while part.queue and part.queue[0].acked:
-                        self._queued -= len(part.queue.popleft().data)
-            if fatal is None and retry and self._deadline is not None \
+                        self._queued -= part.queue.popleft().size
+                    if part.retry and part.inflight == 0 and key not in again:
+                        again.append(key)
+            if fatal is None and again and self._deadline is not None \
                     and time.monotonic() > self._deadline:
-                key = next(iter(sorted(retry)))
+                key = sorted(again)[0]
                 fatal = TransactionError(
                     f"{self.where}: records for {key[0]}[{key[1]}] were not delivered within "
                     f"{self.delivery_timeout_s:.0f}s (the last answer: "
@@ -686,23 +740,26 @@ class WireProducer:
             if fatal is not None:
                 raise _Fatal(fatal)
             self._cv.notify_all()
-        if retry:
+        if again:
             log.info("%s: produce to %d partition(s) will be retried (%s)", self.where,
-                     len(retry), failure or "retriable broker errors")
+                     len(again), failure or "retriable broker errors")
             time.sleep(0.05)
-            for key in retry:
-                try:
-                    leader = self._leader(*key, refresh=True)
-                except KafkaAuthenticationError as e:
-                    raise _Fatal(e) from None
-                except (KafkaProtocolError, TransactionError):
-                    continue  # no answer now: the partition stays where it was, retried later
-                with self._cv:
-                    part = self._parts[key]
-                    if leader >= 0:
-                        part.leader = leader
-                        self._ensure_sender(leader)
-                    self._cv.notify_all()
+        for key in again:
+            try:
+                leader = self._leader(*key, refresh=True)
+            except KafkaAuthenticationError as e:
+                raise _Fatal(e) from None
+            except (KafkaProtocolError, TransactionError):
+                leader = -1  # no answer now: the partition stays where it was, retried later
+            with self._cv:
+                part = self._parts[key]
+                if leader >= 0:
+                    part.leader = leader
+                for b in part.queue:
+                    b.sent = False
+                part.retry = False
+                self._ensure_sender(part.leader)
+                self._cv.notify_all()
 
     @staticmethod
     def _parse_produce(r: Reader) -> dict[tuple[str, int], int]:
@@ -736,7 +793,7 @@ class WireProducer:
         if code in (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE):
             return TransactionError(
                 f"{where}: the broker refused a batch of {batch.count} record(s), "
-                f"{len(batch.data):,} bytes ({error_name(code)}): larger than the topic's "
+                f"{batch.size:,} bytes ({error_name(code)}): larger than the topic's "
                 "max.message.bytes. Lower kafka.batch.size (or kafka.message.max.bytes) below it, "
                 "or raise the topic's max.message.bytes", code)
         return TransactionError(f"{batch.count} record(s) failed delivery in {self.where}; "

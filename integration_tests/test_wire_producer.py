@@ -172,16 +172,16 @@ def test_lost_answers_are_resent_with_the_same_sequences_and_written_once(kafka,
     topic = kafka.create_topic(partitions=3)
     link = ClusterLink(kafka.conf)
     lost = {"left": 3}
-    real = wire_producer.BrokerConnection.request_many
+    real = wire_producer.BrokerConnection.receive_pipelined
 
-    def drop_answers(self, requests, *, deadline=None):
-        answers = real(self, requests, deadline=deadline)
-        if requests[0][0] == wire_producer.PRODUCE and lost["left"] > 0:
+    def drop_answers(self, cid, api_key, **kw):
+        answer = real(self, cid, api_key, **kw)
+        if api_key == wire_producer.PRODUCE and lost["left"] > 0:
             lost["left"] -= 1
             raise KafkaProtocolError("connection reset by the test after the broker appended")
-        return answers
+        return answer
 
-    monkeypatch.setattr(wire_producer.BrokerConnection, "request_many", drop_answers)
+    monkeypatch.setattr(wire_producer.BrokerConnection, "receive_pipelined", drop_answers)
     n = 30_000
     keys, values = _rows(n)
     chunks = [dict(values=values.slice(s, 2000), keys=keys.slice(s, 2000))
