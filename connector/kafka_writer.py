@@ -150,8 +150,17 @@ UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitione
 
 
 def _partitions_list(arr: pa.Array) -> list:
-    """The ``partition`` column, refused when a value is no partition number: librdkafka reads -1
-    as "unassigned" (the partitioner would place the record) and a long beyond int overflows."""
+    """The ``partition`` column as librdkafka takes it (checked by check_partition_column)."""
+    import pyarrow.compute as pc
+
+    check_partition_column(arr)
+    # A null becomes librdkafka's "unassigned" partition: the partitioner places that record.
+    return pc.fill_null(arr, UNASSIGNED).to_numpy(zero_copy_only=False).tolist()
+
+
+def check_partition_column(arr: pa.Array) -> None:
+    """Refuse a ``partition`` value that is no partition number: -1 would read as "unassigned"
+    (the partitioner would place the record) and a long beyond int overflows."""
     import pyarrow.compute as pc
 
     if arr.null_count < len(arr):
@@ -162,8 +171,6 @@ def _partitions_list(arr: pa.Array) -> list:
                     f"a row's 'partition' column is {bad}: a partition is a number from 0 "
                     f"(null lets the partitioner choose)"
                 )
-    # A null becomes librdkafka's "unassigned" partition: the partitioner places that record.
-    return pc.fill_null(arr, UNASSIGNED).to_numpy(zero_copy_only=False).tolist()
 
 
 # --------------------------------------------------------------------------- producer plumbing

@@ -286,9 +286,20 @@ _LINKS: dict[tuple, ClusterLink] = {}
 _LINKS_LOCK = threading.Lock()
 
 
+# Settings of one producer, not of the cluster or the login: producers differing only in them
+# share a worker's link (its connections, metadata, coordinators, idle idempotent ids).
+_PRODUCER_ONLY_KEYS = frozenset({
+    "compression.type", "compression.codec", "compression.level", "batch.size",
+    "message.max.bytes", "message.timeout.ms", "delivery.timeout.ms", "request.timeout.ms",
+    "acks", "request.required.acks",
+})
+
+
 def link_for(conf: Mapping[str, object]) -> ClusterLink:
-    """The worker's link for this client config (created on first use, kept until exit)."""
-    key = tuple(sorted((str(k), str(v)) for k, v in conf.items()))
+    """The worker's link for this cluster and security config (created on first use, kept until
+    the process exits; its connections are closed then)."""
+    key = tuple(sorted((str(k), str(v)) for k, v in conf.items()
+                       if k not in _PRODUCER_ONLY_KEYS))
     with _LINKS_LOCK:
         link = _LINKS.get(key)
         if link is None:
@@ -351,6 +362,11 @@ class _Partition:
     # A retriable answer: nothing more is sent until the batches in flight are answered, then
     # every unacknowledged batch goes again, in order, to the leader Metadata names.
     retry: bool = False
+    # Until the broker acknowledged one of this producer's batches here, it has no sequence to
+    # check a batch against and appends any: a later batch must not overtake a first batch
+    # refused with a retriable error (it would be appended, and the first then refused
+    # OUT_OF_ORDER_SEQUENCE_NUMBER). So one batch in flight until the first acknowledgement.
+    acked_any: bool = False
 
 
 class WireProducer:
@@ -672,7 +688,8 @@ class WireProducer:
         req: dict[tuple[str, int], _Batch] = {}
         size = 0
         for key, p in self._parts.items():
-            if p.leader != node or p.retry or p.inflight >= MAX_IN_FLIGHT or not p.queue:
+            limit = MAX_IN_FLIGHT if p.acked_any else 1
+            if p.leader != node or p.retry or p.inflight >= limit or not p.queue:
                 continue
             batch = next((b for b in p.queue if not b.sent and not b.acked), None)
             if batch is None or (req and size + batch.size > _REQUEST_BYTES):
@@ -717,6 +734,7 @@ class WireProducer:
                         # (also after an earlier batch's retriable answer: that one was then
                         # appended after all, and its resend is answered as a duplicate)
                         batch.acked = True
+                        part.acked_any = True
                     else:
                         first_unacked = next((b for b in part.queue if not b.acked), None)
                         if code in _PRODUCE_RETRIABLE or (
