@@ -14,15 +14,14 @@ nothing, a failed attempt aborting its own transaction at once.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Any, Iterable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import KafkaConfigError
-from .fault_injection import FaultInjector
 from .kafka_committable import KafkaCommittable
-from .kafka_writer import LateCheck, SinkSchema, _col, check_partition_column
+from .kafka_writer import SinkSchema, TaskAttempt, _col, check_partition_column
 from .secrets_redaction import redact_text
 from .sink_options import SinkConfig
 from .wire_producer import WireProducer, link_for
@@ -30,27 +29,16 @@ from .wire_producer import WireProducer, link_for
 log = logging.getLogger(__name__)
 
 
-class WireKafkaWriter:
+class WireKafkaWriter(TaskAttempt):
     """Writes one task attempt's rows with txkafka's own producer; the interface of KafkaWriter
     (``write``, ``release``, ``count``, ``late``)."""
 
-    def __init__(self, cfg: SinkConfig, schema: SinkSchema, *, batch_id: int, partition_id: int,
-                 attempt: int, transactional_id: str | None,
-                 late_check: LateCheck | None = None) -> None:
-        if cfg.exactly_once and transactional_id is None:
-            raise ValueError("exactly-once writes need a transactional id")
-        self.cfg = cfg
-        self.schema = schema
-        self.batch_id = batch_id
-        self.partition_id = partition_id
-        self.attempt = attempt
-        self.transactional_id = transactional_id if cfg.exactly_once else None
-        self.late_check = late_check if self.transactional_id is not None else None
-        self.late = False
-        self.faults = FaultInjector.get()
-        self.count = 0
+    def __init__(self, cfg: SinkConfig, schema: SinkSchema, **attempt: Any) -> None:
+        """``attempt``: TaskAttempt's keyword arguments (batch_id, partition_id, ...)."""
+        super().__init__(cfg, schema, **attempt)
         self.producer: WireProducer | None = None
-        self._where = f"batch {batch_id}, task partition {partition_id} attempt {attempt}"
+        self._where = (f"batch {self.batch_id}, task partition {self.partition_id} attempt "
+                       f"{self.attempt}")
 
     # ------------------------------------------------------------------ write
 
@@ -144,16 +132,7 @@ class WireKafkaWriter:
             v, k, h, p = cols
             self.producer.send(name, v, keys=k, headers=h, partitions=p)
 
-    # ------------------------------------------------------------------ late, abort
-
-    def _decided_without_me(self, when: str) -> bool:
-        if self.late_check is None or not self.late_check.decided():
-            return False
-        self.late = True
-        log.info("batch %d round %d, task partition %d attempt %d: the batch was decided without "
-                 "this attempt (found %s)", self.batch_id, self.late_check.round_no,
-                 self.partition_id, self.attempt, when)
-        return True
+    # ------------------------------------------------------------------ abort
 
     def _abort_quietly(self) -> None:
         """A failed or late attempt ends its own transaction at once (EndTxn abort), so
