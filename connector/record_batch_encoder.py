@@ -47,6 +47,10 @@ _INT32_MAX = 2**31 - 1
 # holds a million records, which no byte limit here allows for real records (each is >= 7 bytes).
 _DELTA_BOUND = 3
 _SMALLEST_RECORD = 8  # length, attributes, two deltas, null key, empty value, no headers: 7 B
+# A call whose records average at least this many bytes is sent from where its values are (views
+# per record: see append), never copied.
+_BIG_RECORD_BYTES = 16 * 1024
+_NO_HEADERS = b"\x00"  # a record's header count, zero
 # Records are gathered as views rather than copied into partition order (Arrow take) when the
 # call's same-partition stretches average at least this many bytes.
 _GATHER_MIN_RUN_BYTES = 16 * 1024
@@ -407,6 +411,9 @@ class BatchAccumulator:
         part = self.place(keys, partitions, fixed + 4)
         order = None
         gather = False  # rows stay in the call's order; batches point at runs of them
+        # Large records are never copied: a batch points at each value where Spark's Arrow
+        # buffer holds it, between its few bytes of record fields and its headers.
+        big = int(fixed.sum()) >= n * _BIG_RECORD_BYTES
         if len(part) > 1 and (np.diff(part) < 0).any():
             # Stable: a partition's records keep their order. int16 keys sort by radix.
             order = np.argsort(part.astype(np.int16) if self.partitions <= 32767 else part,
@@ -416,7 +423,7 @@ class BatchAccumulator:
             # Large records: a view per run of adjacent same-partition rows costs less than
             # copying every byte into partition order (Arrow's take); small ones the reverse.
             runs_in_call = int(np.count_nonzero(np.diff(order) != 1)) + 1
-            gather = runs_in_call * _GATHER_MIN_RUN_BYTES <= int(fixed.sum())
+            gather = big or runs_in_call * _GATHER_MIN_RUN_BYTES <= int(fixed.sum())
             if not gather:
                 take = pa.array(order)
                 values = values.take(take)
@@ -476,20 +483,27 @@ class BatchAccumulator:
             [(sb, zb), (np.ones(n, dtype=np.int64), np.zeros(n, dtype=np.uint64)),  # attributes
              (st, zt), (sd, zd), (sk, zk)])
         mid = _binary_from_fields(sv, [(sv, zv)])
-        pieces = [prefix, keys if keys is not None else pa.scalar(b"", pa.binary()), mid,
-                  values, hbytes if hbytes is not None else pa.scalar(b"\x00", pa.binary())]
-        joined = pc.binary_join_element_wise(*[_narrow(x) for x in pieces],
-                                             pa.scalar(b"", pa.binary()),
-                                             null_handling="replace", null_replacement="")
-        rec_offsets, data = _offsets_and_data(joined)
+        no_key = pa.scalar(b"", pa.binary())
         run_start = np.array([r[1] for r in runs], dtype=np.int64)
         run_end = np.array([r[2] for r in runs], dtype=np.int64)
-        if gather:
-            pieces_of = _gathered_pieces(data, rec_offsets, order, run_start, run_end)
+        if big:
+            heads = pc.binary_join_element_wise(
+                *[_narrow(x) for x in (prefix, keys if keys is not None else no_key, mid)],
+                no_key, null_handling="replace", null_replacement="")
+            pieces_of, row_bytes = _record_pieces(heads, values, hbytes, order, run_start,
+                                                  run_end)
         else:
-            lo_all, hi_all = rec_offsets[run_start].tolist(), rec_offsets[run_end].tolist()
-            pieces_of = [[data[lo:hi]] for lo, hi in zip(lo_all, hi_all)]
-        row_bytes = np.diff(rec_offsets)
+            pieces = [prefix, keys if keys is not None else no_key, mid, values,
+                      hbytes if hbytes is not None else pa.scalar(_NO_HEADERS, pa.binary())]
+            joined = pc.binary_join_element_wise(*[_narrow(x) for x in pieces], no_key,
+                                                 null_handling="replace", null_replacement="")
+            rec_offsets, data = _offsets_and_data(joined)
+            if gather:
+                pieces_of = _gathered_pieces(data, rec_offsets, order, run_start, run_end)
+            else:
+                lo_all, hi_all = rec_offsets[run_start].tolist(), rec_offsets[run_end].tolist()
+                pieces_of = [[data[lo:hi]] for lo, hi in zip(lo_all, hi_all)]
+            row_bytes = np.diff(rec_offsets)
         cum_bytes = np.concatenate(([0], np.cumsum(row_bytes[order] if gather else row_bytes)))
         run_bytes = (cum_bytes[run_end] - cum_bytes[run_start]).tolist()
         nonempty = run_end > run_start
@@ -560,6 +574,35 @@ def _unsort(x: np.ndarray, order: np.ndarray) -> np.ndarray:
     out = np.empty_like(x)
     out[order] = x
     return out
+
+
+def _record_pieces(heads: pa.Array, values: pa.Array, hbytes: pa.Array | None,
+                   order: np.ndarray | None, run_start: np.ndarray, run_end: np.ndarray
+                   ) -> tuple[list[list], np.ndarray]:
+    """Per run (rows [s, e) in partition order): each record as views, in the call's buffers:
+    its fields up to the value (``heads``), the value, its headers. And each row's record bytes
+    (in the call's order)."""
+    ho, hd = _offsets_and_data(heads)
+    vo, vd = _offsets_and_data(values)
+    row_bytes = np.diff(ho) + np.diff(vo)
+    if hbytes is not None:
+        to, td = _offsets_and_data(hbytes)
+        row_bytes += np.diff(to)
+        tail_lo, tail_hi = to.tolist(), to[1:].tolist()
+    else:
+        row_bytes += len(_NO_HEADERS)
+    h_lo, h_hi, v_lo, v_hi = ho.tolist(), ho[1:].tolist(), vo.tolist(), vo[1:].tolist()
+    rows = (order if order is not None else np.arange(len(row_bytes))).tolist()
+    out = []
+    for s, e in zip(run_start.tolist(), run_end.tolist()):
+        pieces: list = []
+        for i in rows[s:e]:
+            pieces.append(hd[h_lo[i]:h_hi[i]])
+            if v_hi[i] > v_lo[i]:
+                pieces.append(vd[v_lo[i]:v_hi[i]])
+            pieces.append(td[tail_lo[i]:tail_hi[i]] if hbytes is not None else _NO_HEADERS)
+        out.append(pieces)
+    return out, row_bytes
 
 
 def _gathered_pieces(data: np.ndarray, rec_offsets: np.ndarray, order: np.ndarray,

@@ -248,9 +248,10 @@ def test_compression_setting():
 
 
 @pytest.mark.parametrize("codec", [0, 3], ids=["none", "lz4"])
-def test_large_records_gathered_as_views_give_the_same_batches_as_copied_ones(monkeypatch, codec):
-    """Big records are not copied into partition order (views of the call's records instead):
-    the batches must be byte for byte those of the copying path."""
+def test_large_records_sent_as_views_give_the_same_batches_as_copied_ones(monkeypatch, codec):
+    """Big records are not copied into partition order: a batch holds views of the call's
+    records (a view per stretch of adjacent rows), or of each record's fields, value and headers
+    where the input columns hold them. The batches must be byte for byte the copying path's."""
     import txkafka.connector.record_batch_encoder as enc
 
     rnd = random.Random(5)
@@ -258,24 +259,28 @@ def test_large_records_gathered_as_views_give_the_same_batches_as_copied_ones(mo
     keys = [b"k%d" % i for i in range(n)]  # (null keys: a random sticky start)
     values = [bytes(rnd.getrandbits(8) for _ in range(rnd.randrange(1, 30_000)))
               if i % 9 else None for i in range(n)]
+    headers = pa.array([[{"key": "h", "value": b"x%d" % i}] if i % 4 else None
+                        for i in range(n)], HEADERS_TYPE)
 
-    def batches(min_run_bytes):
+    def batches(min_run_bytes, big_record_bytes, with_headers):
         monkeypatch.setattr(enc, "_GATHER_MIN_RUN_BYTES", min_run_bytes)
-        sealed, by_part = _round_trip(keys, values, partitions=4, codec=codec,
-                                      batch_bytes=100_000, calls=3)
-        return sealed, by_part
+        monkeypatch.setattr(enc, "_BIG_RECORD_BYTES", big_record_bytes)
+        return _round_trip(keys, values, partitions=4, codec=codec, batch_bytes=100_000,
+                           calls=3, headers=headers if with_headers else None)
 
-    gathered_sealed, gathered = batches(0)
-    copied_sealed, copied = batches(10**12)
-    # The gathering path ran: a view per stretch of rows rather than one per call and batch.
-    assert sum(len(sb.parts) for sb in gathered_sealed) > 2 * sum(
-        len(sb.parts) for sb in copied_sealed)
-    assert gathered == copied
-    for p, wire in gathered.items():
-        for b in wire:
-            assert len(b) <= 100_000
-        dec, count = _decode_partition(wire)
-        got = list(zip(dec.keys.to_pylist(), dec.values.to_pylist()))
-        want = [(k, v) for k, v in zip(keys, values)
-                if k is not None and int(murmur2_partitions(pa.array([k]), 4)[0]) == p]
-        assert [r for r in got if r[0] is not None] == want
+    for with_headers in (False, True):
+        copied_sealed, copied = batches(10**12, 10**12, with_headers)
+        gathered_sealed, gathered = batches(0, 10**12, with_headers)
+        viewed_sealed, viewed = batches(10**12, 0, with_headers)
+        pieces = [sum(len(sb.parts) for sb in x)
+                  for x in (copied_sealed, gathered_sealed, viewed_sealed)]
+        assert pieces[0] < pieces[1] < pieces[2], pieces  # each path ran
+        assert gathered == copied and viewed == copied
+        for p, wire in viewed.items():
+            for b in wire:
+                assert len(b) <= 100_000
+            dec, count = _decode_partition(wire, include_headers=True)
+            got = list(zip(dec.keys.to_pylist(), dec.values.to_pylist()))
+            want = [(k, v) for k, v in zip(keys, values)
+                    if int(murmur2_partitions(pa.array([k]), 4)[0]) == p]
+            assert got == want
