@@ -159,7 +159,11 @@ def test_sources_merge_per_topic_when_they_agree():
 class StableFake(FakeCoordinator):
     """FakeCoordinator with fixed transaction start times (two snapshots compare equal)."""
 
-    started_ms = int(time.time() * 1000)
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Per fake, not at import: a suite slower than the transactions' 60 s timeout before
+        # these tests would otherwise find them expired.
+        self.started_ms = int(time.time() * 1000)
 
     def describe(self, ids):
         return {tid: TransactionDescription(tid, 0, t["state"], 60000, self.started_ms, t["pid"],
