@@ -502,7 +502,7 @@ class BrokerConnection:
         """Send one request and return a reader positioned at the response body."""
         return self._send([(api_key, version, body, flexible, flexible)], deadline)[0]
 
-    def request_many(self, requests: list[tuple[int, int, bytes, bool]], *,
+    def request_many(self, requests: list[tuple[int, int, bytes | list[bytes], bool]], *,
                      deadline: float | None = None) -> list[Reader]:
         """Pipeline several requests on this connection: one write, then the answers in order.
 
@@ -548,53 +548,111 @@ class BrokerConnection:
             frames = []
             cids = []
             for key, version, body, flex_req, _flex_resp in requests:
-                self._correlation += 1
-                cids.append(self._correlation)
-                frame = request_header(key, version, self._correlation, self.client_id, flex_req) + body
-                frames.append(struct.pack(">i", len(frame)) + frame)
+                cids.append(self._frame(frames, key, version, body, flex_req))
             payloads = []
-            try:
+            with self._io_errors(sock, api_key):
                 sock.settimeout(self._attempt_timeout(deadline))
-                sock.sendall(b"".join(frames))
+                _write_frames(sock, frames)
                 for _ in requests:
                     size = struct.unpack(">i", self._recv_exact(sock, 4, deadline))[0]
                     payloads.append(self._recv_exact(sock, size, deadline))
-            except ssl.SSLError as e:
-                self._discard(sock)
-                if "ALERT" in str(e.reason or "").upper():
-                    raise KafkaAuthenticationError(
-                        f"TLS: the broker {self.host}:{self.port} rejected the connection "
-                        f"({e.reason}). The listener probably requires a client certificate it "
-                        "trusts: check kafka.ssl.certificate.location and kafka.ssl.key.location"
-                    ) from None
-                raise KafkaProtocolError(
-                    f"connection to {self.host}:{self.port} failed during API {api_key}: "
-                    f"SSLError: {e.reason or e}"
-                ) from None
-            except TimeoutError:
-                self._discard(sock)
-                raise KafkaProtocolError(
-                    f"broker {self.host}:{self.port} did not answer API {api_key} in time (at most "
-                    f"{self.timeout:g}s per read, within the call's timeout)"
-                ) from None
-            except (OSError, EOFError) as e:
-                self._discard(sock)
-                raise KafkaProtocolError(
-                    f"connection to {self.host}:{self.port} failed during API {api_key}: "
-                    f"{type(e).__name__}: {e}"
-                ) from None
             readers = []
             for cid, payload, req in zip(cids, payloads, requests):
-                r = Reader(payload, req[4])
-                got = r.int32()
-                if got != cid:
-                    self._discard(sock)
-                    raise KafkaProtocolError(f"correlation id mismatch: sent {cid}, got {got}")
-                r.tags()
-                readers.append(r)
+                readers.append(self._reader(sock, cid, payload, req[4]))
             return readers
         finally:
             self._lock.release()
+
+    def _frame(self, frames: list, key: int, version: int, body: bytes | list,
+               flexible: bool) -> int:
+        """Append one request's frame to ``frames`` (the caller holds the lock); its
+        correlation id. A body may come in pieces (a Produce request's record batches), written
+        from where they are."""
+        self._correlation += 1
+        head = request_header(key, version, self._correlation, self.client_id, flexible)
+        pieces = body if isinstance(body, list) else [body]
+        size = len(head) + sum(len(b) for b in pieces)
+        frames += [struct.pack(">i", size), head, *pieces]
+        return self._correlation
+
+    def _reader(self, sock: socket.socket, cid: int, payload: bytes, flexible: bool) -> Reader:
+        r = Reader(payload, flexible)
+        got = r.int32()
+        if got != cid:
+            self._discard(sock)
+            raise KafkaProtocolError(f"correlation id mismatch: sent {cid}, got {got}")
+        r.tags()
+        return r
+
+    def send_pipelined(self, api_key: int, version: int, body: bytes | list, *, flexible: bool,
+                       deadline: float | None = None) -> int:
+        """Write one request without waiting for its answer; returns its correlation id.
+
+        For a connection one caller owns alone (a producer's sender): it keeps several requests
+        in flight and reads the answers, in the order sent, with :meth:`receive_pipelined`. The
+        login is renewed only by :meth:`connect_idle`, never with answers outstanding.
+        """
+        deadline = self._deadline(deadline)
+        self.connect(deadline)
+        with self._lock:
+            sock = self._sock
+            if sock is None:
+                raise self._closed_error()
+            frames: list = []
+            cid = self._frame(frames, api_key, version, body, flexible)
+            with self._io_errors(sock, api_key):
+                sock.settimeout(self._attempt_timeout(deadline))
+                _write_frames(sock, frames)
+            return cid
+
+    def receive_pipelined(self, cid: int, api_key: int, *, flexible: bool,
+                          deadline: float | None = None) -> Reader:
+        """The answer to the oldest request :meth:`send_pipelined` wrote (``cid``, checked)."""
+        deadline = self._deadline(deadline)
+        with self._lock:
+            sock = self._sock
+            if sock is None:
+                raise self._closed_error()
+            with self._io_errors(sock, api_key):
+                size = struct.unpack(">i", self._recv_exact(sock, 4, deadline))[0]
+                payload = self._recv_exact(sock, size, deadline)
+            return self._reader(sock, cid, payload, flexible)
+
+    def connect_idle(self, deadline: float | None = None) -> "BrokerConnection":
+        """connect(), renewing a nearly expired login first: for a pipelining owner with no
+        answers outstanding."""
+        self._renew_expiring_login()
+        return self.connect(deadline)
+
+    @contextlib.contextmanager
+    def _io_errors(self, sock: socket.socket, api_key: int) -> Iterator[None]:
+        """Socket failures as typed errors (the stream is then broken: the socket is dropped)."""
+        try:
+            yield
+        except ssl.SSLError as e:
+            self._discard(sock)
+            if "ALERT" in str(e.reason or "").upper():
+                raise KafkaAuthenticationError(
+                    f"TLS: the broker {self.host}:{self.port} rejected the connection "
+                    f"({e.reason}). The listener probably requires a client certificate it "
+                    "trusts: check kafka.ssl.certificate.location and kafka.ssl.key.location"
+                ) from None
+            raise KafkaProtocolError(
+                f"connection to {self.host}:{self.port} failed during API {api_key}: "
+                f"SSLError: {e.reason or e}"
+            ) from None
+        except TimeoutError:
+            self._discard(sock)
+            raise KafkaProtocolError(
+                f"broker {self.host}:{self.port} did not answer API {api_key} in time (at most "
+                f"{self.timeout:g}s per read, within the call's timeout)"
+            ) from None
+        except (OSError, EOFError) as e:
+            self._discard(sock)
+            raise KafkaProtocolError(
+                f"connection to {self.host}:{self.port} failed during API {api_key}: "
+                f"{type(e).__name__}: {e}"
+            ) from None
 
     def _discard(self, sock: socket.socket) -> None:
         """Close a socket whose stream broke (the caller holds the lock); the next request
@@ -613,6 +671,27 @@ class BrokerConnection:
                 raise EOFError("broker closed the connection")
             buf.extend(chunk)
         return bytes(buf)
+
+
+# Pieces at least this big are written from where they are; smaller ones are joined first (one
+# write for a request's header fields rather than a system call each).
+_DIRECT_WRITE_BYTES = 64 * 1024
+
+
+def _write_frames(sock: socket.socket, frames: list) -> None:
+    """Write the buffers in order without joining the large ones (a Produce request's record
+    batches: views of Arrow buffers, written without a copy on a plain socket)."""
+    small: list = []
+    for f in frames:
+        if len(f) >= _DIRECT_WRITE_BYTES:
+            if small:
+                sock.sendall(b"".join(small))
+                small = []
+            sock.sendall(f)
+        else:
+            small.append(f)
+    if small:
+        sock.sendall(b"".join(small))
 
 
 def _oauthbearer_status(data: bytes) -> str:

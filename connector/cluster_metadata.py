@@ -1,13 +1,13 @@
 """Metadata requests (v9-12) on a :class:`BrokerConnection`: the brokers, and partition leaders.
 
 Why: the driver's transaction client needs the live brokers (to reach coordinators when the
-bootstrap ones are down) and the executors' own fetch needs a partition's leader; one request
-shape and one parser serve both.
+bootstrap ones are down), the executors' own fetch a partition's leader, and the wire producer the
+leaders and partition count of the topics it writes; one request shape and one parser serve all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .broker_connection import BrokerConnection
 from .kafka_wire import Reader, Writer
@@ -19,6 +19,8 @@ METADATA = 3
 class ClusterMetadata:
     brokers: dict[int, tuple[str, int]]    # node id -> (host, port), in the answer's order
     leaders: dict[tuple[str, int], int]    # (topic, partition) -> leader node, error-free ones
+    partitions: dict[str, int] = field(default_factory=dict)    # topic -> partition count
+    topic_errors: dict[str, int] = field(default_factory=dict)  # topic -> error code, if any
 
 
 def request_metadata(conn: BrokerConnection, topics: list[str]) -> ClusterMetadata:
@@ -47,10 +49,14 @@ def request_metadata(conn: BrokerConnection, topics: list[str]) -> ClusterMetada
     r.string()  # cluster id
     r.int32()   # controller
     leaders: dict[tuple[str, int], int] = {}
+    counts: dict[str, int] = {}
+    topic_errors: dict[str, int] = {}
 
     def topic_md(rr: Reader) -> None:
-        rr.int16()
+        err = rr.int16()
         name = rr.string() or ""
+        if err:
+            topic_errors[name] = err
         if v >= 10:
             rr.int64()
             rr.int64()
@@ -65,9 +71,9 @@ def request_metadata(conn: BrokerConnection, topics: list[str]) -> ClusterMetada
             if err == 0:
                 leaders[(name, index)] = node
 
-        rr.array(part)
+        counts[name] = len(rr.array(part))
         rr.int32()  # topic authorized operations
         rr.tags()
 
     r.array(topic_md)
-    return ClusterMetadata(brokers, leaders)
+    return ClusterMetadata(brokers, leaders, counts, topic_errors)

@@ -96,6 +96,10 @@ class Writer:
     def build(self) -> bytes:
         return b"".join(self.parts)
 
+    def pieces(self) -> list[bytes]:
+        """The body unjoined (a request with large byte fields: the connection joins it once)."""
+        return self.parts
+
 
 class ProtocolError(ValueError):
     """A response did not parse: a truncated frame or an unexpected layout."""

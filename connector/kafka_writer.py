@@ -150,8 +150,17 @@ UNASSIGNED = -1  # librdkafka's RD_KAFKA_PARTITION_UA: the configured partitione
 
 
 def _partitions_list(arr: pa.Array) -> list:
-    """The ``partition`` column, refused when a value is no partition number: librdkafka reads -1
-    as "unassigned" (the partitioner would place the record) and a long beyond int overflows."""
+    """The ``partition`` column as librdkafka takes it (checked by check_partition_column)."""
+    import pyarrow.compute as pc
+
+    check_partition_column(arr)
+    # A null becomes librdkafka's "unassigned" partition: the partitioner places that record.
+    return pc.fill_null(arr, UNASSIGNED).to_numpy(zero_copy_only=False).tolist()
+
+
+def check_partition_column(arr: pa.Array) -> None:
+    """Refuse a ``partition`` value that is no partition number: -1 would read as "unassigned"
+    (the partitioner would place the record) and a long beyond int overflows."""
     import pyarrow.compute as pc
 
     if arr.null_count < len(arr):
@@ -162,8 +171,6 @@ def _partitions_list(arr: pa.Array) -> list:
                     f"a row's 'partition' column is {bad}: a partition is a number from 0 "
                     f"(null lets the partitioner choose)"
                 )
-    # A null becomes librdkafka's "unassigned" partition: the partitioner places that record.
-    return pc.fill_null(arr, UNASSIGNED).to_numpy(zero_copy_only=False).tolist()
 
 
 # --------------------------------------------------------------------------- producer plumbing
@@ -329,8 +336,9 @@ class LateCheck:
 
 # --------------------------------------------------------------------------- the writer
 
-class KafkaWriter:
-    """Writes one task attempt's rows; exactly-once: inside one transaction left open at the end."""
+class TaskAttempt:
+    """What every task writer knows of its attempt (KafkaWriter here; wire_writer's on txkafka's
+    own producer) and the late-attempt check they share."""
 
     def __init__(
         self,
@@ -354,9 +362,26 @@ class KafkaWriter:
         self.late_check = late_check if self.transactional_id is not None else None
         self.late = False  # the batch was decided without this attempt: it wrote nothing
         self.faults = FaultInjector.get()
+        self.count = 0
+
+    def _decided_without_me(self, when: str) -> bool:
+        if self.late_check is None or not self.late_check.decided():
+            return False
+        self.late = True
+        log.info("batch %d round %d, task partition %d attempt %d: the batch was decided without "
+                 "this attempt (found %s)", self.batch_id, self.late_check.round_no,
+                 self.partition_id, self.attempt, when)
+        return True
+
+
+class KafkaWriter(TaskAttempt):
+    """Writes one task attempt's rows; exactly-once: inside one transaction left open at the end."""
+
+    def __init__(self, cfg: SinkConfig, schema: SinkSchema, **attempt: Any) -> None:
+        """``attempt``: TaskAttempt's keyword arguments (batch_id, partition_id, ...)."""
+        super().__init__(cfg, schema, **attempt)
         self.probe = _ProducerProbe(cfg.kafka)
         self.producer: Any = None
-        self.count = 0
         self._in_txn = False
         self._init_thread: threading.Thread | None = None
         self._init_error: BaseException | None = None
@@ -461,15 +486,6 @@ class KafkaWriter:
             self._abort_quietly()
             return None
         return committable
-
-    def _decided_without_me(self, when: str) -> bool:
-        if self.late_check is None or not self.late_check.decided():
-            return False
-        self.late = True
-        log.info("batch %d round %d, task partition %d attempt %d: the batch was decided without "
-                 "this attempt (found %s)", self.batch_id, self.late_check.round_no,
-                 self.partition_id, self.attempt, when)
-        return True
 
     def _drain_late(self, batches: Iterable[pa.RecordBatch]) -> None:
         """Consume the input (Spark requires it) without writing, and let the producer's init

@@ -79,6 +79,7 @@ class SinkConfig:
     checkpoint_location: str | None
     commit_timeout_ms: int
     commit_parallelism: int
+    producer: str = "librdkafka"  # "librdkafka" (confluent-kafka) or "txkafka" (wire_producer)
 
     def __repr__(self) -> str:
         return (
@@ -151,4 +152,51 @@ class SinkConfig:
             checkpoint_location=checkpoint,
             commit_timeout_ms=_positive_int(options, "commitTimeoutMs", 120_000, minimum=1000),
             commit_parallelism=_positive_int(options, "commitParallelism", 8),
+            producer=_parse_producer(options, kafka),
         )
+
+
+PRODUCERS = ("librdkafka", "txkafka")
+
+# kafka.* settings txkafka's own producer applies (besides the connection's: security.protocol,
+# ssl.*, sasl.*, which its connections apply as the reader's own fetch does). Every other
+# librdkafka setting is refused with producer=txkafka rather than dropped.
+WIRE_PRODUCER_KEYS = frozenset({
+    "bootstrap.servers", "client.id", "security.protocol",
+    "compression.type", "compression.codec", "compression.level",
+    "batch.size", "message.max.bytes", "message.timeout.ms", "delivery.timeout.ms",
+    "request.timeout.ms", "topic.metadata.propagation.max.ms",
+    "acks", "request.required.acks",  # 'all' only, checked above
+    "enable.ssl.certificate.verification",
+})
+
+
+def wire_producer_unsupported(conf: Mapping[str, str]) -> str | None:
+    """Why txkafka's own producer cannot apply this client config (the setting named), or None."""
+    from .source_options import wire_unsupported
+
+    for key in sorted(conf):
+        if key in WIRE_PRODUCER_KEYS or key.startswith(("ssl.", "sasl.")):
+            continue
+        return (f"kafka.{key} is set: txkafka's own producer does not apply it (it sends a "
+                "partition's batch when it is full, kafka.batch.size, or at the task's end, with "
+                "its own connections and retries)")
+    return wire_unsupported({k: v for k, v in conf.items()
+                             if k not in ("client.rack", "check.crcs")})
+
+
+def _parse_producer(options: Mapping[str, str], kafka: Mapping[str, str]) -> str:
+    """``producer``: ``librdkafka`` (default: confluent-kafka's producer) or ``txkafka`` (Arrow
+    columns encoded into record batches and sent over txkafka's own connections)."""
+    raw = _get(options, "producer") or "librdkafka"
+    choice = raw.strip().lower()
+    if choice not in PRODUCERS:
+        raise KafkaConfigError(
+            f"option 'producer' must be one of {', '.join(PRODUCERS)}, got {raw!r}")
+    if choice == "txkafka":
+        why = wire_producer_unsupported(kafka)
+        if why is not None:
+            raise KafkaConfigError(
+                f"option 'producer' is 'txkafka', but {why}; drop that setting, or set producer "
+                "to 'librdkafka'")
+    return choice

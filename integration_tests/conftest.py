@@ -176,6 +176,8 @@ def driver_processes():
 # the secured broker (both security files) and the standalone Spark cluster (the chaos file's).
 _SHARED_UNITS = {
     "integration_tests/test_security_transport.py": "integration_tests/test_security_pipeline.py",
+    "integration_tests/test_wire_producer_security.py":
+        "integration_tests/test_security_pipeline.py",
     "integration_tests/test_writer_exactly_once.py::test_speculative_execution_on_a_cluster":
         "integration_tests/test_chaos.py",
     **{f"integration_tests/test_late_transactions.py::{name}": "integration_tests/test_chaos.py"

@@ -105,13 +105,14 @@ def _check_late_transactions(ck: str, seen, injected: dict[tuple[int, int], Path
 
 
 def _run_with_late_attempts(kafka, spark_cluster, driver_processes, tmp_path, *, available_now: bool,
-                            records: int, late: dict[tuple[int, int], bool], last_batch: int):
+                            records: int, late: dict[tuple[int, int], bool], last_batch: int,
+                            producer: str = "librdkafka"):
     topics = make_input(kafka, records=records, partitions=2)
     ck = str(tmp_path / "ck")
     markers = {key: tmp_path / f"late-{key[0]}-{key[1]}.marker" for key in late}
     faults = ";".join(_late(ck, markers[key], *key, zombie=zombie) for key, zombie in late.items())
     extra = ["--max-offsets", "600", "--fault", faults, "--master", spark_cluster.master_url,
-             "--trigger-ms", str(TRIGGER_MS), "--linger-s", "25"]
+             "--trigger-ms", str(TRIGGER_MS), "--linger-s", "25", "--producer", producer]
     extra += [a for conf in SPECULATION for a in ("--spark-conf", conf)]
     if available_now:
         extra.append("--available-now")
@@ -137,14 +138,15 @@ def _explained(proc):
         raise AssertionError(f"{e}\n--- driver output (tail) ---\n{proc.tail(80)}") from None
 
 
+@pytest.mark.parametrize("producer", ["librdkafka", "txkafka"])
 def test_late_attempts_are_aborted_promptly_processing_time(kafka, spark_cluster, driver_processes,
-                                                            tmp_path):
+                                                            tmp_path, producer):
     """Batches 0-2 (600 offsets each of ~1,500); batch 1's losing attempt writes after the batch
     and aborts itself; batch 2's (the last: the query then idles) dies with its transaction open
-    and only the follow-up sweeps can end it."""
+    and only the follow-up sweeps can end it. On both producers."""
     _run_with_late_attempts(
         kafka, spark_cluster, driver_processes, tmp_path, available_now=False, records=1500,
-        late={(1, 0): False, (2, 1): True}, last_batch=2)
+        late={(1, 0): False, (2, 1): True}, last_batch=2, producer=producer)
 
 
 def test_late_attempt_of_the_last_available_now_batch(kafka, spark_cluster, driver_processes,

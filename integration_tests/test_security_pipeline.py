@@ -247,11 +247,15 @@ def _shown(text: str, sk: SecureKafka) -> str:
 # ------------------------------------------------------------------------------- exactly once
 
 
-def test_exactly_once_with_separate_least_privileged_principals(spark, secure_kafka, tmp_path):
+@pytest.mark.parametrize("producer", ["librdkafka", "txkafka"])
+def test_exactly_once_with_separate_least_privileged_principals(spark, secure_kafka, tmp_path,
+                                                                producer):
     s = Setup(secure_kafka, records=900, per_txn=225)  # 5 transactions, the 4th aborted
     s.grant(verifier=True)
     ck = str(tmp_path / "ck")
-    q = _start(spark, {**s.spec(ck), "reader": s.reader_options(maxOffsetsPerTrigger="600")})
+    spec = s.spec(ck)
+    q = _start(spark, {**spec, "reader": s.reader_options(maxOffsetsPerTrigger="600"),
+                       "writer": {**spec["writer"], "producer": producer}})
     try:
         q.processAllAvailable()
         progress = [p["numInputRows"] for p in q.recentProgress]

@@ -41,12 +41,19 @@ def _query(spark, kafka, topics, checkpoint, fault=None, max_offsets=1000, **opt
     return w.start()
 
 
+# The sink's producers: librdkafka's (the default) and txkafka's own (option producer=txkafka).
+PRODUCERS = pytest.mark.parametrize("producer", ["librdkafka", "txkafka"])
+
+
 @pytest.mark.kafka_matrix
-def test_records_are_visible_to_read_committed_only_after_the_driver_commits(spark, kafka, tmp_path):
+@PRODUCERS
+def test_records_are_visible_to_read_committed_only_after_the_driver_commits(spark, kafka, tmp_path,
+                                                                             producer):
     topics = make_input(kafka, records=1500)
     # Hold every batch between its decision and its EndTxn calls for 3 s.
     q = _query(spark, kafka, topics, str(tmp_path / "ck"),
-               fault="point=after_decision,action=sleep,ms=3000", max_offsets=600)
+               fault="point=after_decision,action=sleep,ms=3000", max_offsets=600,
+               producer=producer)
     seen: list[tuple[int, int]] = []
     stop = threading.Event()
 
@@ -70,11 +77,14 @@ def test_records_are_visible_to_read_committed_only_after_the_driver_commits(spa
 
 
 @pytest.mark.kafka_matrix
-def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark, kafka, tmp_path):
+@PRODUCERS
+def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark, kafka, tmp_path,
+                                                                           producer):
     topics = make_input(kafka, records=2000)
     fault = ("point=after_precommit,partition=0,attempt=0,action=raise;"
-             "point=before_precommit,partition=1,attempt=0,action=raise")
-    q = _query(spark, kafka, topics, str(tmp_path / "ck"), fault=fault)
+             "point=before_precommit,partition=1,attempt=0,action=raise;"
+             "point=before_first_produce,partition=2,attempt=0,action=raise")
+    q = _query(spark, kafka, topics, str(tmp_path / "ck"), fault=fault, producer=producer)
     try:
         q.processAllAvailable()
     finally:
@@ -84,7 +94,7 @@ def test_task_failures_after_and_before_precommit_are_retried_exactly_once(spark
     latest = SinkCommitLog(str(tmp_path / "ck")).latest()
     # The committed transactions of task partitions 0 and 1 came from their second attempts.
     attempts = {c.partition_id: c.attempt for c in latest.last.decision}
-    assert attempts.get(0) == 1 and attempts.get(1) == 1, attempts
+    assert attempts.get(0) == 1 and attempts.get(1) == 1 and attempts.get(2) == 1, attempts
 
 
 def _run_until_injected_failure(spark, kafka, topics, ck, marker, point, max_offsets,
@@ -206,7 +216,9 @@ def test_speculative_execution_on_a_cluster(kafka, spark_cluster, driver_process
     assert any(a >= 1 for a in winners), f"no speculative attempt won: {winners}"
 
 
-def test_at_least_once_mode_retries_a_failed_task_and_keeps_every_record(spark, kafka, tmp_path):
+@PRODUCERS
+def test_at_least_once_mode_retries_a_failed_task_and_keeps_every_record(spark, kafka, tmp_path,
+                                                                         producer):
     """deliveryGuarantee=at_least_once: a task fails after its records were flushed (no
     transaction, so they are visible at once) and Spark's retry writes them again. Every committed
     input record is in the output (no gap, nothing unexpected); duplicates are allowed, and the
@@ -215,7 +227,8 @@ def test_at_least_once_mode_retries_a_failed_task_and_keeps_every_record(spark, 
     ck = str(tmp_path / "ck")
     marker = tmp_path / "after_flush.marker"
     fault = f"point=after_precommit,partition=0,attempt=0,action=raise,once={marker}"
-    q = _query(spark, kafka, topics, ck, fault=fault, deliveryGuarantee="at_least_once")
+    q = _query(spark, kafka, topics, ck, fault=fault, deliveryGuarantee="at_least_once",
+               producer=producer)
     try:
         q.processAllAvailable()
     finally:

@@ -49,6 +49,7 @@ from txkafka.connector.sink_commit_log import SinkCommitLog
 from txkafka.connector.sink_options import SinkConfig
 from txkafka.connector.sink_validation import validate_at_start
 from txkafka.connector.transactional_id_factory import TransactionalIdFactory, run_tag
+from txkafka.connector.wire_writer import WireKafkaWriter
 
 from .spark_worker import freeze_worker_heap
 
@@ -205,8 +206,9 @@ class _KafkaWrite:
         late_check = None
         if self.streaming and self.cfg.exactly_once and self.cfg.checkpoint_location:
             late_check = LateCheck(self.cfg.checkpoint_location, batch, self.plan.round_no)
-        writer = KafkaWriter(self.cfg, self.sink_schema, batch_id=batch, partition_id=partition_id,
-                             attempt=attempt, transactional_id=tid, late_check=late_check)
+        writer_cls = WireKafkaWriter if self.cfg.producer == "txkafka" else KafkaWriter
+        writer = writer_cls(self.cfg, self.sink_schema, batch_id=batch, partition_id=partition_id,
+                            attempt=attempt, transactional_id=tid, late_check=late_check)
         try:
             committable = writer.write(iterator)
         finally:

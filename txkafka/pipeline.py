@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
 def sink_options(args: argparse.Namespace, kafka_conf: dict[str, str]) -> dict[str, str]:
     opts = {"kafka.bootstrap.servers": args.bootstrap, "topic": args.output,
-            "deliveryGuarantee": args.guarantee,
+            "deliveryGuarantee": args.guarantee, "producer": args.producer,
             **{f"kafka.{k}": v for k, v in kafka_conf.items()}}
     if args.transaction_timeout_ms:
         opts["kafka.transaction.timeout.ms"] = str(args.transaction_timeout_ms)
@@ -212,6 +212,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-partitions", type=int, default=0,
                    help="the reader's minPartitions (0: one task per Kafka partition)")
     p.add_argument("--guarantee", choices=["exactly_once", "at_least_once"], default="exactly_once")
+    p.add_argument("--producer", choices=["librdkafka", "txkafka"], default="librdkafka",
+                   help="the sink's option producer")
     p.add_argument("--master", default="local[2,4]")
     p.add_argument("--trigger-ms", type=int, default=1000)
     p.add_argument("--available-now", action="store_true",
