@@ -38,7 +38,8 @@ def _say(msg: str) -> None:
 def main(args: list[str]) -> int:
     started = time.monotonic()
     _say(f"all tests, Apache Kafka {KAFKA_VERSION}")
-    code = _pytest(args, dict(os.environ))
+    # The slowest tests in the log: what to look at when the run nears CI's time budget.
+    code = _pytest(["--durations=30", *args], dict(os.environ))
     if code == NO_TESTS_COLLECTED:
         print("error: pytest collected no tests", file=sys.stderr)
         return 1
