@@ -10,7 +10,9 @@ from confluent_kafka import KafkaError
 from txkafka.connector import kafka_error_codes
 
 # Owner names that KafkaError spells differently, and codes it does not have.
-_KAFKAERROR_NAME = {"NONE": "NO_ERROR", "NOT_LEADER_OR_FOLLOWER": "NOT_LEADER_FOR_PARTITION"}
+_KAFKAERROR_NAME = {"NONE": "NO_ERROR", "NOT_LEADER_OR_FOLLOWER": "NOT_LEADER_FOR_PARTITION",
+                    "UNKNOWN_TOPIC_OR_PARTITION": "UNKNOWN_TOPIC_OR_PART",
+                    "MESSAGE_TOO_LARGE": "MSG_SIZE_TOO_LARGE"}
 _NOT_IN_KAFKAERROR = {"TRANSACTIONAL_ID_NOT_FOUND"}
 
 
