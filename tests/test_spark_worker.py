@@ -10,20 +10,21 @@ import sys
 _PROBE = """
 import gc, json
 from txkafka.python_datasource.spark_worker import freeze_worker_heap, frozen_after
+base = gc.get_freeze_count()  # some interpreters start with objects frozen (3.12: a few hundred)
 seen = []
 for _ in frozen_after(iter([1, 2]), "read"):
-    seen.append(gc.get_freeze_count())  # nothing frozen while the task runs
-after_read = gc.get_freeze_count()
+    seen.append(gc.get_freeze_count() - base)  # nothing frozen while the task runs
+after_read = gc.get_freeze_count() - base
 import decimal  # a module the write task imports lazily
 freeze_worker_heap("write")
-after_write = gc.get_freeze_count()
+after_write = gc.get_freeze_count() - base
 freeze_worker_heap("write")  # once per kind: a second write task freezes nothing more
 class Cycle:
     pass
 a, b = Cycle(), Cycle()
 a.other, b.other = b, a
 del a, b
-print(json.dumps([seen, after_read, after_write, gc.get_freeze_count() - after_write,
+print(json.dumps([seen, after_read, after_write, gc.get_freeze_count() - base - after_write,
                   gc.collect()]))
 """
 
