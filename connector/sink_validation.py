@@ -155,7 +155,11 @@ def _broker_configs(admin, broker_ids: list[int], timeout_s: float,
     from confluent_kafka.admin import ConfigResource
 
     try:
-        futs = admin.describe_configs([ConfigResource("broker", str(b)) for b in broker_ids])
+        # One call per broker: librdkafka refuses two BROKER resources in one DescribeConfigs
+        # (_CONFLICT), since each broker answers only for itself. The calls run concurrently.
+        futs = {}
+        for b in broker_ids:
+            futs.update(admin.describe_configs([ConfigResource("broker", str(b))]))
         out = {}
         for res, fut in futs.items():
             entries = fut.result(timeout=timeout_s)

@@ -595,3 +595,24 @@ def test_a_verifier_that_exits_is_recorded_as_the_campaign_error(tmp_path, monke
     assert r.errors == ["the verifier raised SystemExit: error: topic 'out' not found (no "
                         "metadata)"]
     assert not r.ok and "not verified" in r.verify_text
+
+
+def test_the_soak_never_aims_between_two_endtxn_calls_of_a_one_task_layout():
+    """With one write task a batch has one transaction: a kill between two EndTxn calls would
+    never land and the round would wait out its timeout (found by the soak after a relayout to
+    coalesce-1)."""
+    import random
+
+    from integration_tests.chaos import campaign as chaos_campaign
+
+    def drawn(layout: str) -> set[str]:
+        lay = next(x for x in chaos_campaign.LAYOUTS["map"] if x.name == layout)
+        fake = SimpleNamespace(spark=SimpleNamespace(kind="local"), mode="map", layout=lay,
+                               pending_decision_size=lambda: 0, committed=lambda: 3)
+        rng = random.Random(7)
+        crashes = [soak.choose_crash(rng, fake, 3) for _ in range(3000)]
+        return {c.point for c in crashes if c.point}
+
+    assert "between_endtxn" in drawn("as-read")
+    assert "between_endtxn" not in drawn("coalesce-1")
+    assert "after_decision" in drawn("coalesce-1")

@@ -1,6 +1,8 @@
 """The sink's options fail at query start, naming the option, when every task would fail later."""
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import ConfigResource
 
 from txkafka.connector.errors import KafkaConfigError, UnsupportedBrokerError
 from txkafka.connector.sink_options import SinkConfig
@@ -155,6 +157,12 @@ class FakeAdmin:
         self.answers = answers
 
     def describe_configs(self, resources):
+        if sum(r.restype_int == ConfigResource.Type.BROKER.value for r in resources) > 1:
+            # librdkafka's rule (seen on a 3-node cluster): one BROKER resource per call.
+            raise KafkaException(KafkaError(KafkaError._CONFLICT,
+                                            "Only one ConfigResource of type BROKER is allowed "
+                                            "per call"))
+        self.calls = getattr(self, "calls", 0) + 1
         if isinstance(self.answers, Exception):
             return {r: _Future(self.answers) for r in resources}
         return {r: _Future({k: _Entry(v) for k, v in self.answers[int(r.name)].items()})

@@ -95,6 +95,11 @@ class Layout:
     # partition is no longer the input's, so the map's order check is off from then on.
     reorders: bool
 
+    @property
+    def one_task(self) -> bool:
+        """One write task per batch: one transaction, so nothing runs between two EndTxn calls."""
+        return self.name == "coalesce-1"
+
     def shows_in(self, tasks: int, mode: str, input_partitions: int) -> bool:
         """Whether a decision with ``tasks`` task partitions can come from this layout."""
         kind, _, n = self.name.partition("-")

@@ -58,6 +58,12 @@ PROFILES = [
 OPERATOR_SHARE = 0.25
 
 
+def _reachable(campaign: Campaign, points) -> list[str]:
+    """The points a run of the campaign's current layout passes: with one write task a batch has
+    one transaction, so a kill between two EndTxn calls would never land."""
+    return [p for p in points if not (p == "between_endtxn" and campaign.layout.one_task)]
+
+
 def choose_operator_step(rng: random.Random, campaign: Campaign) -> Crash:
     """A random operator action: a restart with another layout (sometimes after losing a decided
     batch to the transaction timeout), a rolled-back checkpoint (the input unchanged or not,
@@ -66,6 +72,7 @@ def choose_operator_step(rng: random.Random, campaign: Campaign) -> Crash:
     standalone = campaign.spark.kind == "standalone"
     kill_points = [p for p in DRIVER_POINTS if p != "during_recovery"] + (
         [] if standalone else ["before_precommit", "after_precommit"])
+    kill_points = _reachable(campaign, kill_points)
     kinds = ["relayout", "rollback"] + (["savepoint"] if campaign.mode == "map" else [])
     kind = rng.choice(kinds)
     if kind == "relayout":
@@ -81,7 +88,7 @@ def choose_crash(rng: random.Random, campaign: Campaign, cluster_nodes: int) -> 
     the standalone worker down with it, so task-side kills are local-mode only), or now and then
     an operator action once the pipeline committed a batch."""
     standalone = campaign.spark.kind == "standalone"
-    points = list(DRIVER_POINTS) + ([] if standalone else list(TASK_POINTS))
+    points = _reachable(campaign, list(DRIVER_POINTS) + ([] if standalone else list(TASK_POINTS)))
     # A task's worker crashing at a task-side point, on top of the round's crash.
     task_exit = rng.choice(TASK_POINTS) if rng.random() < 0.25 else None
     if campaign.pending_decision_size() < 2:
@@ -94,7 +101,8 @@ def choose_crash(rng: random.Random, campaign: Campaign, cluster_nodes: int) -> 
     if cluster_nodes == 3 and roll < 0.08:
         return Crash("broker", task_exit=task_exit)
     if standalone and roll < 0.30:
-        return Crash("executor", rng.choice([None, *DRIVER_POINTS[:-1]]), task_exit=task_exit)
+        return Crash("executor", rng.choice([None, *_reachable(campaign, DRIVER_POINTS[:-1])]),
+                     task_exit=task_exit)
     if roll < 0.20:
         return Crash("random", task_exit=task_exit)
     point = rng.choice(points)
