@@ -116,6 +116,22 @@ class KafkaTarget:
         out.sort(key=lambda r: (r.partition, r.offset))
         return out
 
+    def read_committed_count(self, topic: str, n: int, timeout: float = 60.0) -> list[Record]:
+        """``read_all`` once ``n`` records are visible to read_committed (the markers of a commit
+        can lag its EndTxn answer on a busy machine beyond ``wait_decided_markers``' bound);
+        fails with what read_uncommitted holds when they never are."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.read_all(topic)
+            if len(got) >= n or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        if len(got) != n:
+            raw = len(self.read_all(topic, isolation="read_uncommitted"))
+            raise AssertionError(f"{topic}: {len(got)} records visible to read_committed after "
+                                 f"{timeout:.0f}s, {n} expected; read_uncommitted sees {raw}")
+        return got
+
     def open_transactions(self, prefix: str, settle_s: float = 15.0) -> list:
         """Transactions of ``prefix`` that a read_committed reader would wait for.
 
