@@ -61,7 +61,11 @@ def _status(pid: int) -> dict[str, str]:
 
 def _children(pid: int) -> list[int]:
     kids: list[int] = []
-    for task in os.listdir(f"/proc/{pid}/task"):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return kids  # the process ended since it was listed
+    for task in tasks:
         try:
             with open(f"/proc/{pid}/task/{task}/children") as f:
                 kids += [int(x) for x in f.read().split()]
