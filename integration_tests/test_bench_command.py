@@ -61,14 +61,16 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--rows", "4000",
          "--repeats", "1", "--suites", "read", "write", "sink", "latency", "--skip-builtin",
-         "--latency-seconds", str(seconds), "--latency-rate", str(rate), "--out", str(out)],
+         "--wire-producer", "--latency-seconds", str(seconds), "--latency-rate", str(rate), "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "benchmark.json").read_text())
     assert result["read"]["txkafka"]["rows_s"] > 0
     assert set(n for n, v in result["write"].items() if isinstance(v, dict)) == {
-        "txkafka_exactly_once", "txkafka_at_least_once", "noop"}
+        "txkafka_exactly_once", "txkafka_at_least_once", "noop", "txkafka_exactly_once_wire"}
     assert result["sink"]["txkafka_exactly_once"]["rows_s"] > 0
+    assert result["sink"]["txkafka_exactly_once_wire"]["rows_s"] > 0  # producer=txkafka
+    assert result["params"]["wire_producer"] is True
     for trig in ("1s", "5s"):
         assert result["latency"][trig]["samples"] >= 0.95 * rate * seconds
     assert "window records received" in proc.stdout  # the latency runs show progress
@@ -85,16 +87,21 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--suites",
          "tasks", "--tasks-partitions", "2", "6", "--tasks-batches", "1", "--tasks-batch-rows",
-         "2000", "--repeats", "1", "--skip-builtin", "--trace", "--pyspark-home", "--out", str(out)],
+         "2000", "--repeats", "1", "--skip-builtin", "--trace", "--pyspark-home", "--wire-producer",
+         "--out", str(out)],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     tasks = json.loads((out / "benchmark.json").read_text())["tasks"]
     assert [p["tasks"] for p in tasks["points"]] == [2, 6]
-    systems = {"drain", "mapinarrow_noop", "txkafka_at_least_once", "txkafka_exactly_once"}
+    systems = {"drain", "mapinarrow_noop", "txkafka_at_least_once", "txkafka_exactly_once",
+               "txkafka_exactly_once_wire"}
     for point in tasks["points"]:
         assert set(point["systems"]) == systems
         for s in point["systems"].values():
             assert s["batch_s"] > 0 and len(s["runs_ms"]) == 1
+        for s in ("txkafka_exactly_once", "txkafka_exactly_once_wire"):  # the driver's commit
+            assert point["systems"][s]["commit_end_txn_ms"] > 0
+            assert point["systems"][s]["commit_validate_and_decide_ms"] > 0
     for p, n in (("2", 2), ("6", 6)):
         for s in systems:  # each timed batch's write stage, P tasks of it, found in the log
             assert tasks["trace"][p][s]["tasks"] == n, (p, s, tasks["trace"][p][s])
@@ -103,7 +110,26 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
     assert tasks["trace"]["6"]["drain"]["py_cpu_between_tasks_ms"] >= 0
     assert set(tasks["cpu_per_task_ms"]) == systems
     assert "tasks: exactly_once / drain-only writer at 6 tasks" in proc.stdout
+    assert "tasks: exactly_once producer=txkafka / drain-only writer at 6 tasks" in proc.stdout
     assert (out / "tasks.png").stat().st_size > 1000
+    assert not _bench_topics(kafka.bootstrap)
+
+
+def test_bench_produce_checks_both_paths(kafka, tmp_path):
+    """`python -m txkafka.bench_produce` small: both producers' transactions are committed and
+    counted (offsets and a full read-back), the task-start figures are taken, JSON and chart are
+    written and its topics are deleted."""
+    out = tmp_path / "produce"
+    proc = subprocess.run(
+        [sys.executable, "-m", "txkafka.bench_produce", "--bootstrap", kafka.bootstrap,
+         "--rows", "3000", "--sizes", "100", "--partitions", "1", "3", "--repeats", "1",
+         "--startup-runs", "2", "--out", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((out / "produce.json").read_text())
+    assert {(r["partitions"], r["value_bytes"]) for r in result["throughput"]} == {(1, 100), (3, 100)}
+    assert result["startup"]["wire_kept"]["median_ms"] > 0
+    assert (out / "produce.png").stat().st_size > 1000
     assert not _bench_topics(kafka.bootstrap)
 
 

@@ -389,10 +389,12 @@ def test_chaos_map_on_three_brokers(kafka3, tmp_path):
 def test_chaos_aggregate_on_a_standalone_cluster(kafka3, spark_cluster, tmp_path):
     """A count per (key, event-time window) in append mode (state in Spark's state store) on
     executors in separate JVMs: an executor killed while a task pre-commits, then the driver
-    killed after the sink's commit (the kill between two EndTxn calls is in the timeout test)."""
-    campaign = _ci_campaign("aggregate-tv2-standalone", kafka3, "aggregate", tmp_path,
+    killed after the sink's commit (the kill between two EndTxn calls is in the timeout test).
+    The sink writes through txkafka's own producer (producer=txkafka); the other campaigns
+    through librdkafka, the default."""
+    campaign = _ci_campaign("aggregate-tv2-standalone-wire", kafka3, "aggregate", tmp_path,
                             spark=SparkTarget.on_cluster(spark_cluster), transaction_version=2,
-                            seed=12, round_timeout=300)
+                            seed=12, round_timeout=300, producer="txkafka")
     campaign.run([Crash("executor", "after_sink_commit")])
     _assert_exactly_once(campaign)
     assert campaign.result.executor_kills == 1

@@ -35,6 +35,18 @@ def test_ratios_compare_against_the_issue_targets():
     assert sink == {"value": 0.8, "target": ">= 0.7", "met": True}
     lat = r["exactly-once visibility p99 at 1s trigger (s)"]
     assert lat == {"value": 2.4, "target": "<= 2.0", "met": False}
+    vs_builtin = r["sink (batch write, cached input) exactly_once / built-in"]
+    assert vs_builtin == {"value": 1.067, "target": ">= 1.2", "met": False}
+
+
+def test_the_wire_producer_gets_its_own_ratios():
+    result = _result()
+    result["sink"]["txkafka_exactly_once_wire"] = {"rows_s": 450_000.0, "runs": [450_000.0]}
+    result["write"]["txkafka_exactly_once_wire"] = {"rows_s": 54_000.0, "runs": [54_000.0]}
+    r = ratios(result)
+    assert r["sink (batch write, cached input) exactly_once producer=txkafka / built-in"] == {
+        "value": 1.5, "target": ">= 1.2", "met": True}
+    assert r["write txkafka exactly_once producer=txkafka / built-in"]["value"] == 0.9
 
 
 def test_charts_draw_every_suite(tmp_path):

@@ -347,7 +347,8 @@ def _fake_campaign(made: list, on_round=None, on_finish=None):
     class FakeCampaign:
         def __init__(self, name, kafka, mode, workdir, **kw):
             self.name = name
-            self.result = CampaignResult(name, mode, kw["transaction_version"], 3, "local")
+            self.result = CampaignResult(name, mode, kw["transaction_version"], 3, "local",
+                                         producer=kw.get("producer", "librdkafka"))
             self.closed = False
             made.append(self)
 
@@ -391,6 +392,17 @@ def test_a_soak_of_good_campaigns_passes(monkeypatch, tmp_path):
                        "--rounds-per-campaign", "2")
     assert code == 0 and data["totals"]["all_ok"] is True, data["totals"]
     assert data["totals"]["verified_rounds"] == 4
+
+
+def test_a_soak_with_both_producers_alternates_them_by_campaign(monkeypatch, tmp_path):
+    code, data = _soak(monkeypatch, tmp_path, _fake_campaign([]), "--rounds", "3",
+                       "--rounds-per-campaign", "1", "--producer", "both")
+    assert code == 0, data["totals"]
+    assert [c["producer"] for c in data["campaigns"]] == ["librdkafka", "txkafka", "librdkafka"]
+    assert data["campaigns"][1]["name"].endswith("-wire")
+    # A record written before the field existed reads back as librdkafka's.
+    old = {k: v for k, v in data["campaigns"][0].items() if k != "producer"}
+    assert CampaignResult.from_json(old).producer == "librdkafka"
 
 
 def test_a_soak_whose_verifier_exits_fails_and_keeps_the_campaign_with_its_error(monkeypatch,

@@ -365,10 +365,16 @@ def read_run_detailed(spark, fmt: str, bootstrap: str, topic: str, rows: int,
     return rate, _data_batch_rate(q)
 
 
-# Sink systems of the write and sink suites: (format, deliveryGuarantee or None for the built-in).
-_SINKS = {"txkafka_exactly_once": ("txkafka", "exactly_once"),
-          "txkafka_at_least_once": ("txkafka", "at_least_once"),
-          "builtin": ("kafka", None)}
+# Sink systems of the write, sink and tasks suites: the format and its options beside the
+# topic and bootstrap servers. "txkafka_exactly_once_wire" (--wire-producer) is exactly_once
+# through txkafka's own producer (writer option producer=txkafka).
+_SINKS: dict[str, tuple[str, dict[str, str]]] = {
+    "txkafka_exactly_once": ("txkafka", {"deliveryGuarantee": "exactly_once"}),
+    "txkafka_exactly_once_wire": ("txkafka", {"deliveryGuarantee": "exactly_once",
+                                              "producer": "txkafka"}),
+    "txkafka_at_least_once": ("txkafka", {"deliveryGuarantee": "at_least_once"}),
+    "builtin": ("kafka", {})}
+WIRE = "txkafka_exactly_once_wire"
 
 
 def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdir: str,
@@ -385,10 +391,9 @@ def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdi
         if sink == "noop":
             w = w.format("noop")
         else:
-            fmt, guarantee = _SINKS[sink]
-            w = w.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
-            if guarantee:
-                w = w.option("deliveryGuarantee", guarantee)
+            fmt, options = _SINKS[sink]
+            w = (w.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
+                 .options(**options))
         q = w.start()
         return _StopWhenDone(q, rows)
 
@@ -416,7 +421,7 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
              value_bytes: int = 100) -> float:
     """A batch ``df.write`` of the cached frame into a new topic of ``partitions``, timed until
     every row is visible to read_committed: the sink in Spark, without a Kafka source in front."""
-    fmt, guarantee = _SINKS[sink]
+    fmt, options = _SINKS[sink]
     big = value_bytes > 900_000  # Kafka's and the producers' default limits are about 1 MB
     out = k.topic("bench-sink", partitions,
                   {"max.message.bytes": str(4 * value_bytes)} if big else None)
@@ -425,9 +430,7 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
     if big:
         w = w.option("kafka.max.request.size" if fmt == "kafka" else "kafka.message.max.bytes",
                      str(4 * value_bytes))
-    if guarantee:
-        w = w.option("deliveryGuarantee", guarantee)
-    w.mode("append").save()
+    w.options(**options).mode("append").save()
     k.wait_visible(f"sink {sink}", out, rows)
     elapsed = time.monotonic() - started
     k.check_output(f"sink {sink}", out, rows)
@@ -652,7 +655,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         "machine": machine(external_kafka=bool(ns.bootstrap)),
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
                    "sink_value_bytes": ns.sink_value_bytes, "sink_partitions": ns.sink_partitions,
-                   "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto")},
+                   "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto"),
+                   "wire_producer": bool(getattr(ns, "wire_producer", False))},
     }
     say(f"Python start-up: pyspark-bytecode {pyspark_bytecode_setting(result['machine'])} (Spark's "
         f"Python processes import pyspark from {result['machine']['spark_python_imports_pyspark_from']})")
@@ -686,9 +690,11 @@ def run_bench(ns: argparse.Namespace) -> int:
             systems += [("read", "txkafka")] + ([] if ns.skip_builtin else [("read", "kafka")])
         if "write" in ns.suites:
             systems += [("write", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once",
-                                                "noop"] + ([] if ns.skip_builtin else ["builtin"])]
+                                                "noop"] + ([WIRE] if getattr(ns, "wire_producer", False) else [])
+                        + ([] if ns.skip_builtin else ["builtin"])]
         if "sink" in ns.suites:
             systems += [("sink", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once"]
+                        + ([WIRE] if getattr(ns, "wire_producer", False) else [])
                         + ([] if ns.skip_builtin else ["builtin"])]
             say(f"caching the sink suite's input: {rows} rows of {ns.sink_value_bytes:,} B in "
                 f"Spark, written to topics of {ns.sink_partitions} partitions")
@@ -855,6 +861,15 @@ def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if ceiling and sink:
         add("txkafka exactly-once write in Spark (batch write, cached input) / plain producer",
             sink["txkafka_exactly_once"]["rows_s"] / ceiling["produce_rows_s"], 0.7)
+    if "builtin" in sink:
+        for name, label in (("txkafka_exactly_once", "exactly_once"),
+                            (WIRE, "exactly_once producer=txkafka")):
+            if name in sink:
+                add(f"sink (batch write, cached input) {label} / built-in",
+                    sink[name]["rows_s"] / sink["builtin"]["rows_s"], 1.2)
+    if WIRE in write and "builtin" in write:
+        add("write txkafka exactly_once producer=txkafka / built-in",
+            write[WIRE]["rows_s"] / write["builtin"]["rows_s"], 0.8)
     for trig, lat in (r.get("latency") or {}).items():
         secs = float(trig.rstrip("s"))
         add(f"exactly-once visibility p99 at {trig} trigger (s)", lat["p99"], secs + 1.0, "<=")
@@ -1081,6 +1096,8 @@ def register_cli(sub) -> None:
     p.add_argument("--skip-builtin", action="store_true", help="no Spark built-in connector runs")
     p.add_argument("--fetcher", choices=["auto", "wire", "librdkafka"], default="auto",
                    help="the txkafka readers' fetcher option (how executors read)")
+    p.add_argument("--wire-producer", action="store_true",
+                   help="write, sink and tasks suites: also run exactly_once with producer=txkafka")
     p.add_argument("--pyspark-home", action="store_true",
                    help="run Spark from `txkafka pyspark-home`'s Spark home (pyspark.zip with "
                         "bytecode) instead of the installed one")

@@ -28,6 +28,7 @@ import time
 import uuid
 from typing import Any
 
+from . import kafka_admin
 from .bench import BenchKafka, _arrow_batches, check_count, machine, say
 
 
@@ -120,7 +121,7 @@ class Paths:
         self.k.wait_visible(what, topic, rows)
         # A fresh topic with one committed transaction: each partition written holds its records
         # and one commit marker; the others are empty.
-        marks = self.k._watermarks(topic, "read_uncommitted").values()
+        marks = kafka_admin.watermarks(self.k.conf, topic, "read_uncommitted").values()
         check_count(f"{what} (offsets)", sum(hi - lo - (hi > lo) for lo, hi in marks), rows)
         if full_read:
             self.k.check_output(what, topic, rows)

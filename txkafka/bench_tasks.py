@@ -30,11 +30,13 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 DRAIN_FORMAT = "txkafka_bench_drain"
 
 # System names, in the order tables and charts list them.
-SYSTEMS = ["builtin", "drain", "mapinarrow_noop", "txkafka_at_least_once", "txkafka_exactly_once"]
+SYSTEMS = ["builtin", "drain", "mapinarrow_noop", "txkafka_at_least_once", "txkafka_exactly_once",
+           "txkafka_exactly_once_wire"]
 LABELS = {"builtin": "Spark built-in kafka sink", "drain": "Python writer, drain only",
           "mapinarrow_noop": "mapInArrow identity + noop",
           "txkafka_at_least_once": "txkafka at_least_once",
-          "txkafka_exactly_once": "txkafka exactly_once"}
+          "txkafka_exactly_once": "txkafka exactly_once",
+          "txkafka_exactly_once_wire": "txkafka exactly_once, producer=txkafka"}
 
 
 # ----------------------------------------------------------------------------- the drain-only writer
@@ -209,10 +211,9 @@ def tasks_run(spark, system: str, k, src_topic: str, rows: int, batch_rows: int,
     """One query of ``system`` at ``tasks`` write tasks; returns its per-batch addBatch times (ms)
     and its query id. Every row read must reach the sink: counted by read_committed for the
     Kafka sinks, by the drain writer's ledger for it."""
-    from .bench import _run_query, check_count
+    from .bench import _SINKS, _run_query, check_count
 
-    out = k.topic("bench-tasks-out", 4) if system in ("builtin", "txkafka_at_least_once",
-                                                     "txkafka_exactly_once") else None
+    out = k.topic("bench-tasks-out", 4) if system in _SINKS else None
     ledger = os.path.join(workdir, f"drain-{uuid.uuid4().hex[:8]}.jsonl")
     holder: dict[str, Any] = {}
 
@@ -226,18 +227,17 @@ def tasks_run(spark, system: str, k, src_topic: str, rows: int, batch_rows: int,
         df = src.selectExpr("key", "value").repartition(tasks)
         if system == "mapinarrow_noop":
             df = df.mapInArrow(identity_batches, df.schema)
+        holder["checkpoint"] = tempfile.mkdtemp(dir=workdir)
         w = (df.writeStream.trigger(availableNow=True)
-             .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)))
+             .option("checkpointLocation", holder["checkpoint"]))
         if system == "drain":
             w = w.format(DRAIN_FORMAT).option("ledger", ledger)
         elif system == "mapinarrow_noop":
             w = w.format("noop")
-        elif system == "builtin":
-            w = w.format("kafka").option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
         else:
-            guarantee = system.removeprefix("txkafka_")
-            w = (w.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
-                 .option("topic", out).option("deliveryGuarantee", guarantee))
+            fmt, options = _SINKS[system]
+            w = (w.format(fmt).option("kafka.bootstrap.servers", k.bootstrap)
+                 .option("topic", out).options(**options))
         q = w.start()
         holder["id"] = q.id
         return q
@@ -263,7 +263,29 @@ def tasks_run(spark, system: str, k, src_topic: str, rows: int, batch_rows: int,
             "add_batch_by_id": {p["batchId"]: p["durationMs"]["addBatch"] for p in timed},
             "first_batch_ms": data[0]["durationMs"]["addBatch"] if data else None,
             "batches": len(data), "cpu_s": cpu,
+            "commit_ms": commit_timings(holder["checkpoint"], counted)
+            if system.startswith("txkafka_exactly_once") else [],
             "drain_tasks": [t for b in drained if b["batch"] in counted for t in b["tasks"]]}
+
+
+def commit_timings(checkpoint: str, batch_ids: set[int]) -> list[dict[str, float]]:
+    """The driver's commit of each timed batch, from the sink's commit log (its outcome records):
+    DescribeTransactions + the decision record (``validate_and_decide_ms``) and the pipelined
+    EndTxn calls (``end_txn_ms``), with the batch's transaction count."""
+    from .connector.sink_commit_log import SinkCommitLog
+
+    log = SinkCommitLog(checkpoint)
+    listing = log.listing()
+    out = []
+    for b in sorted(batch_ids):
+        st = log.batch_state(b, listing)
+        if st is None or st.empty or not st.rounds or not st.last.outcome:
+            continue
+        o = st.last.outcome
+        out.append({"batch": b, "transactions": len(st.last.decision),
+                    "validate_and_decide_ms": o.get("validate_and_decide_ms"),
+                    "end_txn_ms": o.get("end_txn_ms")})
+    return out
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -275,9 +297,16 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         raise RuntimeError("tasks suite: no full batch after the first was timed; raise "
                            "--tasks-batches")
     batch_s = statistics.median(ms) / 1000.0
-    return {"batch_s": batch_s, "rows_s": statistics.median(n) / batch_s if batch_s else 0.0,
-            "runs_ms": [r["add_batch_ms"] for r in runs],
-            "first_batch_ms": [r["first_batch_ms"] for r in runs]}
+    out = {"batch_s": batch_s, "rows_s": statistics.median(n) / batch_s if batch_s else 0.0,
+           "runs_ms": [r["add_batch_ms"] for r in runs],
+           "first_batch_ms": [r["first_batch_ms"] for r in runs]}
+    commits = [c for r in runs for c in r.get("commit_ms") or []]
+    if commits:  # exactly_once: the driver's commit of a batch, medians
+        for key in ("validate_and_decide_ms", "end_txn_ms"):
+            vals = [c[key] for c in commits if c.get(key) is not None]
+            if vals:
+                out[f"commit_{key}"] = statistics.median(vals)
+    return out
 
 
 def tasks_ratios(tasks: dict[str, Any]) -> list[tuple[str, float, float]]:
@@ -286,15 +315,17 @@ def tasks_ratios(tasks: dict[str, Any]) -> list[tuple[str, float, float]]:
     out = []
     for point in tasks.get("points", []):
         p, s = point["tasks"], point["systems"]
-        eos = s.get("txkafka_exactly_once", {}).get("batch_s")
-        if eos is None:
-            continue
-        if "drain" in s:
-            out.append((f"tasks: exactly_once / drain-only writer at {p} tasks",
-                        eos / s["drain"]["batch_s"], 1.1))
-        if "builtin" in s and (p == 200 or p <= 4):
-            out.append((f"tasks: exactly_once / built-in sink at {p} tasks",
-                        eos / s["builtin"]["batch_s"], 3.0 if p == 200 else 1.0))
+        for system, label in (("txkafka_exactly_once", "exactly_once"),
+                              ("txkafka_exactly_once_wire", "exactly_once producer=txkafka")):
+            eos = s.get(system, {}).get("batch_s")
+            if eos is None:
+                continue
+            if "drain" in s:
+                out.append((f"tasks: {label} / drain-only writer at {p} tasks",
+                            eos / s["drain"]["batch_s"], 1.1))
+            if "builtin" in s and (p == 200 or p <= 4):
+                out.append((f"tasks: {label} / built-in sink at {p} tasks",
+                            eos / s["builtin"]["batch_s"], 3.0 if p == 200 else 1.0))
     return out
 
 
@@ -472,7 +503,8 @@ def run_tasks_suite(spark, k, ns, workdir: str, event_dir: str | None, say,
     meter = None
     if event_dir:
         meter = CpuMeter(int(spark._jvm.java.lang.ProcessHandle.current().pid()), broker_pids or [])
-    systems = [s for s in SYSTEMS if not (ns.skip_builtin and s == "builtin")]
+    systems = [s for s in SYSTEMS if not (ns.skip_builtin and s == "builtin")
+               and not (s == "txkafka_exactly_once_wire" and not getattr(ns, "wire_producer", False))]
     batch_rows, batches = ns.tasks_batch_rows, ns.tasks_batches
     rows = batch_rows * (batches + 1)  # the first batch of each query is not timed
     say(f"tasks suite: filling its input, {rows} records of 100 B over 4 partitions "
@@ -591,6 +623,14 @@ def report_lines(tasks: dict[str, Any]) -> list[str]:
         r_drain = f"{eos / s['drain']['batch_s']:.2f}" if eos and "drain" in s else ""
         r_built = f"{eos / s['builtin']['batch_s']:.2f}" if eos and "builtin" in s else ""
         lines.append(f"| {point['tasks']} | " + " | ".join(cells) + f" | {r_drain} | {r_built} |")
+    commits = [(point["tasks"], LABELS[x], v) for point in tasks["points"]
+               for x, v in point["systems"].items() if "commit_end_txn_ms" in v]
+    if commits:
+        lines += ["", "The driver's commit of an exactly_once batch, medians (ms; from the sink's "
+                  "commit log):", "", "| P tasks | system | DescribeTransactions + decision | "
+                  "EndTxn, pipelined per coordinator |", "|---|---|---|---|"]
+        lines += [f"| {p} | {label} | {v.get('commit_validate_and_decide_ms', float('nan')):.0f} | "
+                  f"{v['commit_end_txn_ms']:.0f} |" for p, label, v in commits]
     for p, per_system in (tasks.get("trace") or {}).items():
         lines += ["", f"Write-stage tasks at {p} tasks, medians (ms):", "",
                   "| system | " + " | ".join(h for _, h in _TRACE_COLUMNS) + " |",

@@ -228,7 +228,7 @@ class Campaign:
                  final_timeout: float = 420.0, records_per_txn: int = 50,
                  feed_interval_s: float = 0.3, transaction_timeout_ms: int = 0,
                  input_partitions: int = 3, output_partitions: int = 3,
-                 batch_deltas: tuple[int, ...] = (1, 2, 3),
+                 batch_deltas: tuple[int, ...] = (1, 2, 3), producer: str = "librdkafka",
                  log: Callable[[str], None] = _stderr) -> None:
         if mode not in ("map", "aggregate"):
             raise ValueError(f"mode must be map or aggregate, got {mode!r}")
@@ -256,7 +256,9 @@ class Campaign:
         for d in (self.markers, self.logs):
             d.mkdir(parents=True, exist_ok=True)
         brokers = len(kafka.cluster.node_infos) if kafka.cluster is not None else 1
-        self.result = CampaignResult(name, mode, transaction_version, brokers, self.spark.kind)
+        self.result = CampaignResult(name, mode, transaction_version, brokers, self.spark.kind,
+                                     producer=producer)
+        self.producer = producer  # the sink's producer option (librdkafka or txkafka's own)
         self.input_partitions = input_partitions
         self.output_partitions = output_partitions
         self.records_per_txn = records_per_txn
@@ -339,7 +341,7 @@ class Campaign:
                 str(self.trigger_ms), "--max-offsets", str(self.max_offsets), "--master",
                 self.spark.master, "--timeout", str(int(timeout or self.round_timeout + 60)),
                 "--spark-conf", "spark.sql.streaming.minBatchesToRetain=100000",
-                *self.layout.args]
+                "--producer", self.producer, *self.layout.args]
         if self.savepoint is not None:
             # Read by the checkpoint's first run only; a restart resumes from its checkpoint.
             args += ["--savepoint", str(self.savepoint)]

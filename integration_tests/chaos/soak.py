@@ -83,6 +83,13 @@ def choose_operator_step(rng: random.Random, campaign: Campaign) -> Crash:
     return Crash("savepoint", rng.choice([None, *kill_points]))
 
 
+def campaign_producer(choice: str, n: int) -> str:
+    """The sink's producer of campaign ``n`` (1-based) under ``--producer``."""
+    if choice == "both":
+        return "librdkafka" if n % 2 else "txkafka"
+    return choice
+
+
 def choose_crash(rng: random.Random, campaign: Campaign, cluster_nodes: int) -> Crash:
     """A random crash that can happen in this campaign's set-up (a kill in an executor would take
     the standalone worker down with it, so task-side kills are local-mode only), or now and then
@@ -213,10 +220,12 @@ def run_soak(args: argparse.Namespace) -> int:
             spark = SparkTarget.on_cluster(clusters.spark) if spark_kind == "standalone" \
                 else SparkTarget()
             workdir = root / f"campaign{n:03d}"
-            campaign = Campaign(f"soak{n:03d}-{mode}-{cluster_name}-{spark_kind}", kafka, mode,
+            producer = campaign_producer(args.producer, n)
+            campaign = Campaign(f"soak{n:03d}-{mode}-{cluster_name}-{spark_kind}"
+                                + ("-wire" if producer == "txkafka" else ""), kafka, mode,
                                 workdir, spark=spark, seed=rng.randrange(1 << 30),
                                 transaction_version=2 if cluster_name == "tv2" else 0,
-                                round_timeout=args.round_timeout)
+                                round_timeout=args.round_timeout, producer=producer)
             summary.campaigns.append(campaign.result)
             running = (campaign, campaign.result)
             left = args.rounds - _verified_rounds(summary)
@@ -266,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="where clusters, checkpoints and logs go (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep clusters and every campaign's logs")
     p.add_argument("--round-timeout", type=float, default=300.0)
+    p.add_argument("--producer", choices=["librdkafka", "txkafka", "both"], default="librdkafka",
+                   help="the sink's producer option in every campaign; both: alternating by "
+                        "campaign number (the crash draws do not depend on it)")
     p.add_argument("--max-hours", type=float, default=0.0, help="stop starting campaigns after")
     p.add_argument("--resume", action="store_true",
                    help="keep the campaigns already in --out (same seed) and add rounds until "

@@ -89,6 +89,7 @@ class CampaignResult:
     transaction_version: int
     brokers: int
     spark: str                                   # "local" or "standalone"
+    producer: str = "librdkafka"                 # the sink's producer option
     rounds_planned: int = 0                      # rounds the campaign set out to run
     optional: dict[str, str] = field(default_factory=dict)  # crash target -> why it may miss
     rounds: list[RoundRecord] = field(default_factory=list)
@@ -371,7 +372,9 @@ class ChaosSummary:
         for c in self.campaigns:
             lines.append(
                 f"  - {c.name}: {'ok' if c.ok else 'FAILED'} {c.mode} tv{c.transaction_version} "
-                f"{c.brokers} broker(s) {c.spark}: {len(c.rounds)} rounds, "
+                f"{c.brokers} broker(s) {c.spark}"
+                + (f" producer={c.producer}" if c.producer != "librdkafka" else "")
+                + f": {len(c.rounds)} rounds, "
                 f"{c.records_verified} records, {c.batches} batches, {c.seconds:.0f}s")
             lines += [f"      {p}" for p in t["campaign_problems"].get(c.name, [])]
         return "\n".join(lines)
