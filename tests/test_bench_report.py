@@ -153,3 +153,14 @@ def test_report_states_the_python_start_up_setting():
     m["spark_python_imports_pyspark_from"] = "/v/pyspark/python/lib/pyspark.zip/pyspark/__init__.py"
     assert pyspark_bytecode_setting(m) == "disabled"
     assert "pyspark-home" in pyspark_bytecode_setting({**m, "spark_home": "/c/spark-home"})
+
+
+def test_spark_conf_pairs_parse_key_value_and_refuse_the_rest():
+    import pytest
+
+    from txkafka.bench import spark_conf_pairs
+
+    assert spark_conf_pairs(["spark.python.unix.domain.socket.enabled=true", "a.b=c=d"]) == {
+        "spark.python.unix.domain.socket.enabled": "true", "a.b": "c=d"}
+    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+        spark_conf_pairs(["spark.sql.shuffle.partitions"])

@@ -86,6 +86,12 @@ class BenchKafka:
         self.created.append(name)
         return name
 
+    def drop(self, name: str) -> None:
+        """Delete one checked output now (best effort): big topics (the size runs' 500
+        partitions, 1 MB records) would otherwise pile up on the one broker run after run."""
+        if kafka_admin.delete_topics(self.conf, [name]).get(name) is None:
+            self.created.remove(name)
+
     def delete_created(self) -> None:
         """Best effort: a failed delete leaves a topic behind, never fails the run."""
         if not self.created:
@@ -298,6 +304,18 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
 
 # ----------------------------------------------------------------------------- Spark runs
 
+def spark_conf_pairs(pairs: list[str]) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` arguments as a dict; a pair without '=' is refused by name."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--spark-conf {pair!r}: expected KEY=VALUE, e.g. "
+                             "spark.python.unix.domain.socket.enabled=true")
+        out[key.strip()] = value
+    return out
+
+
 def spark_session(builtin: bool, master: str, conf: dict[str, str] | None = None):
     import pyspark
 
@@ -434,6 +452,8 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
     k.wait_visible(f"sink {sink}", out, rows)
     elapsed = time.monotonic() - started
     k.check_output(f"sink {sink}", out, rows)
+    if big or partitions > 16:
+        k.drop(out)
     return rows / elapsed
 
 
@@ -656,7 +676,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
                    "sink_value_bytes": ns.sink_value_bytes, "sink_partitions": ns.sink_partitions,
                    "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto"),
-                   "wire_producer": bool(getattr(ns, "wire_producer", False))},
+                   "wire_producer": bool(getattr(ns, "wire_producer", False)),
+                   "spark_conf": spark_conf_pairs(getattr(ns, "spark_conf", None) or [])},
     }
     say(f"Python start-up: pyspark-bytecode {pyspark_bytecode_setting(result['machine'])} (Spark's "
         f"Python processes import pyspark from {result['machine']['spark_python_imports_pyspark_from']})")
@@ -672,6 +693,7 @@ def run_bench(ns: argparse.Namespace) -> int:
                 conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": event_dir,
                         "spark.eventLog.compress": "false",
                         "spark.eventLog.rolling.enabled": "false"}
+            conf.update(spark_conf_pairs(getattr(ns, "spark_conf", None) or []))
             spark = spark_session(builtin=not ns.skip_builtin, master=ns.master, conf=conf)
         if set(ns.suites) - {"tasks"}:
             say(f"filling the input topic: {rows} records of 100 B over 4 partitions")
@@ -1093,6 +1115,8 @@ def register_cli(sub) -> None:
     p.add_argument("--latency-seconds", type=float, default=40.0)
     p.add_argument("--latency-rate", type=int, default=2000, help="records/s fed in latency runs")
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
+                   help="a Spark setting of the benchmark's session (repeatable)")
     p.add_argument("--skip-builtin", action="store_true", help="no Spark built-in connector runs")
     p.add_argument("--fetcher", choices=["auto", "wire", "librdkafka"], default="auto",
                    help="the txkafka readers' fetcher option (how executors read)")

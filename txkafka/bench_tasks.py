@@ -669,14 +669,14 @@ def chart(tasks: dict[str, Any], out: str) -> None:
     left.set_ylabel(f"s per {tasks['batch_rows']:,}-row batch (addBatch, median)")
     left.set_title("cost of a micro-batch against its write tasks")
     left.legend(fontsize=8)
-    for base, target, style in (("drain", 1.1, "-"), ("builtin", None, "--")):
-        if base not in tasks["systems"] or "txkafka_exactly_once" not in tasks["systems"]:
-            continue
-        right.plot(xs, [p["systems"]["txkafka_exactly_once"]["batch_s"]
-                        / p["systems"][base]["batch_s"] for p in tasks["points"]],
-                   marker="o", ls=style, label=f"exactly_once / {LABELS[base]}")
-        if target:
-            right.axhline(target, color="grey", lw=0.8, ls=":")
+    for eos, color in (("txkafka_exactly_once", "#8a4fbf"), ("txkafka_exactly_once_wire", "#8c564b")):
+        for base, style in (("drain", "-"), ("builtin", "--")):
+            if base not in tasks["systems"] or eos not in tasks["systems"]:
+                continue
+            right.plot(xs, [p["systems"][eos]["batch_s"] / p["systems"][base]["batch_s"]
+                            for p in tasks["points"]], marker="o", ls=style, color=color,
+                       label=f"{LABELS[eos].removeprefix('txkafka ')} / {LABELS[base]}")
+    right.axhline(1.1, color="grey", lw=0.8, ls=":")  # the target against the drain-only writer
     right.set_xscale("log", base=2)
     right.set_xticks(xs, [str(x) for x in xs])
     right.set_xlabel("write tasks per batch (P)")
