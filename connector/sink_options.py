@@ -7,6 +7,7 @@ before any transaction opens.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from typing import Mapping
 from .errors import KafkaConfigError
 from .kafka_config import describe_config, kafka_client_config
 from .option_names import WRITER, check_option_names
+
+log = logging.getLogger("txkafka.writer")
 
 DEFAULT_PREFIX = "txkafka"
 # librdkafka's own default; the broker caps it with transaction.max.timeout.ms (15 min default).
@@ -172,12 +175,12 @@ class SinkConfig:
         )
 
 
-PRODUCERS = ("librdkafka", "txkafka")
+PRODUCERS = ("librdkafka", "txkafka", "auto")
 
 # kafka.* settings txkafka's own producer applies, besides the connection's (security.protocol and
 # the ssl.*/sasl.* settings broker_connection.SecurityConfig reads, as the reader's own fetch and
 # the driver's commit client do). Every other librdkafka setting is refused with producer=txkafka
-# rather than dropped.
+# rather than dropped (and makes producer=auto write with librdkafka).
 WIRE_PRODUCER_KEYS = frozenset({
     "bootstrap.servers", "client.id", "security.protocol",
     "compression.type", "compression.codec", "compression.level",
@@ -224,18 +227,47 @@ def wire_producer_unsupported(conf: Mapping[str, str]) -> str | None:
                              if k not in ("client.rack", "check.crcs")})
 
 
+_AUTO_LOGGED: set[str] = set()
+
+
 def _parse_producer(options: Mapping[str, str], kafka: Mapping[str, str]) -> str:
-    """``producer``: ``librdkafka`` (default: confluent-kafka's producer) or ``txkafka`` (Arrow
-    columns encoded into record batches and sent over txkafka's own connections)."""
+    """``producer``: ``librdkafka`` (default: confluent-kafka's producer), ``txkafka`` (Arrow
+    columns encoded into record batches and sent over txkafka's own connections) or ``auto``
+    (``txkafka`` unless a kafka.* setting needs librdkafka's producer). Returns the producer the
+    tasks use: ``librdkafka`` or ``txkafka``, decided once on the driver."""
     raw = _get(options, "producer") or "librdkafka"
     choice = raw.strip().lower()
     if choice not in PRODUCERS:
         raise KafkaConfigError(
             f"option 'producer' must be one of {', '.join(PRODUCERS)}, got {raw!r}")
+    if choice == "librdkafka":
+        return choice
+    why = wire_producer_unsupported(kafka)
     if choice == "txkafka":
-        why = wire_producer_unsupported(kafka)
         if why is not None:
             raise KafkaConfigError(
                 f"option 'producer' is 'txkafka', but {why}; drop that setting, or set producer "
-                "to 'librdkafka', whose producer applies it")
-    return choice
+                "to 'librdkafka', whose producer applies it ('auto' picks it for such "
+                "settings)")
+        return choice
+    if why is None:
+        why = _login_unsupported(kafka)
+    if why is None:
+        return "txkafka"
+    if why not in _AUTO_LOGGED:  # once per process: the driver plans every batch with this
+        _AUTO_LOGGED.add(why)
+        log.info("producer=auto writes with librdkafka: %s", why)
+    return "librdkafka"
+
+
+def _login_unsupported(kafka: Mapping[str, str]) -> str | None:
+    """Why txkafka's connections cannot log in with these settings (an OAUTHBEARER token source
+    they lack, ...), or None. The exactly-once sink's commit client refuses them at start anyway;
+    an at-least-once sink then writes with librdkafka."""
+    from .broker_connection import SecurityConfig
+
+    try:
+        SecurityConfig.from_kafka_config(kafka)
+    except KafkaConfigError as e:
+        return str(e)
+    return None

@@ -1,9 +1,10 @@
 """The sink's ``producer`` option: which kafka.* settings txkafka's own producer applies, which it
-refuses (naming them, and librdkafka's producer that applies them).
+refuses (naming them, and librdkafka's producer that applies them), and what ``auto`` picks.
 No broker: the producer's requests go to a fake link."""
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -72,6 +73,34 @@ def test_txkafka_refuses_what_it_would_ignore_and_names_the_producer_that_applie
         _cfg("txkafka", **extra)
     assert "set producer to 'librdkafka'" in str(info.value)
     assert _cfg("librdkafka", **extra).producer == "librdkafka"  # which applies it
+
+
+# ------------------------------------------------------------------------------------- auto
+
+def test_auto_writes_with_txkafka_unless_a_setting_needs_librdkafka(caplog):
+    assert _cfg("auto").producer == "txkafka"
+    assert _cfg("auto", **UNSECURED_JWT).producer == "txkafka"
+    with caplog.at_level(logging.INFO, logger="txkafka.writer"):
+        assert _cfg("auto", **{"kafka.linger.ms": "20"}).producer == "librdkafka"
+        assert _cfg("auto", **{"kafka.linger.ms": "20"}).producer == "librdkafka"
+    said = [r.getMessage() for r in caplog.records if "producer=auto" in r.getMessage()]
+    assert len(said) == 1 and "kafka.linger.ms" in said[0]  # once per process, not per batch
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_auto_leaves_a_login_txkafka_cannot_do_to_librdkafka(guarantee):
+    # OAUTHBEARER from cloud metadata: librdkafka's only. The exactly-once sink's commit client
+    # refuses it at start whichever producer the tasks use.
+    cfg = _cfg("auto", deliveryGuarantee=guarantee, **{
+        "kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER",
+        "kafka.sasl.oauthbearer.method": "oidc",
+        "kafka.sasl.oauthbearer.metadata.authentication.type": "azure_imds"})
+    assert cfg.producer == "librdkafka"
+
+
+def test_an_unknown_producer_is_refused():
+    with pytest.raises(KafkaConfigError, match="one of librdkafka, txkafka, auto, got 'java'"):
+        _cfg("java")
 
 
 def test_txkafka_s_login_is_checked_at_start_for_at_least_once_too():
