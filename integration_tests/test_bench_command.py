@@ -153,5 +153,7 @@ def test_bench_endurance_samples_resources_and_checks_every_record(kafka, tmp_pa
     assert last["jvm_rss_mb"] > 0 and last["py_processes"] >= 1 and last["commit_log_files"] > 0
     assert max(s["txn_ids"] for s in r["samples"]) > 0  # the sink's ids, seen on the broker
     assert r["visibility"] and "jvm_rss_mb" in r["slopes"]
+    assert r["startup"]["seconds"] > 0 and r["startup"]["records"] > 0  # the hour starts caught up
+    assert any(s.get("jvm_heap_floor_mb", 0) > 0 for s in r["samples"])
     assert (out / "endurance.png").stat().st_size > 0
     assert "0 duplicates, 0 missing" in proc.stdout

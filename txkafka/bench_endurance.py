@@ -7,9 +7,12 @@ Kafka -> txkafka source -> txkafka sink (exactly_once) at a steady input rate on
 driver JVM's and the Python processes' memory, open files and threads, the sink's commit log
 (files, bytes) and the sink's transactional ids the brokers know; a read_committed consumer stamps
 each output record's visibility delay and checks that every input record arrives exactly once.
-The result is the slope of each resource per hour (least squares after the warm-up) and the p99
-visibility of each 10-minute window: a leak shows as a slope, a slowdown as a later window's
-p99. JSON + a PNG chart under ``--out``.
+The hour starts once the stream has caught up with what was sent while the query started (the
+start-up is reported on its own). The result is the slope of each resource per hour (least
+squares after the warm-up) and the p99 visibility of each 10-minute window: a leak shows as a
+slope, a slowdown as a later window's p99. The checker keeps a bit per record and a delay
+histogram per window, so its own memory does not grow with the records (the driver's Python
+process is one of the series). JSON + a PNG chart under ``--out``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ from .kafka_admin import QUIET as _quiet
 # What the run samples, by group: (label, unit).
 SERIES = {
     "jvm_rss_mb": ("driver JVM resident memory", "MB"),
+    # Resident memory follows the heap the JVM commits (it grows and gives back in steps); the
+    # heap in use at its lowest in each sample interval (just after a collection) is the live set.
+    "jvm_heap_floor_mb": ("driver JVM heap in use, lowest per interval", "MB"),
     "jvm_fds": ("driver JVM open files", "files"),
     "jvm_threads": ("driver JVM threads", "threads"),
     "py_rss_mb": ("Spark's Python processes, resident memory", "MB"),
@@ -46,6 +52,9 @@ SERIES = {
     "txn_ids": ("the sink's transactional ids known to the brokers", "ids"),
 }
 WINDOW_S = 600.0  # visibility percentiles per 10 minutes (shorter runs: a sixth of the run)
+BUCKET_S = 0.01   # delay histogram resolution
+BUCKETS = 12_000  # ... up to 120 s; longer delays are kept one by one
+STARTUP_LIMIT_S = 600.0  # the stream must catch up with its input within this
 
 
 # ----------------------------------------------------------------------------- process meters
@@ -166,36 +175,69 @@ def percentile(xs: list[float], p: float) -> float:
     return ys[min(len(ys) - 1, int(p * len(ys)))]
 
 
-def visibility_windows(stamps: array, delays: array, start: float, end: float,
-                       window_s: float) -> list[dict[str, float]]:
-    """p50/p99/max visibility delay of the records sent in each window of the run."""
+class DelayHistogram:
+    """Visibility delays of one window in 10 ms buckets (up to 120 s, the rest kept exactly):
+    constant memory however many records, percentiles to the bucket's upper edge."""
+
+    def __init__(self) -> None:
+        self.counts = array("q", bytes(8 * BUCKETS))
+        self.over: list[float] = []
+        self.n = 0
+        self.max = 0.0
+
+    def add(self, delay: float) -> None:
+        self.n += 1
+        self.max = max(self.max, delay)
+        b = int(max(delay, 0.0) / BUCKET_S)
+        if b < BUCKETS:
+            self.counts[b] += 1
+        else:
+            self.over.append(delay)
+
+    def percentile(self, p: float) -> float:
+        rank = min(self.n - 1, int(p * self.n))  # as percentile(): the element at that rank
+        seen = 0
+        for b, c in enumerate(self.counts):
+            seen += c
+            if seen > rank:
+                return min((b + 1) * BUCKET_S, self.max)
+        return sorted(self.over)[rank - seen]
+
+
+def visibility_windows(hists: dict[int, DelayHistogram], window_s: float,
+                       seconds: float) -> list[dict[str, float]]:
+    """p50/p99/max visibility delay of the records sent in each window of the measured run."""
     out = []
-    w0 = start
-    while w0 < end - 1e-9:
-        w1 = min(w0 + window_s, end)
-        ds = [d for s, d in zip(stamps, delays) if w0 <= s < w1]
-        if ds:
-            out.append({"from_s": round(w0 - start, 1), "to_s": round(w1 - start, 1),
-                        "records": len(ds), "p50": round(percentile(ds, 0.5), 3),
-                        "p99": round(percentile(ds, 0.99), 3), "max": round(max(ds), 3)})
-        w0 = w1
+    for w in sorted(hists):
+        h = hists[w]
+        if h.n:
+            out.append({"from_s": round(w * window_s, 1),
+                        "to_s": round(min((w + 1) * window_s, max(seconds, w * window_s)), 1),
+                        "records": h.n, "p50": round(h.percentile(0.5), 3),
+                        "p99": round(h.percentile(0.99), 3), "max": round(h.max, 3)})
     return out
 
 
 # ----------------------------------------------------------------------------- the run
 
 class _Output:
-    """The read_committed consumer: each record's delay, and exactly-once by key (a bitmap)."""
+    """The read_committed consumer: exactly-once by key (a bit per record) and each record's
+    delay in the histogram of the window it was sent in (sent before the measured hour: the
+    start-up's)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, window_s: float) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
         self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"endur-{uuid.uuid4()}",
                            "isolation.level": "read_committed", "logger": _quiet})
         self.c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        self.seen = bytearray(1 << 20)
+        self.seen = bytearray(1 << 17)
         self.received = self.duplicates = 0
-        self.stamps, self.delays = array("d"), array("d")
+        self.window_s = window_s
+        self.measured_from: float | None = None  # set when the hour starts
+        self.last_window = 0                     # ... with the index of its last window
+        self.startup = DelayHistogram()
+        self.windows: dict[int, DelayHistogram] = {}
 
     def poll(self, timeout: float) -> None:
         for m in self.c.consume(5000, timeout):
@@ -203,19 +245,51 @@ class _Output:
                 continue
             now = time.time()
             i = int(m.key())
-            if i >= len(self.seen):
-                self.seen.extend(bytearray(max(len(self.seen), i + 1 - len(self.seen))))
-            if self.seen[i]:
+            byte, bit = i >> 3, 1 << (i & 7)
+            if byte >= len(self.seen):
+                self.seen.extend(bytes(max(len(self.seen), byte + 1 - len(self.seen))))
+            if self.seen[byte] & bit:
                 self.duplicates += 1
                 continue
-            self.seen[i] = 1
+            self.seen[byte] |= bit
             self.received += 1
             stamp = float(m.value())
-            self.stamps.append(stamp)
-            self.delays.append(now - stamp)
+            if self.measured_from is None or stamp < self.measured_from:
+                self.startup.add(now - stamp)
+            else:
+                w = min(int((stamp - self.measured_from) // self.window_s), self.last_window)
+                self.windows.setdefault(w, DelayHistogram()).add(now - stamp)
 
     def missing(self, sent: int) -> int:
-        return sent - sum(self.seen[:sent])
+        whole, rest = divmod(sent, 8)
+        got = int.from_bytes(self.seen[:whole], "little").bit_count()
+        if rest and whole < len(self.seen):
+            got += (self.seen[whole] & ((1 << rest) - 1)).bit_count()
+        return sent - got
+
+
+class _HeapFloor:
+    """The driver JVM's heap in use (Runtime total - free, through py4j) once a second, and its
+    lowest value since the last sample: just after a collection, the live set."""
+
+    def __init__(self, spark) -> None:
+        self.runtime = spark._jvm.java.lang.Runtime.getRuntime()
+        self.low: float | None = None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="endurance-heap", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(1.0):
+            try:
+                used = (self.runtime.totalMemory() - self.runtime.freeMemory()) / 2**20
+            except Exception:  # noqa: BLE001 - the JVM is stopping
+                return
+            self.low = used if self.low is None else min(self.low, used)
+
+    def take(self) -> float | None:
+        low, self.low = self.low, None
+        return None if low is None else round(low, 1)
 
 
 def run(ns: argparse.Namespace) -> dict[str, Any]:
@@ -273,15 +347,34 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         if p.flush(60):
             raise RuntimeError("the feeder could not deliver its last records")
 
-    output = _Output(bootstrap, out, ns.partitions)
-    txns = TransactionClient({"bootstrap.servers": bootstrap}, timeout=30)
-    samples: list[dict[str, float]] = []
     seconds = ns.minutes * 60.0
+    window = min(WINDOW_S, seconds / 6)
+    output = _Output(bootstrap, out, ns.partitions, window)
+    txns = TransactionClient({"bootstrap.servers": bootstrap}, timeout=30)
+    heap = _HeapFloor(spark)
+    samples: list[dict[str, float]] = []
     feeder = threading.Thread(target=feed, name="endurance-feeder", daemon=True)
-    started = time.time()
+    feed_started = time.time()
     feeder.start()
-    next_sample = started
     try:
+        # The start-up: the query's first batches (planner and sink processes, producers, the
+        # coordinators) while the feed runs. The hour starts once the output is within two
+        # triggers of the input.
+        lag_ok = ns.rate * (2 * ns.trigger_s + 1)
+        while not (output.received and output.received >= sent[0] - lag_ok):
+            output.poll(0.2)
+            if q.exception() is not None or not q.isActive:
+                raise RuntimeError(f"the query stopped while starting: {q.exception()}")
+            if time.time() - feed_started > STARTUP_LIMIT_S:
+                raise RuntimeError(f"the stream did not catch up with its input within "
+                                   f"{STARTUP_LIMIT_S:.0f} s ({output.received:,} of "
+                                   f"{sent[0]:,} records visible)")
+        started = time.time()
+        output.measured_from = started
+        output.last_window = max(0, int(-(-seconds // window)) - 1)
+        say(f"caught up after {started - feed_started:.0f} s of start-up; the measured "
+            f"{ns.minutes:g} min start now")
+        next_sample = started
         while time.time() - started < seconds:
             output.poll(0.2)
             if q.exception() is not None or not q.isActive:
@@ -289,6 +382,9 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                                    f"{q.exception()}")
             if time.time() >= next_sample:
                 samples.append(_sample(started, jvm, ck, txns, prefix))
+                low = heap.take()
+                if low is not None:
+                    samples[-1]["jvm_heap_floor_mb"] = low
                 next_sample += ns.sample_s
                 s = samples[-1]
                 say(f"  {s['t']:6.0f} s: {sent[0]:,} sent, {output.received:,} received, "
@@ -305,6 +401,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         output.poll(2.0)  # anything after the last expected record would be a duplicate
     finally:
         stop.set()
+        heap.stop.set()
         _stop_between_batches(q)
         spark.stop()
         output.c.close()
@@ -312,7 +409,6 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         if cluster is not None and not ns.keep_broker:
             cluster.destroy()
     missing = output.missing(sent[0])
-    window = min(WINDOW_S, seconds / 6)
     result = {
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "setup": {"minutes": ns.minutes, "rate": ns.rate, "trigger_s": ns.trigger_s,
@@ -322,7 +418,10 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         "records": {"sent": sent[0], "received": output.received,
                     "duplicates": output.duplicates, "missing": missing},
         "slopes": slopes(samples, warmup_s=min(300.0, seconds / 6)),
-        "visibility": visibility_windows(output.stamps, output.delays, started, ended, window),
+        "startup": {"seconds": round(started - feed_started, 1), "records": output.startup.n,
+                    "p99": round(output.startup.percentile(0.99), 3) if output.startup.n else None,
+                    "max": round(output.startup.max, 3)},
+        "visibility": visibility_windows(output.windows, window, ended - started),
         "samples": samples,
     }
     result["ok"] = bool(sent[0] and not output.duplicates and not missing and samples)
@@ -361,6 +460,11 @@ def report_markdown(r: dict[str, Any]) -> str:
         label, unit = SERIES[key]
         lines.append(f"| {label} | {v['first']:g} {unit} | {v['last']:g} {unit} | "
                      f"{v['per_hour']:+g} {unit} | {100 * v['relative_per_hour']:+.1f} % |")
+    st = r.get("startup")
+    if st:
+        lines += ["", f"Start-up before the measured run: {st['seconds']:g} s until the output "
+                  f"was within two triggers of the input ({st['records']:,} records sent "
+                  f"meanwhile, max delay {st['max']:.2f} s)."]
     lines += ["", "| window | records | p50 | p99 | max |", "|---|---|---|---|---|"]
     for w in r["visibility"]:
         lines.append(f"| {w['from_s'] / 60:.0f}-{w['to_s'] / 60:.0f} min | {w['records']:,} | "
@@ -374,7 +478,8 @@ def chart(r: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups = [("memory (MB)", ["jvm_rss_mb", "py_rss_mb", "driver_py_rss_mb"]),
+    groups = [("memory (MB)", ["jvm_rss_mb", "jvm_heap_floor_mb", "py_rss_mb",
+                               "driver_py_rss_mb"]),
               ("open files and threads", ["jvm_fds", "jvm_threads", "py_fds", "py_threads"]),
               ("checkpoint and brokers", ["commit_log_files", "checkpoint_files", "txn_ids"])]
     fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
