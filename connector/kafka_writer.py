@@ -37,7 +37,7 @@ from .kafka_config import RECONNECT_BACKOFF_MS
 from .kafka_error_codes import TOPIC_AUTHORIZATION_FAILED
 from .secrets_redaction import redact_text
 from .sink_commit_log import SinkCommitLog
-from .sink_options import SinkConfig
+from .sink_options import SinkConfig, delivery_timeout_ms
 
 log = logging.getLogger(__name__)
 
@@ -690,10 +690,8 @@ class KafkaWriter(TaskAttempt):
 def _room_timeout_s(cfg: SinkConfig) -> float:
     """How long a record may wait for room in librdkafka's queue: as long as a queued record may
     wait for delivery (message.timeout.ms, capped by the transaction timeout when exactly once)."""
-    timeout_ms = int(cfg.kafka.get("message.timeout.ms", 300_000))
-    if cfg.exactly_once:
-        timeout_ms = min(timeout_ms, cfg.transaction_timeout_ms)
-    return timeout_ms / 1000.0
+    return delivery_timeout_ms(cfg.kafka, cfg.transaction_timeout_ms if cfg.exactly_once
+                               else None) / 1000.0
 
 
 def _written_partitions(stats: dict) -> dict[str, list[int]]:

@@ -7,6 +7,8 @@ before any transaction opens.
 
 from __future__ import annotations
 
+import logging
+import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -15,6 +17,8 @@ from typing import Mapping
 from .errors import KafkaConfigError
 from .kafka_config import describe_config, kafka_client_config
 from .option_names import WRITER, check_option_names
+
+log = logging.getLogger("txkafka.writer")
 
 DEFAULT_PREFIX = "txkafka"
 # librdkafka's own default; the broker caps it with transaction.max.timeout.ms (15 min default).
@@ -65,6 +69,21 @@ def _positive_int(options: Mapping[str, str], name: str, default: int, *, minimu
     if value < minimum:
         raise KafkaConfigError(f"option '{shown}' must be >= {minimum}, got {value}")
     return value
+
+
+def delivery_timeout_ms(conf: Mapping[str, object],
+                        transaction_timeout_ms: int | None = None) -> float:
+    """How long a record may wait for its delivery, in ms: kafka.message.timeout.ms (or
+    delivery.timeout.ms; librdkafka's default 300000, and its 0 means no limit: ``math.inf``),
+    capped by ``transaction_timeout_ms`` when the record is in a transaction, which it must not
+    outlive. One rule for both producers."""
+    raw = conf.get("message.timeout.ms", conf.get("delivery.timeout.ms"))
+    ms = float(int(str(raw).strip())) if raw is not None else 300_000.0
+    if ms <= 0:
+        ms = math.inf
+    if transaction_timeout_ms is not None:
+        ms = min(ms, float(transaction_timeout_ms))
+    return ms
 
 
 @dataclass(frozen=True)
@@ -156,11 +175,12 @@ class SinkConfig:
         )
 
 
-PRODUCERS = ("librdkafka", "txkafka")
+PRODUCERS = ("librdkafka", "txkafka", "auto")
 
-# kafka.* settings txkafka's own producer applies (besides the connection's: security.protocol,
-# ssl.*, sasl.*, which its connections apply as the reader's own fetch does). Every other
-# librdkafka setting is refused with producer=txkafka rather than dropped.
+# kafka.* settings txkafka's own producer applies, besides the connection's (security.protocol and
+# the ssl.*/sasl.* settings broker_connection.SecurityConfig reads, as the reader's own fetch and
+# the driver's commit client do). Every other librdkafka setting is refused with producer=txkafka
+# rather than dropped (and makes producer=auto write with librdkafka).
 WIRE_PRODUCER_KEYS = frozenset({
     "bootstrap.servers", "client.id", "security.protocol",
     "compression.type", "compression.codec", "compression.level",
@@ -168,7 +188,16 @@ WIRE_PRODUCER_KEYS = frozenset({
     "request.timeout.ms", "topic.metadata.propagation.max.ms",
     "acks", "request.required.acks",  # 'all' only, checked above
     "enable.ssl.certificate.verification",
+    # OAUTHBEARER token sources (connector/oauthbearer_token.py), outside the sasl.* names
+    "enable.sasl.oauthbearer.unsecure.jwt", "https.ca.location", "https.ca.pem",
 })
+
+# librdkafka settings whose one accepted value is what txkafka's own producer always does.
+_WIRE_PRODUCER_FIXED: dict[str, tuple[tuple[str, ...], str]] = {
+    "allow.auto.create.topics": (("false", "f", "0"), "it never creates topics"),
+    "partitioner": (("murmur2_random",), "it places records as murmur2_random does (Java's "
+                                         "placement: murmur2 of the key, null keys sticky)"),
+}
 
 
 def wire_producer_unsupported(conf: Mapping[str, str]) -> str | None:
@@ -178,25 +207,67 @@ def wire_producer_unsupported(conf: Mapping[str, str]) -> str | None:
     for key in sorted(conf):
         if key in WIRE_PRODUCER_KEYS or key.startswith(("ssl.", "sasl.")):
             continue
+        if key in _WIRE_PRODUCER_FIXED:
+            values, what = _WIRE_PRODUCER_FIXED[key]
+            if str(conf[key]).strip().lower() in values:
+                continue
+            return (f"kafka.{key}={conf[key]!r} is set: txkafka's own producer does not apply it "
+                    f"({what})")
         return (f"kafka.{key} is set: txkafka's own producer does not apply it (it sends a "
                 "partition's batch when it is full, kafka.batch.size, or at the task's end, with "
                 "its own connections and retries)")
+    codec = str(conf.get("compression.type", conf.get("compression.codec", ""))).strip().lower()
+    level = str(conf.get("compression.level", "-1")).strip()
+    if codec == "lz4" and level.lstrip("-").isdigit() and int(level) >= 3:
+        # librdkafka's levels 3-12 are LZ4HC; txkafka's LZ4 (independent blocks, as Kafka's Java
+        # reader needs) has the fast compressor only, librdkafka's -1 to 2.
+        return (f"kafka.compression.level={level} is set with lz4: txkafka's own producer "
+                "compresses LZ4 at librdkafka's default level only (-1 to 2, not LZ4HC)")
     return wire_unsupported({k: v for k, v in conf.items()
                              if k not in ("client.rack", "check.crcs")})
 
 
+_AUTO_LOGGED: set[str] = set()
+
+
 def _parse_producer(options: Mapping[str, str], kafka: Mapping[str, str]) -> str:
-    """``producer``: ``librdkafka`` (default: confluent-kafka's producer) or ``txkafka`` (Arrow
-    columns encoded into record batches and sent over txkafka's own connections)."""
+    """``producer``: ``librdkafka`` (default: confluent-kafka's producer), ``txkafka`` (Arrow
+    columns encoded into record batches and sent over txkafka's own connections) or ``auto``
+    (``txkafka`` unless a kafka.* setting needs librdkafka's producer). Returns the producer the
+    tasks use: ``librdkafka`` or ``txkafka``, decided once on the driver."""
     raw = _get(options, "producer") or "librdkafka"
     choice = raw.strip().lower()
     if choice not in PRODUCERS:
         raise KafkaConfigError(
             f"option 'producer' must be one of {', '.join(PRODUCERS)}, got {raw!r}")
+    if choice == "librdkafka":
+        return choice
+    why = wire_producer_unsupported(kafka)
     if choice == "txkafka":
-        why = wire_producer_unsupported(kafka)
         if why is not None:
             raise KafkaConfigError(
                 f"option 'producer' is 'txkafka', but {why}; drop that setting, or set producer "
-                "to 'librdkafka'")
-    return choice
+                "to 'librdkafka', whose producer applies it ('auto' picks it for such "
+                "settings)")
+        return choice
+    if why is None:
+        why = _login_unsupported(kafka)
+    if why is None:
+        return "txkafka"
+    if why not in _AUTO_LOGGED:  # once per process: the driver plans every batch with this
+        _AUTO_LOGGED.add(why)
+        log.info("producer=auto writes with librdkafka: %s", why)
+    return "librdkafka"
+
+
+def _login_unsupported(kafka: Mapping[str, str]) -> str | None:
+    """Why txkafka's connections cannot log in with these settings (an OAUTHBEARER token source
+    they lack, ...), or None. The exactly-once sink's commit client refuses them at start anyway;
+    an at-least-once sink then writes with librdkafka."""
+    from .broker_connection import SecurityConfig
+
+    try:
+        SecurityConfig.from_kafka_config(kafka)
+    except KafkaConfigError as e:
+        return str(e)
+    return None

@@ -46,14 +46,15 @@ _VERIFYING_ADD_PARTITIONS_VERSION = 4
 
 def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30.0) -> None:
     key = (tuple(sorted(cfg.kafka.items())), cfg.topic, cfg.transaction_timeout_ms, cfg.exactly_once,
-           cfg.transactional_id_prefix)
+           cfg.transactional_id_prefix, cfg.producer)
     with _LOCK:
         if key in _DONE:
             return
     check_producer_config(cfg)
-    if cfg.exactly_once:
-        # The driver's commit client logs in by itself: settings it cannot use (a SASL mechanism
-        # or an OAUTHBEARER token source it lacks) fail here, before the cluster is contacted.
+    if cfg.exactly_once or cfg.producer == "txkafka":
+        # The driver's commit client and txkafka's own producer log in by themselves: settings
+        # they cannot use (a SASL mechanism or an OAUTHBEARER token source they lack) fail here,
+        # before the cluster is contacted, not in every task.
         SecurityConfig.from_kafka_config(cfg.kafka)
     _check_cluster(cfg, timeout_s)
     with _LOCK:

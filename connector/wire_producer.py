@@ -71,6 +71,7 @@ from .kafka_error_codes import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from .kafka_wire import ProtocolError, Reader, Writer
+from .sink_options import delivery_timeout_ms
 from .record_batch_encoder import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -378,22 +379,22 @@ class WireProducer:
 
     def __init__(self, conf: Mapping[str, object], *, transactional_id: str | None = None,
                  transaction_timeout_ms: int = 60_000, link: ClusterLink | None = None,
-                 where: str = "writing") -> None:
+                 where: str = "writing", timeout_s: float | None = None) -> None:
+        """``timeout_s``: how long InitProducerId and AddPartitionsToTxn are retried (the sink's
+        commitTimeoutMs; default the link's)."""
         self.conf = dict(conf)
         self.link = link if link is not None else link_for(conf)
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.where = where
+        self.timeout_s = self.link.timeout_s if timeout_s is None else timeout_s
         self.codec = codec_from_config(conf)
         level = conf.get("compression.level")
         self.level = int(str(level)) if level is not None else None
         self.batch_bytes = int(str(conf.get("batch.size", DEFAULT_BATCH_BYTES)))
         self.max_bytes = int(str(conf.get("message.max.bytes", DEFAULT_MAX_MESSAGE_BYTES)))
-        timeout_ms = int(str(conf.get("message.timeout.ms", conf.get("delivery.timeout.ms",
-                                                                     300_000))))
-        if transactional_id is not None:
-            timeout_ms = min(timeout_ms, transaction_timeout_ms)
-        self.delivery_timeout_s = timeout_ms / 1000.0
+        self.delivery_timeout_s = delivery_timeout_ms(
+            conf, transaction_timeout_ms if transactional_id is not None else None) / 1000.0
         self.request_timeout_ms = int(str(conf.get("request.timeout.ms", 30_000)))
         self.producer_id = -1
         self.producer_epoch = -1
@@ -428,7 +429,7 @@ class WireProducer:
 
     def _init_producer_id(self, tid: str | None) -> tuple[int, int]:
         where = f"starting transaction {tid}" if tid else f"{self.where}: InitProducerId"
-        deadline = time.monotonic() + self.link.timeout_s
+        deadline = time.monotonic() + self.timeout_s
         backoff = 0.01
         refresh = False
         failure = ""
@@ -551,7 +552,7 @@ class WireProducer:
         for t, p in new:
             by_topic.setdefault(t, []).append(p)
         topics = sorted(by_topic.items())
-        deadline = time.monotonic() + self.link.timeout_s
+        deadline = time.monotonic() + self.timeout_s
         backoff = 0.005
         refresh = False
         while True:

@@ -91,7 +91,8 @@ class WireKafkaWriter(TaskAttempt):
         self.producer = WireProducer(
             self.cfg.kafka, transactional_id=self.transactional_id,
             transaction_timeout_ms=self.cfg.transaction_timeout_ms,
-            link=link_for(self.cfg.kafka), where=self._where)
+            link=link_for(self.cfg.kafka), where=self._where,
+            timeout_s=self.cfg.commit_timeout_ms / 1000.0)
         self.producer.begin()
 
     def _send(self, batch: pa.RecordBatch) -> None:
