@@ -881,6 +881,7 @@ class Campaign:
             outcome += ", then killed (random time)"
         if self._rolled_back is not None:
             self._skip_round(driver, self._rolled_back, started, before, crash_ms)
+            before = self.commit_ids()  # one run, two records: the second is no recovery
         rec = self._step_round(f"relayout:{old.name}->{new.name}", started, committed_before,
                                before, crash_ms, outcome, asked=[], landed=landed,
                                expected=expected, observed=observed)
@@ -1170,8 +1171,11 @@ class Campaign:
         if new is None:
             return rec
         shown = shown or self._layout_shown(new, restored)
+        # The same run as the round just recorded: its commits are not a recovery of that
+        # round's crash, so the orphan check waits for the next run (commits as of now).
         return self._step_round(
-            f"relayout:{old.name}->{new.name}", started, committed_before, before, crash_ms,
+            f"relayout:{old.name}->{new.name}", started, committed_before, self.commit_ids(),
+            crash_ms,
             (f"continued: batch {shown[0]} decided with {shown[1]} task partitions ({new.name}, "
              f"before {old.name}), in the run of round {rec.number}" if shown else
              f"no batch decided with {new.name} in the run of round {rec.number}"),
