@@ -393,6 +393,8 @@ _SINKS: dict[str, tuple[str, dict[str, str]]] = {
     "txkafka_at_least_once": ("txkafka", {"deliveryGuarantee": "at_least_once"}),
     "builtin": ("kafka", {})}
 WIRE = "txkafka_exactly_once_wire"
+# The exactly_once systems and how ratios name them (the bench's and the tasks suite's).
+EOS_LABELS = {"txkafka_exactly_once": "exactly_once", WIRE: "exactly_once producer=txkafka"}
 
 
 def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdir: str,
@@ -648,6 +650,10 @@ def _median(xs: list[float]) -> float:
 def run_bench(ns: argparse.Namespace) -> int:
     from .embedded_kafka import EmbeddedKafka
 
+    # Checked before anything starts: a bad --spark-conf must not leave a broker running.
+    spark_conf = spark_conf_pairs(getattr(ns, "spark_conf", None) or [])
+    wire = [WIRE] if getattr(ns, "wire_producer", False) else []
+
     os.makedirs(ns.out, exist_ok=True)
     TXKAFKA_READ_OPTIONS.clear()
     if getattr(ns, "fetcher", "auto") != "auto":
@@ -676,8 +682,7 @@ def run_bench(ns: argparse.Namespace) -> int:
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
                    "sink_value_bytes": ns.sink_value_bytes, "sink_partitions": ns.sink_partitions,
                    "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto"),
-                   "wire_producer": bool(getattr(ns, "wire_producer", False)),
-                   "spark_conf": spark_conf_pairs(getattr(ns, "spark_conf", None) or [])},
+                   "wire_producer": bool(wire), "spark_conf": spark_conf},
     }
     say(f"Python start-up: pyspark-bytecode {pyspark_bytecode_setting(result['machine'])} (Spark's "
         f"Python processes import pyspark from {result['machine']['spark_python_imports_pyspark_from']})")
@@ -693,7 +698,7 @@ def run_bench(ns: argparse.Namespace) -> int:
                 conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": event_dir,
                         "spark.eventLog.compress": "false",
                         "spark.eventLog.rolling.enabled": "false"}
-            conf.update(spark_conf_pairs(getattr(ns, "spark_conf", None) or []))
+            conf.update(spark_conf)
             spark = spark_session(builtin=not ns.skip_builtin, master=ns.master, conf=conf)
         if set(ns.suites) - {"tasks"}:
             say(f"filling the input topic: {rows} records of 100 B over 4 partitions")
@@ -712,11 +717,11 @@ def run_bench(ns: argparse.Namespace) -> int:
             systems += [("read", "txkafka")] + ([] if ns.skip_builtin else [("read", "kafka")])
         if "write" in ns.suites:
             systems += [("write", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once",
-                                                "noop"] + ([WIRE] if getattr(ns, "wire_producer", False) else [])
+                                                "noop"] + wire
                         + ([] if ns.skip_builtin else ["builtin"])]
         if "sink" in ns.suites:
             systems += [("sink", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once"]
-                        + ([WIRE] if getattr(ns, "wire_producer", False) else [])
+                        + wire
                         + ([] if ns.skip_builtin else ["builtin"])]
             say(f"caching the sink suite's input: {rows} rows of {ns.sink_value_bytes:,} B in "
                 f"Spark, written to topics of {ns.sink_partitions} partitions")
@@ -884,8 +889,7 @@ def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
         add("txkafka exactly-once write in Spark (batch write, cached input) / plain producer",
             sink["txkafka_exactly_once"]["rows_s"] / ceiling["produce_rows_s"], 0.7)
     if "builtin" in sink:
-        for name, label in (("txkafka_exactly_once", "exactly_once"),
-                            (WIRE, "exactly_once producer=txkafka")):
+        for name, label in EOS_LABELS.items():
             if name in sink:
                 add(f"sink (batch write, cached input) {label} / built-in",
                     sink[name]["rows_s"] / sink["builtin"]["rows_s"], 1.2)

@@ -312,11 +312,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def tasks_ratios(tasks: dict[str, Any]) -> list[tuple[str, float, float]]:
     """(name, value, target) of the issue's targets: exactly_once against the drain-only writer at
     every P (<= 1.1), against the built-in sink at 200 tasks (<= 3.0) and at 4 or fewer (<= 1.0)."""
+    from .bench import EOS_LABELS
+
     out = []
     for point in tasks.get("points", []):
         p, s = point["tasks"], point["systems"]
-        for system, label in (("txkafka_exactly_once", "exactly_once"),
-                              ("txkafka_exactly_once_wire", "exactly_once producer=txkafka")):
+        for system, label in EOS_LABELS.items():
             eos = s.get(system, {}).get("batch_s")
             if eos is None:
                 continue
