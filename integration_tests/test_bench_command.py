@@ -70,6 +70,7 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
         "txkafka_exactly_once", "txkafka_at_least_once", "noop", "txkafka_exactly_once_wire"}
     assert result["sink"]["txkafka_exactly_once"]["rows_s"] > 0
     assert result["sink"]["txkafka_exactly_once_wire"]["rows_s"] > 0  # producer=txkafka
+    assert result["sink"]["drain"]["rows_s"] > 0  # the floor: a Python writer that only drains
     assert result["params"]["wire_producer"] is True
     for trig in ("1s", "5s"):
         assert result["latency"][trig]["samples"] >= 0.95 * rate * seconds
@@ -141,7 +142,7 @@ def test_bench_endurance_samples_resources_and_checks_every_record(kafka, tmp_pa
     proc = subprocess.run(
         [sys.executable, "-m", "txkafka", "bench-endurance", "--bootstrap", kafka.bootstrap,
          "--minutes", "0.5", "--rate", "200", "--trigger-s", "1", "--partitions", "2",
-         "--sample-s", "5", "--pyspark-home", "--out", str(out)],
+         "--sample-s", "5", "--pyspark-home", "--producer", "txkafka", "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads((out / "endurance.json").read_text())
@@ -157,3 +158,4 @@ def test_bench_endurance_samples_resources_and_checks_every_record(kafka, tmp_pa
     assert any(s.get("jvm_heap_floor_mb", 0) > 0 for s in r["samples"])
     assert (out / "endurance.png").stat().st_size > 0
     assert "0 duplicates, 0 missing" in proc.stdout
+    assert r["setup"]["producer"] == "txkafka" and "producer txkafka" in proc.stdout

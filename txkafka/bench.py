@@ -10,6 +10,8 @@ Suites:
   and the built-in sink (at least once), all reading the input with the same reader;
 - latency: records produced at a steady rate, timed until a read_committed consumer of the output
   sees them (txkafka exactly_once at 1 s and 5 s triggers);
+- sink: a batch ``df.write`` of a cached DataFrame into each sink, beside a Python writer that
+  only drains its input (what Spark's side costs before any sink's work);
 - ceiling: a plain confluent-kafka producer and consumer loop (no Spark);
 - core: txkafka's connector without Spark against that ceiling: the range reader into Arrow, and
   the exactly-once writer from Arrow batches through one transaction and the driver's commit;
@@ -441,6 +443,8 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
              value_bytes: int = 100) -> float:
     """A batch ``df.write`` of the cached frame into a new topic of ``partitions``, timed until
     every row is visible to read_committed: the sink in Spark, without a Kafka source in front."""
+    if sink == "drain":
+        return _drain_sink_run(df, rows)
     fmt, options = _SINKS[sink]
     big = value_bytes > 900_000  # Kafka's and the producers' default limits are about 1 MB
     out = k.topic("bench-sink", partitions,
@@ -456,6 +460,22 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
     k.check_output(f"sink {sink}", out, rows)
     if big or partitions > 16:
         k.drop(out)
+    return rows / elapsed
+
+
+def _drain_sink_run(df, rows: int) -> float:
+    """The same ``df.write`` into a Python writer that only drains its input (the tasks suite's,
+    in batch form): what Spark's cached read and its hand-over to Python cost before any sink's
+    work. Its ledger must account for every row."""
+    from .bench_tasks import DRAIN_FORMAT, read_ledger
+
+    ledger = os.path.join(tempfile.gettempdir(), f"txkafka-drain-{uuid.uuid4().hex[:8]}.jsonl")
+    started = time.monotonic()
+    df.write.format(DRAIN_FORMAT).option("ledger", ledger).mode("append").save()
+    elapsed = time.monotonic() - started
+    check_count("sink drain, rows its commit accounts for",
+                sum(b["rows"] for b in read_ledger(ledger)), rows)
+    os.unlink(ledger)
     return rows / elapsed
 
 
@@ -721,8 +741,11 @@ def run_bench(ns: argparse.Namespace) -> int:
                         + ([] if ns.skip_builtin else ["builtin"])]
         if "sink" in ns.suites:
             systems += [("sink", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once"]
-                        + wire
+                        + wire + ["drain"]
                         + ([] if ns.skip_builtin else ["builtin"])]
+            from .bench_tasks import DrainDataSource
+
+            spark.dataSource.register(DrainDataSource)
             say(f"caching the sink suite's input: {rows} rows of {ns.sink_value_bytes:,} B in "
                 f"Spark, written to topics of {ns.sink_partitions} partitions")
             sink_df = sink_frame(spark, rows, ns.sink_value_bytes)

@@ -325,6 +325,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
          .selectExpr("key", "value").writeStream.format("txkafka")
          .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
          .option("transactionalIdPrefix", prefix)
+         .options(**({"producer": ns.producer} if ns.producer else {}))
          .option("checkpointLocation", str(ck))
          .trigger(processingTime=f"{ns.trigger_s} seconds").start())
 
@@ -413,8 +414,9 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
         "setup": {"minutes": ns.minutes, "rate": ns.rate, "trigger_s": ns.trigger_s,
                   "partitions": ns.partitions, "replication": rf, "master": ns.master,
-                  "sample_s": ns.sample_s, "pyspark_home": ns.pyspark_home, "cluster": "3-node, started here" if cluster
-                  else "given"},
+                  "sample_s": ns.sample_s, "pyspark_home": ns.pyspark_home,
+                  "producer": ns.producer or "the sink's default",
+                  "cluster": "3-node, started here" if cluster else "given"},
         "records": {"sent": sent[0], "received": output.received,
                     "duplicates": output.duplicates, "missing": missing},
         "slopes": slopes(samples, warmup_s=min(300.0, seconds / 6)),
@@ -451,7 +453,8 @@ def _sample(started: float, jvm: int, ck: Path, txns, prefix: str) -> dict[str, 
 def report_markdown(r: dict[str, Any]) -> str:
     rec = r["records"]
     lines = [f"Endurance: {r['setup']['minutes']:g} min at {r['setup']['rate']:,} rows/s, "
-             f"{r['setup']['trigger_s']} s trigger, {r['setup']['partitions']} partitions: "
+             f"{r['setup']['trigger_s']} s trigger, {r['setup']['partitions']} partitions, "
+             f"producer {r['setup'].get('producer', 'librdkafka')}: "
              f"{rec['sent']:,} sent, {rec['received']:,} received once, "
              f"{rec['duplicates']} duplicates, {rec['missing']} missing", "",
              "| resource | after warm-up | at the end | slope per hour | relative |",
@@ -534,6 +537,8 @@ def register_cli(sub) -> None:
                    help="input and output partitions (and shuffle partitions)")
     p.add_argument("--sample-s", type=float, default=30.0)
     p.add_argument("--master", default="local[2]")
+    p.add_argument("--producer", choices=("auto", "librdkafka", "txkafka"),
+                   help="the sink's producer option (default: the sink's default)")
     p.add_argument("--pyspark-home", action="store_true",
                    help="run Spark from `txkafka pyspark-home`'s Spark home (bytecode imports)")
     p.add_argument("--keep-broker", action="store_true")

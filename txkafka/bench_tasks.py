@@ -25,7 +25,8 @@ import time
 import uuid
 from typing import Any, Iterator
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
 
 DRAIN_FORMAT = "txkafka_bench_drain"
 
@@ -93,6 +94,23 @@ class DrainWriter(DataSourceStreamArrowWriter):
         pass
 
 
+class BatchDrainWriter(DataSourceArrowWriter):
+    """The drain writer for a batch ``df.write`` (the sink suite's floor): the same tasks, one
+    ledger line for the whole write."""
+
+    def __init__(self, ledger: str) -> None:
+        self.stream = DrainWriter(ledger)
+
+    def write(self, iterator: Iterator[Any]) -> DrainCommit:
+        return self.stream.write(iterator)
+
+    def commit(self, messages: list) -> None:
+        self.stream.commit(messages, -1)
+
+    def abort(self, messages: list) -> None:
+        pass
+
+
 class DrainDataSource(DataSource):
     """Registered as ``txkafka_bench_drain``; option ``ledger``: the file ``commit`` appends to."""
 
@@ -102,6 +120,9 @@ class DrainDataSource(DataSource):
 
     def streamWriter(self, schema, overwrite: bool) -> DrainWriter:
         return DrainWriter(self.options["ledger"])
+
+    def writer(self, schema, overwrite: bool) -> BatchDrainWriter:
+        return BatchDrainWriter(self.options["ledger"])
 
 
 def read_ledger(path: str) -> list[dict]:
