@@ -61,7 +61,8 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--rows", "4000",
          "--repeats", "1", "--suites", "read", "write", "sink", "latency", "--skip-builtin",
-         "--wire-producer", "--latency-seconds", str(seconds), "--latency-rate", str(rate), "--out", str(out)],
+         "--wire-producer", "--latency-seconds", str(seconds), "--latency-rate", str(rate),
+         "--no-warmup", "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "benchmark.json").read_text())
@@ -71,7 +72,8 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     assert result["sink"]["txkafka_exactly_once"]["rows_s"] > 0
     assert result["sink"]["txkafka_exactly_once_wire"]["rows_s"] > 0  # producer=txkafka
     assert result["sink"]["drain"]["rows_s"] > 0  # the floor: a Python writer that only drains
-    assert result["params"]["wire_producer"] is True
+    assert result["params"]["wire_producer"] is True and result["params"]["warmup"] is False
+    assert "warming up" not in proc.stdout
     for trig in ("1s", "5s"):
         assert result["latency"][trig]["samples"] >= 0.95 * rate * seconds
     assert "window records received" in proc.stdout  # the latency runs show progress

@@ -702,7 +702,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
                    "sink_value_bytes": ns.sink_value_bytes, "sink_partitions": ns.sink_partitions,
                    "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto"),
-                   "wire_producer": bool(wire), "spark_conf": spark_conf},
+                   "wire_producer": bool(wire), "spark_conf": spark_conf,
+                   "warmup": getattr(ns, "warmup", True)},
     }
     say(f"Python start-up: pyspark-bytecode {pyspark_bytecode_setting(result['machine'])} (Spark's "
         f"Python processes import pyspark from {result['machine']['spark_python_imports_pyspark_from']})")
@@ -755,8 +756,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         # Warm every system up once (JIT, Python workers, the built-in's consumer and producer
         # classes; for the runs without Spark the broker's page cache, log segments and the
         # transaction coordinator), so no system's first timed run pays for it. Full size: the
-        # runs without Spark take seconds.
-        for suite, name in systems:
+        # runs without Spark take seconds. --no-warmup: a smoke run whose figures are not compared.
+        for suite, name in (systems if getattr(ns, "warmup", True) else []):
             if (suite, name) == ("ceiling", "produce"):
                 say("warming up the plain producer")
                 warm_topic = k.topic("bench-ceiling-warmup", 4)
@@ -1152,6 +1153,9 @@ def register_cli(sub) -> None:
     p.add_argument("--pyspark-home", action="store_true",
                    help="run Spark from `txkafka pyspark-home`'s Spark home (pyspark.zip with "
                         "bytecode) instead of the installed one")
+    p.add_argument("--no-warmup", dest="warmup", action="store_false",
+                   help="no untimed warm-up run per system (a smoke run: its figures include "
+                        "each system's first-run costs and are not for comparison)")
     p.add_argument("--keep-broker", action="store_true")
     p.add_argument("--report", help="print the markdown tables of an existing result file")
     p.set_defaults(func=lambda ns: cmd_report(ns) if ns.report else run_bench(ns))
