@@ -60,6 +60,7 @@ _RETRIABLE = {
     COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, REQUEST_TIMED_OUT,
     CONCURRENT_TRANSACTIONS,
 }
+BROKER_LIST_MAX_AGE_S = 30.0
 _COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 # EndTxn answers meaning "the epoch moved on": the coordinator aborted the transaction (timeout) or
 # a newer producer of the id fenced it. Either way it did not commit.
@@ -149,6 +150,9 @@ class TransactionClient:
         self._coordinators: dict[str, tuple[str, int]] = {}
         # Brokers seen since start (coordinators, metadata): asked when the bootstrap ones are down.
         self._known: dict[tuple[str, int], None] = {}
+        # The last Metadata answer's brokers and when it came: the sweep after every batch
+        # lists transactions on each broker without a Metadata round trip of its own.
+        self._live: tuple[float, list[tuple[int, str, int]]] | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -258,7 +262,17 @@ class TransactionClient:
         except KafkaProtocolError:
             found = self._brokers_once()  # a stale pooled connection was dropped: retry once
         self._remember((host, port) for _, host, port in found)
+        self._live = (time.monotonic(), found)
         return found
+
+    def _recent_brokers(self) -> list[tuple[int, str, int]]:
+        """The brokers of a Metadata answer at most BROKER_LIST_MAX_AGE_S old, else fresh ones.
+        A broker that died since fails its request and the caller asks afresh; one added since
+        is asked within that age (its share of the sweeps waits at most that long)."""
+        live = self._live
+        if live is not None and time.monotonic() - live[0] < BROKER_LIST_MAX_AGE_S:
+            return live[1]
+        return self.brokers()
 
     def _brokers_once(self) -> list[tuple[int, str, int]]:
         conn = self._any_broker()
@@ -279,6 +293,24 @@ class TransactionClient:
                 return hit
         found = self.find_coordinators([transactional_id])
         return found[transactional_id]
+
+    def _known_coordinators(self, transactional_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """Each id's coordinator, from the cache where known, else one batched FindCoordinator.
+        A cached coordinator that moved answers NOT_COORDINATOR (or no longer answers); callers
+        forget those ids and look them up again, so a batch's commit pays no FindCoordinator
+        round trip while the coordinators stay where they were."""
+        ids = set(transactional_ids)
+        with self._lock:
+            known = {t: self._coordinators[t] for t in ids if t in self._coordinators}
+        missing = ids - known.keys()
+        if missing:
+            known.update(self.find_coordinators(missing))
+        return known
+
+    def _forget_coordinators(self, transactional_ids: Iterable[str]) -> None:
+        with self._lock:
+            for tid in transactional_ids:
+                self._coordinators.pop(tid, None)
 
     @_within_timeout
     def find_coordinators(self, transactional_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
@@ -356,7 +388,7 @@ class TransactionClient:
         deadline = self._deadline()
         backoff = 0.05
         while ids:
-            coords = self.find_coordinators(ids)
+            coords = self._known_coordinators(ids)
             by_coord: dict[tuple[str, int], list[str]] = {}
             for tid in ids:
                 by_coord.setdefault(coords[tid], []).append(tid)
@@ -381,9 +413,7 @@ class TransactionClient:
                         out[d.transactional_id] = d
             ids = sorted(set(retry))
             if ids:
-                with self._lock:
-                    for tid in ids:
-                        self._coordinators.pop(tid, None)
+                self._forget_coordinators(ids)
                 self._pause(TransactionError(f"DescribeTransactions did not settle for {ids[:3]}"),
                             deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
@@ -444,10 +474,12 @@ class TransactionClient:
             except KafkaAuthenticationError:
                 raise
             except KafkaProtocolError as e:
+                self._live = None  # a broker went away: ask for the brokers afresh
                 self._pause(e, deadline, 0.5)
             except TransactionError as e:
                 if e.code not in _LIST_RETRIABLE:
                     raise
+                self._live = None
                 self._pause(TransactionError(
                     f"{e} (still after retrying for {self.timeout:.0f}s: the broker's "
                     "transaction coordinator did not finish loading; check the broker's log "
@@ -459,7 +491,7 @@ class TransactionClient:
         result: list[TransactionListing] = []
         body = (Writer(True).array(states, lambda ww, s: ww.string(s))
                 .array([], lambda ww, p: ww.int64(p)).tags().build())
-        for _node, host, port in self.brokers():
+        for _node, host, port in self._recent_brokers():
             try:
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,
@@ -563,7 +595,7 @@ class TransactionClient:
         items = list(txns)
         if not items:
             return {}
-        coords = self.find_coordinators(t[0] for t in items)
+        coords = self._known_coordinators(t[0] for t in items)
         groups: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
         for t in items:
             groups.setdefault(coords[t[0]], []).append(t)
@@ -600,6 +632,10 @@ class TransactionClient:
                 )
         again = [t for t in items if codes.get(t[0], COORDINATOR_NOT_AVAILABLE) in _RETRIABLE]
         if again:
+            # Looked up afresh: a coordinator that moved, or a connection that broke.
+            self._forget_coordinators(t[0] for t in again
+                                      if codes.get(t[0], COORDINATOR_NOT_AVAILABLE)
+                                      in _COORDINATOR_MOVED)
             with ThreadPoolExecutor(max_workers=min(parallelism, len(again))) as pool:
                 futs = {t[0]: pool.submit(_in_thread(self.end_txn), t[0], t[1], t[2], commit)
                         for t in again}

@@ -534,3 +534,38 @@ def test_end_many_retries_within_the_budget_its_lookup_started(brokers, virtual_
     # About 10 s; before the fix each end_txn of the retry pass started a fresh 10 s budget at
     # 7 s: 17 s.
     assert virtual_clock() - t0 < 15
+
+
+# ------------------------------------------------------ coordinators kept between batches
+
+
+def test_a_batch_commit_asks_for_coordinators_once_and_again_only_when_they_move(brokers):
+    """describe + end_many of every later batch reuse the coordinators found for the first one
+    (no FindCoordinator round trip per batch); a coordinator that answers NOT_COORDINATOR is
+    looked up again, in describe and in end_many alike."""
+    from txkafka.connector.kafka_error_codes import NOT_COORDINATOR
+
+    bootstrap, coord = brokers(), brokers()
+    bootstrap.coordinator = ("127.0.0.1", coord.port)
+    ids = ["t0", "t1"]
+
+    def finds() -> int:
+        return sum(1 for _, key, _ in bootstrap.log + coord.log if key == FIND_COORDINATOR)
+
+    with TransactionClient({"bootstrap.servers": f"127.0.0.1:{bootstrap.port}"}, timeout=10) as tc:
+        for _ in range(3):  # three batches
+            assert set(tc.describe(ids)) == set(ids)
+            assert tc.end_many([(t, 7, 0) for t in ids], commit=True) == {t: 0 for t in ids}
+        assert finds() == 1
+
+        # The coordinator moves to the bootstrap broker: the old one answers NOT_COORDINATOR.
+        bootstrap.coordinator = None
+        coord.handlers[DESCRIBE_TRANSACTIONS] = lambda n, body: describe_answer(body, NOT_COORDINATOR)
+        coord.handlers[END_TXN] = lambda n, body: end_txn_answer(NOT_COORDINATOR)
+        assert set(tc.describe(ids)) == set(ids)
+        assert finds() == 2
+        bootstrap.coordinator = ("127.0.0.1", coord.port)  # and back, for end_many's turn
+        coord.handlers[END_TXN] = lambda n, body: end_txn_answer(0)
+        bootstrap.handlers[END_TXN] = lambda n, body: end_txn_answer(NOT_COORDINATOR)
+        assert tc.end_many([(t, 7, 0) for t in ids], commit=True) == {t: 0 for t in ids}
+        assert finds() >= 3

@@ -70,3 +70,44 @@ def test_other_errors_are_not_retried(monkeypatch):
     with pytest.raises(Exception, match="ListTransactions needs DESCRIBE"):
         tc.list_transactions()
     assert conn.requests == 1
+
+
+def test_the_sweep_after_each_batch_reuses_the_broker_list_until_a_broker_fails(monkeypatch):
+    """One Metadata request serves the sweeps of many batches (BROKER_LIST_MAX_AGE_S); a broker
+    that stops answering makes the next attempt ask for the brokers afresh."""
+    from txkafka.connector import transaction_client as tcm
+    from txkafka.connector.errors import KafkaProtocolError
+
+    tc = TransactionClient({"bootstrap.servers": "broker:9092"}, timeout=5.0)
+    metadata = {"n": 0}
+
+    def brokers_once():
+        metadata["n"] += 1
+        return [(1, "broker", 9092)]
+
+    conn = _Conn([(0, [("p-1-0", 7, "Ongoing")])])
+    monkeypatch.setattr(tc, "_brokers_once", brokers_once)
+    monkeypatch.setattr(tc, "_conn", lambda host, port: conn)
+    monkeypatch.setattr(tc, "_drop", lambda *a, **k: None)
+    monkeypatch.setattr(tcm.time, "sleep", lambda s: None)
+    for _ in range(5):
+        assert len(tc.list_transactions(prefix="p-")) == 1
+    assert metadata["n"] == 1
+
+    fails = {"n": 2}  # the broker's connection breaks twice (request and its one reconnect)
+    real = conn.request
+
+    def request(*args, **kwargs):
+        if fails["n"]:
+            fails["n"] -= 1
+            raise KafkaProtocolError("connection reset")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(conn, "request", request)
+    assert len(tc.list_transactions(prefix="p-")) == 1
+    assert metadata["n"] == 2
+
+    now = tcm.time.monotonic()
+    monkeypatch.setattr(tcm.time, "monotonic", lambda: now + tcm.BROKER_LIST_MAX_AGE_S + 1)
+    tc.list_transactions(prefix="p-")
+    assert metadata["n"] == 3  # and at most that old
