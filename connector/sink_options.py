@@ -98,7 +98,9 @@ class SinkConfig:
     checkpoint_location: str | None
     commit_timeout_ms: int
     commit_parallelism: int
-    producer: str = "librdkafka"  # "librdkafka" (confluent-kafka) or "txkafka" (wire_producer)
+    # What the tasks write with: "txkafka" (wire_producer) or "librdkafka" (confluent-kafka);
+    # from_options decides (option producer, default auto).
+    producer: str = "librdkafka"
 
     def __repr__(self) -> str:
         return (
@@ -175,7 +177,7 @@ class SinkConfig:
         )
 
 
-PRODUCERS = ("librdkafka", "txkafka", "auto")
+PRODUCERS = ("auto", "txkafka", "librdkafka")
 
 # kafka.* settings txkafka's own producer applies, besides the connection's (security.protocol and
 # the ssl.*/sasl.* settings broker_connection.SecurityConfig reads, as the reader's own fetch and
@@ -231,11 +233,11 @@ _AUTO_LOGGED: set[str] = set()
 
 
 def _parse_producer(options: Mapping[str, str], kafka: Mapping[str, str]) -> str:
-    """``producer``: ``librdkafka`` (default: confluent-kafka's producer), ``txkafka`` (Arrow
-    columns encoded into record batches and sent over txkafka's own connections) or ``auto``
-    (``txkafka`` unless a kafka.* setting needs librdkafka's producer). Returns the producer the
-    tasks use: ``librdkafka`` or ``txkafka``, decided once on the driver."""
-    raw = _get(options, "producer") or "librdkafka"
+    """``producer``: ``auto`` (default: ``txkafka`` unless a kafka.* setting needs librdkafka's
+    producer), ``txkafka`` (Arrow columns encoded into record batches and sent over txkafka's own
+    connections) or ``librdkafka`` (confluent-kafka's producer). Returns the producer the tasks
+    use: ``librdkafka`` or ``txkafka``, decided once on the driver."""
+    raw = _get(options, "producer") or "auto"
     choice = raw.strip().lower()
     if choice not in PRODUCERS:
         raise KafkaConfigError(

@@ -297,8 +297,8 @@ def test_exactly_once_over_mutual_tls_with_java_style_stores(spark, secure_kafka
     """The SSL listener, where the client certificate is the principal, with the options a query
     moved over from Spark's kafka format carries: a PKCS#12 keystore with a PEM trust store
     (ssl.truststore.type=PEM), or JKS key and trust stores made by keytool (ssl.key.password
-    differing from the store's). The tasks' librdkafka clients and the driver's commit client
-    must present the same identity."""
+    differing from the store's). The tasks' producers (txkafka's own, the default) and the
+    driver's commit client must present the same identity."""
     s = Setup(secure_kafka, records=600, per_txn=150)
     s.grant(verifier=True)
     sk = secure_kafka
@@ -316,9 +316,9 @@ def test_exactly_once_over_mutual_tls_with_java_style_stores(spark, secure_kafka
 def test_exactly_once_with_the_writer_on_oauthbearer_oidc(spark, secure_kafka, tmp_path):
     """The writer on SASL_SSL + OAUTHBEARER with OIDC client credentials (librdkafka's options:
     sasl.oauthbearer.method=oidc, client id and secret, token endpoint, scope): the tasks'
-    producers (librdkafka) and the driver's commit client each get a token for User:writer from
-    the token endpoint; the reader stays on SCRAM. Exactly once, nothing left open, no client
-    secret or token in the commit log."""
+    producers (txkafka's own, the default) and the driver's commit client each get a token for
+    User:writer from the token endpoint; the reader stays on SCRAM. Exactly once, nothing left
+    open, no client secret or token in the commit log."""
     s = Setup(secure_kafka, records=600, per_txn=150)
     s.grant(verifier=True)
     sk = secure_kafka
@@ -376,8 +376,15 @@ CASES = {
         "KafkaAuthorizationError",
         ["reading topic '{src}' partition", "TOPIC_AUTHORIZATION_FAILED",
          "READ and DESCRIBE on Topic:{src}"]),
+    # (txkafka's own producer, the default: AddPartitionsToTxn is refused, the topic named)
     "writer-topic-column-no-topic-write": (
         {"topic_write": False}, {}, {"topic": None}, False, "KafkaAuthorizationError",
+        ["adding '{dst}' to transaction {prefix}-", "not authorized on topic '{dst}'",
+         "TOPIC_AUTHORIZATION_FAILED", "WRITE and DESCRIBE on Topic:{dst}"]),
+    # (librdkafka purges the records; the task asks the broker what the principal lacks)
+    "writer-topic-column-no-topic-write-librdkafka": (
+        {"topic_write": False}, {}, {"topic": None, "producer": "librdkafka"}, False,
+        "KafkaAuthorizationError",
         ["purged the transaction's records", "not authorized on topic '{dst}'", "lacks WRITE"]),
     "reader-wrong-password": (
         {}, {"kafka.sasl.password": WRONG_PASSWORD}, {}, True, "KafkaAuthenticationError",

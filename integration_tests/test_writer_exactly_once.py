@@ -41,7 +41,7 @@ def _query(spark, kafka, topics, checkpoint, fault=None, max_offsets=1000, **opt
     return w.start()
 
 
-# The sink's producers: librdkafka's (the default) and txkafka's own (option producer=txkafka).
+# The sink's producers: librdkafka's and txkafka's own (the default's choice for these options).
 PRODUCERS = pytest.mark.parametrize("producer", ["librdkafka", "txkafka"])
 
 

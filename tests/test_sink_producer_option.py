@@ -77,6 +77,13 @@ def test_txkafka_refuses_what_it_would_ignore_and_names_the_producer_that_applie
 
 # ------------------------------------------------------------------------------------- auto
 
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_the_default_is_auto(guarantee):
+    assert _cfg(None, deliveryGuarantee=guarantee).producer == "txkafka"
+    assert _cfg(None, deliveryGuarantee=guarantee,
+                **{"kafka.queue.buffering.max.messages": "1000"}).producer == "librdkafka"
+
+
 def test_auto_writes_with_txkafka_unless_a_setting_needs_librdkafka(caplog):
     assert _cfg("auto").producer == "txkafka"
     assert _cfg("auto", **UNSECURED_JWT).producer == "txkafka"
@@ -99,7 +106,7 @@ def test_auto_leaves_a_login_txkafka_cannot_do_to_librdkafka(guarantee):
 
 
 def test_an_unknown_producer_is_refused():
-    with pytest.raises(KafkaConfigError, match="one of librdkafka, txkafka, auto, got 'java'"):
+    with pytest.raises(KafkaConfigError, match="one of auto, txkafka, librdkafka, got 'java'"):
         _cfg("java")
 
 

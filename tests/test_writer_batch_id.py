@@ -47,8 +47,9 @@ def test_a_batch_write_is_batch_0(monkeypatch):
     w = _write_object({}, streaming=False)
     w.plan = WritePlan()
     written = []
-    monkeypatch.setattr(adapter, "KafkaWriter", lambda cfg, schema, **kw: written.append(kw)
-                        or _NoopWriter())
+    for writer in ("KafkaWriter", "WireKafkaWriter"):  # whichever producer the config picked
+        monkeypatch.setattr(adapter, writer, lambda cfg, schema, **kw: written.append(kw)
+                            or _NoopWriter())
     msg = w.write(_rows())
     assert msg.result.batch_id == 0 and written[0]["batch_id"] == 0
 

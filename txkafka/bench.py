@@ -386,13 +386,16 @@ def read_run_detailed(spark, fmt: str, bootstrap: str, topic: str, rows: int,
 
 
 # Sink systems of the write, sink and tasks suites: the format and its options beside the
-# topic and bootstrap servers. "txkafka_exactly_once_wire" (--wire-producer) is exactly_once
-# through txkafka's own producer (writer option producer=txkafka).
+# topic and bootstrap servers. The txkafka systems name their producer, so results stay
+# comparable with earlier runs whatever the sink's default: "txkafka_exactly_once_wire"
+# (--wire-producer) is exactly_once through txkafka's own producer, the others librdkafka's.
 _SINKS: dict[str, tuple[str, dict[str, str]]] = {
-    "txkafka_exactly_once": ("txkafka", {"deliveryGuarantee": "exactly_once"}),
+    "txkafka_exactly_once": ("txkafka", {"deliveryGuarantee": "exactly_once",
+                                         "producer": "librdkafka"}),
     "txkafka_exactly_once_wire": ("txkafka", {"deliveryGuarantee": "exactly_once",
                                               "producer": "txkafka"}),
-    "txkafka_at_least_once": ("txkafka", {"deliveryGuarantee": "at_least_once"}),
+    "txkafka_at_least_once": ("txkafka", {"deliveryGuarantee": "at_least_once",
+                                          "producer": "librdkafka"}),
     "builtin": ("kafka", {})}
 WIRE = "txkafka_exactly_once_wire"
 # The exactly_once systems and how ratios name them (the bench's and the tasks suite's).

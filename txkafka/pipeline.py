@@ -212,8 +212,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--min-partitions", type=int, default=0,
                    help="the reader's minPartitions (0: one task per Kafka partition)")
     p.add_argument("--guarantee", choices=["exactly_once", "at_least_once"], default="exactly_once")
-    p.add_argument("--producer", choices=["librdkafka", "txkafka"], default="librdkafka",
-                   help="the sink's option producer")
+    p.add_argument("--producer", choices=["auto", "txkafka", "librdkafka"], default="auto",
+                   help="the sink's option producer (its default: auto)")
     p.add_argument("--master", default="local[2,4]")
     p.add_argument("--trigger-ms", type=int, default=1000)
     p.add_argument("--available-now", action="store_true",
