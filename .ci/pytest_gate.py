@@ -8,10 +8,11 @@ failure, not a pass.
    then use that cluster, whatever its version). With arguments that select other tests, a
    matrix run that selects none is no error; without arguments it must select some.
 
-Each run uses two xdist workers, a test file at a time on one worker (``--dist loadfile``: the
+Each run uses three xdist workers, a test file at a time on one worker (``--dist loadfile``: the
 chaos campaigns and the summary test after them stay together, in order). The tests' drivers
-spend much of their time waiting on Spark and Kafka, so two streams share the machine's two cores
-well. ``-n 0`` (or another ``-n``) in the arguments overrides this.
+spend most of their time waiting on Spark and Kafka (a whole run keeps the two cores under half
+busy), so three streams share the machine's two cores. ``-n 0`` (or another ``-n``) in the
+arguments overrides this.
 """
 
 import os
@@ -27,7 +28,7 @@ NO_TESTS_COLLECTED = 5
 def _pytest(args: list[str], env: dict[str, str]) -> int:
     """One pytest run in a fresh process (the Kafka version is read at import time)."""
     if not any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args):
-        args = ["-n", "2", "--dist", "loadfile", *args]
+        args = ["-n", "3", "--dist", "loadfile", *args]
     return subprocess.run([sys.executable, "-m", "pytest", "-q", *args], env=env).returncode
 
 

@@ -84,7 +84,9 @@ def test_the_default_is_auto(guarantee):
                 **{"kafka.queue.buffering.max.messages": "1000"}).producer == "librdkafka"
 
 
-def test_auto_writes_with_txkafka_unless_a_setting_needs_librdkafka(caplog):
+def test_auto_writes_with_txkafka_unless_a_setting_needs_librdkafka(caplog, monkeypatch):
+    # A fresh process's state: another test in this worker may have logged the same choice.
+    monkeypatch.setattr("txkafka.connector.sink_options._AUTO_LOGGED", set())
     assert _cfg("auto").producer == "txkafka"
     assert _cfg("auto", **UNSECURED_JWT).producer == "txkafka"
     with caplog.at_level(logging.INFO, logger="txkafka.writer"):
