@@ -72,6 +72,9 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     assert result["sink"]["txkafka_exactly_once"]["rows_s"] > 0
     assert result["sink"]["txkafka_exactly_once_wire"]["rows_s"] > 0  # producer=txkafka
     assert result["sink"]["drain"]["rows_s"] > 0  # the floor: a Python writer that only drains
+    cpu = result["sink"]["txkafka_exactly_once_wire"]["cpu_us_per_row"]  # by process group
+    assert cpu["jvm"] > 0 and cpu["python_workers"] > 0, cpu
+    assert "CPU us per row" in proc.stdout
     assert result["params"]["wire_producer"] is True and result["params"]["warmup"] is False
     assert "warming up" not in proc.stdout
     for trig in ("1s", "5s"):

@@ -35,7 +35,7 @@ def test_ratios_compare_against_the_issue_targets():
     assert sink == {"value": 0.8, "target": ">= 0.7", "met": True}
     lat = r["exactly-once visibility p99 at 1s trigger (s)"]
     assert lat == {"value": 2.4, "target": "<= 2.0", "met": False}
-    vs_builtin = r["sink (batch write, cached input) exactly_once / built-in"]
+    vs_builtin = r["sink (batch write, cached input) exactly_once producer=librdkafka / built-in"]
     assert vs_builtin == {"value": 1.067, "target": ">= 1.2", "met": False}
 
 
@@ -98,6 +98,16 @@ def test_report_lists_every_comparison_and_run():
     assert "| core: write | 300,000 |" in text
     assert "| sink: txkafka_exactly_once | 320,000 | 320,000 |" in text
     assert "| 1s | 1.10 | 1.60 | 2.40 | 100 |" in text
+    assert "CPU us per row" not in text  # no run measured it
+
+
+def test_report_shows_the_sink_runs_cpu_per_row_by_process_group():
+    r = _result()
+    r["sink"]["txkafka_exactly_once"]["cpu_us_per_row"] = {
+        "jvm": 0.42, "python_workers": 0.6, "python_exited": 0.0, "broker": 0.85}
+    text = report_markdown(r)
+    assert "| sink: CPU us per row (median of runs) | jvm | python_workers | broker |" in text
+    assert "| txkafka_exactly_once | 0.42 | 0.60 | 0.85 |" in text
 
 
 def test_the_data_batch_read_ratio_is_reported_next_to_the_wall_time_one():

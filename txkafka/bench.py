@@ -399,7 +399,8 @@ _SINKS: dict[str, tuple[str, dict[str, str]]] = {
     "builtin": ("kafka", {})}
 WIRE = "txkafka_exactly_once_wire"
 # The exactly_once systems and how ratios name them (the bench's and the tasks suite's).
-EOS_LABELS = {"txkafka_exactly_once": "exactly_once", WIRE: "exactly_once producer=txkafka"}
+EOS_LABELS = {"txkafka_exactly_once": "exactly_once producer=librdkafka",
+              WIRE: "exactly_once producer=txkafka"}
 
 
 def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdir: str,
@@ -443,15 +444,29 @@ def sink_frame(spark, rows: int, value_bytes: int = 100):
 
 
 def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
-             value_bytes: int = 100) -> float:
+             value_bytes: int = 100, meter: Any = None, cpu: list | None = None) -> float:
     """A batch ``df.write`` of the cached frame into a new topic of ``partitions``, timed until
-    every row is visible to read_committed: the sink in Spark, without a Kafka source in front."""
+    every row is visible to read_committed: the sink in Spark, without a Kafka source in front.
+
+    With a ``meter`` (bench_tasks.CpuMeter), the run's CPU microseconds per row by process group
+    (the checker's read-back left out) are appended to ``cpu``."""
+    from .bench_tasks import cpu_delta
+
+    def measured(before: Any) -> None:
+        if before is not None and cpu is not None:
+            used = cpu_delta(before, meter.snapshot())
+            cpu.append({g: round(v / rows * 1e6, 3) for g, v in used.items()})
+
     if sink == "drain":
-        return _drain_sink_run(df, rows)
+        before = meter.snapshot() if meter is not None else None
+        rate = _drain_sink_run(df, rows)
+        measured(before)
+        return rate
     fmt, options = _SINKS[sink]
     big = value_bytes > 900_000  # Kafka's and the producers' default limits are about 1 MB
     out = k.topic("bench-sink", partitions,
                   {"max.message.bytes": str(4 * value_bytes)} if big else None)
+    before = meter.snapshot() if meter is not None else None
     started = time.monotonic()
     w = df.write.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
     if big:
@@ -460,6 +475,7 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
     w.options(**options).mode("append").save()
     k.wait_visible(f"sink {sink}", out, rows)
     elapsed = time.monotonic() - started
+    measured(before)
     k.check_output(f"sink {sink}", out, rows)
     if big or partitions > 16:
         k.drop(out)
@@ -753,8 +769,16 @@ def run_bench(ns: argparse.Namespace) -> int:
             say(f"caching the sink suite's input: {rows} rows of {ns.sink_value_bytes:,} B in "
                 f"Spark, written to topics of {ns.sink_partitions} partitions")
             sink_df = sink_frame(spark, rows, ns.sink_value_bytes)
+            sink_meter = None
+            if os.path.isdir("/proc/self"):
+                from .bench_tasks import CpuMeter
+
+                sink_meter = CpuMeter(int(spark._jvm.java.lang.ProcessHandle.current().pid()),
+                                      [n.pid for n in cluster.node_infos if n.pid]
+                                      if cluster is not None else [])
         per_batch = max(1000, rows // 8)
         runs: dict[tuple[str, str], list[float]] = {s: [] for s in systems}
+        sink_cpu: dict[str, list[dict[str, float]]] = {}  # sink suite: CPU us per row by group
         batch_runs: dict[str, list[float]] = {}  # read suite: rows/s inside the data batches
         # Warm every system up once (JIT, Python workers, the built-in's consumer and producer
         # classes; for the runs without Spark the broker's page cache, log segments and the
@@ -800,7 +824,8 @@ def run_bench(ns: argparse.Namespace) -> int:
                     batch_runs.setdefault(name, []).append(in_batches)
                     say(f"  read {name}: {in_batches:,.0f} rows/s inside the data batches")
                 elif suite == "sink":
-                    value = sink_run(k, name, sink_df, rows, ns.sink_partitions, ns.sink_value_bytes)
+                    value = sink_run(k, name, sink_df, rows, ns.sink_partitions, ns.sink_value_bytes,
+                                     sink_meter, sink_cpu.setdefault(name, []))
                 else:
                     value = write_run(spark, name, k, src, rows, workdir, 4, per_batch)
                 runs[(suite, name)].append(value)
@@ -820,6 +845,10 @@ def run_bench(ns: argparse.Namespace) -> int:
             result["write"]["rows_per_batch"] = per_batch
         if "sink" in result:
             result["sink"]["mode"] = "batch df.write of a cached DataFrame"
+            for name, per_run in sink_cpu.items():
+                if per_run:
+                    result["sink"][name]["cpu_us_per_row"] = {
+                        g: round(_median([c[g] for c in per_run]), 3) for g in per_run[0]}
         if "sink" in ns.suites:
             sink_df.unpersist()
 
@@ -1098,6 +1127,14 @@ def report_markdown(r: dict[str, Any]) -> str:
                          f"{', '.join(f'{x:,.0f}' for x in c['runs']['produce'])} |")
             lines.append(f"| ceiling: plain consumer | {c['consume_rows_s']:,.0f} | "
                          f"{', '.join(f'{x:,.0f}' for x in c['runs']['consume'])} |")
+    cpu = {n: v["cpu_us_per_row"] for n, v in (r.get("sink") or {}).items()
+           if isinstance(v, dict) and "cpu_us_per_row" in v}
+    if cpu:
+        groups = [g for g in next(iter(cpu.values())) if any(c.get(g) for c in cpu.values())]
+        lines += ["", "| sink: CPU us per row (median of runs) | " + " | ".join(groups) + " |",
+                  "|---|" + "---|" * len(groups)]
+        for n, c in cpu.items():
+            lines.append(f"| {n} | " + " | ".join(f"{c.get(g, 0.0):.2f}" for g in groups) + " |")
     if r.get("latency"):
         lines += ["", "| trigger | p50 s | p95 s | p99 s | samples |", "|---|---|---|---|---|"]
         for t, v in r["latency"].items():
