@@ -115,7 +115,7 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
         assert drain["drain_ms"] >= 0 and drain["py_cpu_in_write_ms"] >= 0
     assert tasks["trace"]["6"]["drain"]["py_cpu_between_tasks_ms"] >= 0
     assert set(tasks["cpu_per_task_ms"]) == systems
-    assert "tasks: exactly_once / drain-only writer at 6 tasks" in proc.stdout
+    assert "tasks: exactly_once producer=librdkafka / drain-only writer at 6 tasks" in proc.stdout
     assert "tasks: exactly_once producer=txkafka / drain-only writer at 6 tasks" in proc.stdout
     assert (out / "tasks.png").stat().st_size > 1000
     assert not _bench_topics(kafka.bootstrap)
