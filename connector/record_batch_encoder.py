@@ -42,7 +42,6 @@ _AFTER_CRC = struct.Struct(">hiqqqhii")  # attributes .. record count: what the 
 _BEFORE_CRC = struct.Struct(">qiib")     # base offset, batch length, leader epoch, magic
 _CRC = struct.Struct(">I")
 _LOG_OVERHEAD = 12                        # base offset + batch length: not in the batch length
-_INT32_MAX = 2**31 - 1
 
 # Every record of a batch has offset delta < 2**20 (3 bytes as a zigzag varint) unless a batch
 # holds a million records, which no byte limit here allows for real records (each is >= 7 bytes).
@@ -651,18 +650,9 @@ def _records(prefix: pa.Array, keys: pa.Array | None, mid: pa.Array, values: pa.
         else:
             np.add(at, base, out=idx[:, col])
         base += len(arr)
-    if sum(_byte_size(a) for a in arrays) > _INT32_MAX:  # past binary's 32-bit offsets
-        arrays = [a.cast(pa.large_binary()) for a in arrays]
     taken = pa.concat_arrays(arrays).take(pa.array(idx.reshape(-1)))
     offsets, data = _offsets_and_data(taken)
     return offsets[::len(arrays)], data
-
-
-def _byte_size(arr: pa.Array) -> int:
-    """Bytes of a binary array's elements (from its offsets, nothing converted)."""
-    odt = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    offsets = np.frombuffer(arr.buffers()[1], dtype=odt)
-    return int(offsets[arr.offset + len(arr)]) - int(offsets[arr.offset])
 
 
 def _nulls(arr: pa.Array) -> np.ndarray:

@@ -254,9 +254,8 @@ def test_a_lost_batch_is_rewritten_only_by_the_same_task_layout(spark, kafka, tm
 # ------------------------------------------------- scenario 4: two live drivers, one checkpoint
 
 # How a driver that meets another one on its checkpoint must fail: the sink's exclusive records,
-# or Spark's own offset and commit logs (their files are created, never replaced).
-# How a second writer is refused: by the sink, or by Spark's own checkpoint logs (which of them
-# sees the collision first depends on timing: both are loud and leave no duplicate).
+# or Spark's own offset and commit logs (their files are created, never replaced). Which of them
+# sees the collision first depends on timing; each is loud and leaves no duplicate.
 CONCURRENT_WRITER_ERRORS = ("ConcurrentWriterError", "CONCURRENT_STREAM_LOG_UPDATE",
                             "Concurrent update to the",
                             "Multiple streaming queries are concurrently using")

@@ -707,6 +707,8 @@ def run_bench(ns: argparse.Namespace) -> int:
         say("starting the local Apache Kafka broker")
         cluster = EmbeddedKafka("bench", 1, progress=lambda m: say("  " + m))
         bootstrap = cluster.start()
+    # The broker processes whose CPU the sink and tasks suites count (none on another's cluster).
+    broker_pids = [n.pid for n in cluster.node_infos if n.pid] if cluster is not None else []
     k = BenchKafka(bootstrap)
     rows, repeats = ns.rows, ns.repeats
     if ns.pyspark_home:  # before the JVM starts: a JVM's SPARK_HOME is fixed for its life
@@ -769,13 +771,9 @@ def run_bench(ns: argparse.Namespace) -> int:
             say(f"caching the sink suite's input: {rows} rows of {ns.sink_value_bytes:,} B in "
                 f"Spark, written to topics of {ns.sink_partitions} partitions")
             sink_df = sink_frame(spark, rows, ns.sink_value_bytes)
-            sink_meter = None
-            if os.path.isdir("/proc/self"):
-                from .bench_tasks import CpuMeter
+            from .bench_tasks import CpuMeter
 
-                sink_meter = CpuMeter(int(spark._jvm.java.lang.ProcessHandle.current().pid()),
-                                      [n.pid for n in cluster.node_infos if n.pid]
-                                      if cluster is not None else [])
+            sink_meter = CpuMeter.for_session(spark, broker_pids)
         per_batch = max(1000, rows // 8)
         runs: dict[tuple[str, str], list[float]] = {s: [] for s in systems}
         sink_cpu: dict[str, list[dict[str, float]]] = {}  # sink suite: CPU us per row by group
@@ -884,9 +882,7 @@ def run_bench(ns: argparse.Namespace) -> int:
         if "tasks" in ns.suites:
             from .bench_tasks import run_tasks_suite
 
-            result["tasks"] = run_tasks_suite(
-                spark, k, ns, workdir, event_dir, say,
-                [n.pid for n in cluster.node_infos if n.pid] if cluster is not None else [])
+            result["tasks"] = run_tasks_suite(spark, k, ns, workdir, event_dir, say, broker_pids)
     finally:
         if spark is not None:
             spark.stop()

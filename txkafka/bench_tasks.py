@@ -172,6 +172,13 @@ class CpuMeter:
         self.jvm_pid = jvm_pid
         self.broker_pids = broker_pids
 
+    @classmethod
+    def for_session(cls, spark, broker_pids: list[int]) -> "CpuMeter | None":
+        """A meter of this SparkSession's JVM (local mode: driver and executors), None off Linux."""
+        if not os.path.isdir("/proc/self"):
+            return None
+        return cls(int(spark._jvm.java.lang.ProcessHandle.current().pid()), broker_pids)
+
     def snapshot(self) -> Snapshot | None:
         if not os.path.isdir("/proc/self"):
             return None
@@ -524,7 +531,7 @@ def run_tasks_suite(spark, k, ns, workdir: str, event_dir: str | None, say,
     spark.dataSource.register(DrainDataSource)
     meter = None
     if event_dir:
-        meter = CpuMeter(int(spark._jvm.java.lang.ProcessHandle.current().pid()), broker_pids or [])
+        meter = CpuMeter.for_session(spark, broker_pids or [])
     systems = [s for s in SYSTEMS if not (ns.skip_builtin and s == "builtin")
                and not (s == "txkafka_exactly_once_wire" and not getattr(ns, "wire_producer", False))]
     batch_rows, batches = ns.tasks_batch_rows, ns.tasks_batches
