@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test unit bench soak broker clean
+.PHONY: install demo test unit bench soak broker dist clean
 
 $(STAMP): pyproject.toml .ci/editable_toplevel.py
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +29,13 @@ unit: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/txkafka bench
 
+# The release files: dist/txkafka-<version>.tar.gz (sdist) and the wheel built from it.
+dist: $(STAMP)
+	$(BIN)/python -m build --outdir dist .
+
 broker: $(STAMP)
 	$(BIN)/txkafka broker start
 
 clean:
 	-$(BIN)/txkafka broker stop --clean
-	rm -rf $(VENV) results
+	rm -rf $(VENV) results dist build

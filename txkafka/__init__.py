@@ -4,5 +4,5 @@
 ``pip install txkafka``: Spark finds the top-level module ``pyspark_txkafka`` by itself.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the package version: pyproject.toml reads it, `txkafka --version` prints it
 FORMAT_NAME = "txkafka"
