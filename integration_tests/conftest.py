@@ -160,8 +160,9 @@ def driver_processes():
 
     started: list[DriverProcess] = []
 
-    def start(script: str | Path, *args: str, env: dict | None = None) -> DriverProcess:
-        proc = DriverProcess(script, list(args), env=env)
+    def start(script: str | Path, *args: str, env: dict | None = None,
+              **how: object) -> DriverProcess:
+        proc = DriverProcess(script, list(args), env=env, **how)  # python, cwd, inherit_env
         proc.start()
         started.append(proc)
         return proc

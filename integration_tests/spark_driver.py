@@ -16,15 +16,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 class DriverProcess:
-    def __init__(self, script: str | Path, args: list[str], env: dict | None = None) -> None:
+    def __init__(self, script: str | Path, args: list[str], env: dict | None = None,
+                 python: str | None = None, cwd: str | Path | None = None,
+                 inherit_env: bool = True) -> None:
+        """``env`` adds to the environment: this process's with the repository on the path and
+        Spark's Python processes on this interpreter, or with ``inherit_env=False`` nothing else
+        (a user's program: ``python`` runs ``script`` instead of this interpreter, in ``cwd``)."""
         jvm_archive.ready()  # the environment copied below names it
         self.script = str(script)
         self.args = args
-        self.env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
-                    "PYSPARK_DRIVER_PYTHON": sys.executable,
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
-                        "PYTHONPATH")])),
-                    **(env or {})}
+        self.python = python or sys.executable
+        self.cwd = cwd
+        base = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+                "PYSPARK_DRIVER_PYTHON": sys.executable,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
+                    "PYTHONPATH")]))} if inherit_env else {}
+        self.env = {**base, **(env or {})}
         fd, self.log_path = tempfile.mkstemp(prefix="txkafka-driver-", suffix=".log")
         os.close(fd)
         self.proc: subprocess.Popen | None = None
@@ -32,8 +39,8 @@ class DriverProcess:
     def start(self) -> "DriverProcess":
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, self.script, *self.args], stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=self.env, start_new_session=True,
+                [self.python, self.script, *self.args], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd, start_new_session=True,
             )
         return self
 

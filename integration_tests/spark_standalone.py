@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Mapping
 
 from txkafka.embedded_kafka import free_port
 
@@ -27,8 +28,12 @@ def _spark_class() -> tuple[str, str]:
 
 
 class SparkStandalone:
-    def __init__(self, root: Path, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
+    def __init__(self, root: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
+                 env: Mapping[str, str] | None = None) -> None:
+        """``env``: the environment of the master, the workers and so of the executors they start
+        (default: this process's, with executors on this interpreter)."""
         self.root = Path(root)
+        self.env = dict(env) if env is not None else {**os.environ, "PYSPARK_PYTHON": sys.executable}
         self.workers = workers
         self.cores = cores
         self.memory = memory
@@ -41,8 +46,7 @@ class SparkStandalone:
 
     def _launch(self, name: str, args: list[str], extra_env: dict[str, str]) -> subprocess.Popen:
         spark_class, home = _spark_class()
-        env = {**os.environ, "SPARK_HOME": home, "PYSPARK_PYTHON": sys.executable,
-               "SPARK_LOG_DIR": str(self.root), **extra_env}
+        env = {**self.env, "SPARK_HOME": home, "SPARK_LOG_DIR": str(self.root), **extra_env}
         log = open(self.root / f"{name}.log", "ab")
         proc = subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)
