@@ -162,7 +162,7 @@ def driver_processes():
 
     def start(script: str | Path, *args: str, env: dict | None = None,
               **how: object) -> DriverProcess:
-        proc = DriverProcess(script, list(args), env=env, **how)  # python, cwd, inherit_env
+        proc = DriverProcess(script, list(args), env=env, **how)  # launcher, cwd, inherit_env
         proc.start()
         started.append(proc)
         return proc

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 from integration_tests import jvm_archive
 
@@ -17,15 +18,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 class DriverProcess:
     def __init__(self, script: str | Path, args: list[str], env: dict | None = None,
-                 python: str | None = None, cwd: str | Path | None = None,
+                 launcher: Sequence[str] = (), cwd: str | Path | None = None,
                  inherit_env: bool = True) -> None:
         """``env`` adds to the environment: this process's with the repository on the path and
         Spark's Python processes on this interpreter, or with ``inherit_env=False`` nothing else
-        (a user's program: ``python`` runs ``script`` instead of this interpreter, in ``cwd``)."""
+        (a user's program: ``launcher``, e.g. another Python or spark-submit, runs ``script``
+        instead of this interpreter, in ``cwd``)."""
         jvm_archive.ready()  # the environment copied below names it
         self.script = str(script)
         self.args = args
-        self.python = python or sys.executable
+        self.launcher = list(launcher) or [sys.executable]
         self.cwd = cwd
         base = {**os.environ, "PYSPARK_PYTHON": sys.executable,
                 "PYSPARK_DRIVER_PYTHON": sys.executable,
@@ -39,7 +41,7 @@ class DriverProcess:
     def start(self) -> "DriverProcess":
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [self.python, self.script, *self.args], stdout=log, stderr=subprocess.STDOUT,
+                [*self.launcher, self.script, *self.args], stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, env=self.env, cwd=self.cwd, start_new_session=True,
             )
         return self

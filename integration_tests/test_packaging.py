@@ -116,10 +116,13 @@ class UserEnv:
         return _system_env(PATH=f"{self.env / 'bin'}{os.pathsep}{_system_env()['PATH']}",
                            VIRTUAL_ENV=str(self.env), **extra)
 
-    def start(self, driver_processes, cfg: dict, env: dict[str, str], cwd: Path | None = None):
-        """The driver program on the environment's Python, with ``env`` and nothing else."""
-        return driver_processes(self.app / APP.name, json.dumps(cfg), env=env, python=self.python,
-                                cwd=cwd or self.app, inherit_env=False)
+    def start(self, driver_processes, cfg: dict, env: dict[str, str], cwd: Path | None = None,
+              launcher: list[str] | None = None):
+        """The driver program, on the environment's Python unless ``launcher`` says otherwise
+        (its spark-submit), with ``env`` and nothing else."""
+        return driver_processes(self.app / APP.name, json.dumps(cfg), env=env,
+                                launcher=launcher or [self.python], cwd=cwd or self.app,
+                                inherit_env=False)
 
 
 @pytest.fixture(scope="module")
@@ -179,6 +182,7 @@ def test_wheel_in_a_new_environment_runs_an_exactly_once_query(release, user_env
     assert driver.wait(APP_TIMEOUT_S) == 0, driver.tail()
     assert "DONE" in driver.output()
     assert_exactly_once(kafka, topics, str(checkpoint))
+    print(f"\nlocal mode from the wheel: first batch {_first_batch_s(driver.output()):.1f} s")
 
 
 @pytest.fixture(scope="module")
@@ -279,8 +283,11 @@ def test_packed_environment_ships_txkafka_to_bare_executors(user_env, shipped_en
         assert unpacked.is_dir() and not unpacked.is_symlink()
         assert not list(unpacked.glob("lib/python*/site-packages/pyspark"))  # the archive's
 
+    # The restart through spark-submit: its driver program runs PYSPARK_PYTHON too, from here.
     second = user_env.start(driver_processes, _app_config(
-        kafka, topics, checkpoint, bare_cluster.master_url, "available_now", **recipe), shell)
+        kafka, topics, checkpoint, bare_cluster.master_url, "available_now"), shell,
+        launcher=[str(user_env.env / "bin" / "spark-submit"), "--master", bare_cluster.master_url,
+                  "--archives", f"{shipped_env}#env"])
     assert second.wait(APP_TIMEOUT_S) == 0, second.tail()
     assert "DONE" in second.output()
     assert_exactly_once(kafka, topics, str(checkpoint))
