@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .errors import KafkaConfigError
-from .kafka_config import KAFKA_PREFIX
+from .client.config import KAFKA_PREFIX
 
 log = logging.getLogger("txkafka.options")
 

@@ -36,7 +36,7 @@ from integration_tests.chaos.summary import (
 )
 from integration_tests.conftest import native_kafka
 from integration_tests.kafka_helpers import KafkaTarget, unique
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.client.transactions import TransactionClient
 from txkafka.embedded_kafka import EmbeddedKafka
 from txkafka.verify import verify, verify_counts, verify_windowed_counts
 
@@ -275,8 +275,8 @@ def test_offset_lookup_never_returns_librdkafkas_invalid_offset():
     as the batch's end ("offsets went backwards from 343 to -1001"), failing the query and every
     restart of it. A leaderless answer is now asked again, and never returned as an offset."""
     from txkafka.connector.errors import OffsetsUnavailableError
-    from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
-    from txkafka.connector.source_options import parse_source_options
+    from txkafka.connector.source.offset_reader import KafkaOffsetReader
+    from txkafka.connector.source.options import parse_source_options
 
     def reader(admin):
         options = parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
@@ -304,8 +304,8 @@ def test_pooled_consumers_never_stall_and_read_every_range_exactly(kafka, fetche
     same ranges: aborted transactions and markers at every position a range can start or end."""
     import random
 
-    from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
-    from txkafka.connector.source_options import parse_source_options
+    from txkafka.connector.source.range_reader import ConsumerPool, FetchTask, fetch_range
+    from txkafka.connector.source.options import parse_source_options
 
     topic = kafka.create_topic(partitions=3)
     seq = 0

@@ -1,6 +1,6 @@
 """The benchmark's arithmetic: ratios against targets, interleaving order, the markdown report."""
 
-from txkafka.bench import _rotated, pyspark_bytecode_setting, ratios, report_markdown
+from txkafka.devtools.bench import _rotated, pyspark_bytecode_setting, ratios, report_markdown
 
 
 def _result():
@@ -50,7 +50,7 @@ def test_the_wire_producer_gets_its_own_ratios():
 
 
 def test_charts_draw_every_suite(tmp_path):
-    from txkafka.bench import charts
+    from txkafka.devtools.bench import charts
 
     charts({**_result(), "ratios": ratios(_result())}, str(tmp_path))
     assert (tmp_path / "throughput.png").stat().st_size > 10_000
@@ -60,7 +60,7 @@ def test_charts_draw_every_suite(tmp_path):
 def test_charts_have_one_panel_per_suite_the_run_has(tmp_path):
     import matplotlib.image
 
-    from txkafka.bench import charts
+    from txkafka.devtools.bench import charts
 
     full, read_only = tmp_path / "full", tmp_path / "read"
     full.mkdir()
@@ -134,13 +134,13 @@ class _Query:
 
 
 def test_data_batch_rate_skips_batches_without_rows():
-    from txkafka.bench import _data_batch_rate
+    from txkafka.devtools.bench import _data_batch_rate
 
     assert _data_batch_rate(_Query()) == 200.0
 
 
 def test_runs_without_spark_repeat_within_each_round():
-    from txkafka.bench import NO_SPARK_RUNS_PER_ROUND, _round_order
+    from txkafka.devtools.bench import NO_SPARK_RUNS_PER_ROUND, _round_order
 
     systems = [("ceiling", "produce"), ("ceiling", "consume"), ("core", "write"), ("core", "read"),
                ("read", "a"), ("read", "b")]
@@ -168,7 +168,7 @@ def test_report_states_the_python_start_up_setting():
 def test_spark_conf_pairs_parse_key_value_and_refuse_the_rest():
     import pytest
 
-    from txkafka.bench import spark_conf_pairs
+    from txkafka.devtools.bench import spark_conf_pairs
 
     assert spark_conf_pairs(["spark.python.unix.domain.socket.enabled=true", "a.b=c=d"]) == {
         "spark.python.unix.domain.socket.enabled": "true", "a.b": "c=d"}

@@ -10,8 +10,8 @@ import pytest
 
 from txkafka.connector.errors import KafkaConfigError
 from txkafka.connector.option_names import READER, READER_OPTIONS, WRITER, WRITER_OPTIONS
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.source_options import (
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.source.options import (
     EarliestOffsets,
     LatestOffsets,
     parse_source_options,

@@ -7,8 +7,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from txkafka.connector.errors import KafkaConfigError, OffsetsUnavailableError
-from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
-from txkafka.connector.source_options import parse_source_options
+from txkafka.connector.source.offset_reader import KafkaOffsetReader
+from txkafka.connector.source.options import parse_source_options
 
 
 class _Topic:

@@ -87,7 +87,7 @@ def _load_extensions() -> None:
     if _EXTENSIONS:
         return  # main() may run more than once in a process (tests, embedding)
     for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.savepoint", "txkafka.verify",
-                "txkafka.bench", "txkafka.bench_endurance", "txkafka.pyspark_home", "txkafka.installed_pyspark"):
+                "txkafka.devtools.bench", "txkafka.devtools.bench_endurance", "txkafka.pyspark_home", "txkafka.installed_pyspark"):
         try:
             m = importlib.import_module(mod)
         except ModuleNotFoundError as e:

@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
 import pyarrow.fs as pafs
 
-from .errors import KafkaConfigError, SavepointError, TxKafkaError
-from .kafka_source_offset import (
+from ..errors import KafkaConfigError, SavepointError, TxKafkaError
+from ..source.offsets import (
     BATCH_START_KEY,
     PartitionOffsets,
     describe_offsets,
     from_offset_json,
     to_offset_json,
 )
-from .secrets_redaction import redact_uri
-from .source_options import (
+from ..secrets_redaction import redact_uri
+from ..source.options import (
     Assign,
     ConsumerStrategy,
     PartitionTimestamps,
@@ -54,7 +54,7 @@ from .source_options import (
 from .spark_checkpoint import OffsetLogEntry, checkpoint_filesystem
 
 if TYPE_CHECKING:
-    from .kafka_offset_reader import KafkaOffsetReader
+    from ..source.offset_reader import KafkaOffsetReader
 
 log = logging.getLogger("txkafka.reader")
 

@@ -25,8 +25,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from .errors import CommitLogError
-from .secrets_redaction import redact_uri, redact_uri_text
+from ..errors import CommitLogError
+from ..secrets_redaction import redact_uri, redact_uri_text
 
 METADATA = "metadata"
 OFFSETS = "offsets"

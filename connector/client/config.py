@@ -12,9 +12,9 @@ import logging
 import re
 from typing import Callable, Iterable, Mapping
 
-from . import java_keystores
-from .errors import KafkaConfigError
-from .secrets_redaction import redact_config, redact_text
+from . import keystores as java_keystores
+from ..errors import KafkaConfigError
+from ..secrets_redaction import redact_config, redact_text
 
 KAFKA_PREFIX = "kafka."
 # librdkafka pauses half of reconnect.backoff.ms (its "sparse connection" pause) before connecting
@@ -198,7 +198,7 @@ def _translate_stores(stores: Mapping[str, str], conf: dict[str, str]) -> None:
     librdkafka reads a client keystore as PKCS#12 (``ssl.keystore.location``) or PEM
     (``ssl.certificate.*``/``ssl.key.*``) and CA certificates as PEM only. Java's PEM stores
     (KIP-651) are those PEM settings under other names; JKS stores, and PKCS#12 trust stores,
-    are read here (connector/java_keystores.py) into librdkafka's inline PEM settings, on the
+    are read here (connector/client/keystores.py) into librdkafka's inline PEM settings, on the
     driver and on each executor alike, so the files must exist where Java would need them too.
     """
     def put(key: str, value: str, java: str) -> None:

@@ -23,19 +23,19 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping
 
-from .errors import KafkaProtocolError, KafkaAuthenticationError, KafkaConfigError
-from .java_keystores import read_pkcs12_keystore
-from .kafka_error_codes import UNSUPPORTED_VERSION, error_name
-from .kafka_config import TXKAFKA_SASL_MECHANISMS, refuse_two_client_identities
-from .kafka_wire import Reader, Writer, request_header
-from .oauthbearer_token import (
+from ..errors import KafkaProtocolError, KafkaAuthenticationError, KafkaConfigError
+from .keystores import read_pkcs12_keystore
+from .error_codes import UNSUPPORTED_VERSION, error_name
+from .config import TXKAFKA_SASL_MECHANISMS, refuse_two_client_identities
+from .protocol import Reader, Writer, request_header
+from .oauthbearer import (
     CLIENT_ERROR_ACK,
     OidcClientCredentialsSource,
     UnsecuredJwtSource,
     client_first_message,
     token_source_from_config,
 )
-from .tls_context import load_client_identity, trust_context
+from .tls import load_client_identity, trust_context
 
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17

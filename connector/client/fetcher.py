@@ -23,10 +23,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
-from .broker_connection import BrokerConnection, SecurityConfig, split_host_port
-from .cluster_metadata import request_metadata
-from .errors import KafkaAuthenticationError, KafkaProtocolError
-from .kafka_error_codes import (
+from .connection import BrokerConnection, SecurityConfig, split_host_port
+from .metadata import request_metadata
+from ..errors import KafkaAuthenticationError, KafkaProtocolError
+from .error_codes import (
     FENCED_LEADER_EPOCH,
     KAFKA_STORAGE_ERROR,
     LEADER_NOT_AVAILABLE,
@@ -35,7 +35,7 @@ from .kafka_error_codes import (
     UNKNOWN_LEADER_EPOCH,
     error_name,
 )
-from .kafka_wire import ProtocolError, Writer
+from .protocol import ProtocolError, Writer
 from .record_batch_decoder import DecodedRecords, decode
 
 log = logging.getLogger("txkafka.reader")

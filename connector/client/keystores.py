@@ -23,7 +23,7 @@ import struct
 import textwrap
 from dataclasses import dataclass, field
 
-from .errors import KafkaConfigError
+from ..errors import KafkaConfigError
 
 _JKS_MAGIC = 0xFEEDFEED
 _JCEKS_MAGIC = 0xCECECECE

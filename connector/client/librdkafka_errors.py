@@ -22,14 +22,14 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from .errors import (
+from ..errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
     KafkaConfigError,
     KafkaProtocolError,
     TxKafkaError,
 )
-from .kafka_error_codes import (
+from .error_codes import (
     _ALL_BROKERS_DOWN,
     _AUTHENTICATION,
     _INVALID_ARG,
@@ -45,7 +45,7 @@ from .kafka_error_codes import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNSUPPORTED_SASL_MECHANISM,
 )
-from .secrets_redaction import redact_text
+from ..secrets_redaction import redact_text
 
 T = TypeVar("T")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .broker_connection import BrokerConnection
-from .kafka_wire import Reader, Writer
+from .connection import BrokerConnection
+from .protocol import Reader, Writer
 
 METADATA = 3
 

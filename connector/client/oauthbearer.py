@@ -39,9 +39,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import KafkaAuthenticationError, KafkaConfigError, KafkaProtocolError
-from .secrets_redaction import REDACTED, redact_uri
-from .tls_context import trust_context
+from ..errors import KafkaAuthenticationError, KafkaConfigError, KafkaProtocolError
+from ..secrets_redaction import REDACTED, redact_uri
+from .tls import trust_context
 
 # base64url of {"alg":"none"}: the JOSE header of an unsecured JWS (RFC 7515 appendix A.5).
 _UNSECURED_HEADER = "eyJhbGciOiJub25lIn0"

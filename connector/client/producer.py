@@ -31,10 +31,10 @@ from typing import Mapping
 
 import pyarrow as pa
 
-from .broker_connection import BrokerConnection, SecurityConfig, error_name, split_host_port
-from .client_errors import translate_kafka_error
-from .cluster_metadata import request_metadata
-from .errors import (
+from .connection import BrokerConnection, SecurityConfig, error_name, split_host_port
+from .librdkafka_errors import translate_kafka_error
+from .metadata import request_metadata
+from ..errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
     KafkaConfigError,
@@ -42,7 +42,7 @@ from .errors import (
     TransactionError,
     TxKafkaError,
 )
-from .kafka_error_codes import (
+from .error_codes import (
     CLUSTER_AUTHORIZATION_FAILED,
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_LOAD_IN_PROGRESS,
@@ -70,8 +70,8 @@ from .kafka_error_codes import (
     UNKNOWN_LEADER_EPOCH,
     UNKNOWN_TOPIC_OR_PARTITION,
 )
-from .kafka_wire import ProtocolError, Reader, Writer
-from .sink_options import delivery_timeout_ms
+from .protocol import ProtocolError, Reader, Writer
+from ..sink.options import delivery_timeout_ms
 from .record_batch_encoder import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -80,7 +80,7 @@ from .record_batch_encoder import (
     codec_from_config,
     batch_pieces,
 )
-from .transaction_client import TransactionClient
+from .transactions import TransactionClient
 
 log = logging.getLogger("txkafka.writer")
 

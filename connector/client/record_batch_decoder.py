@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from .errors import KafkaProtocolError
+from ..errors import KafkaProtocolError
 
 BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 BATCH_HEADER_SIZE = 61  # == BATCH_HEADER.size

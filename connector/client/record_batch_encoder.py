@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import KafkaConfigError
+from ..errors import KafkaConfigError
 from .record_batch_decoder import BATCH_HEADER_SIZE, HEADERS_TYPE
 
 # Attributes: bits 0-2 the codec, bit 4 transactional (the decoder's layout).

@@ -15,7 +15,7 @@ import secrets
 import ssl
 import tempfile
 
-from .errors import KafkaConfigError
+from ..errors import KafkaConfigError
 
 
 def trust_context(location: str | None, pem: str | None, *, location_option: str,

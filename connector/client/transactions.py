@@ -17,22 +17,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
 
-from . import broker_connection
-from .broker_connection import (
+from . import connection as broker_connection
+from .connection import (
     BrokerConnection,
     SecurityConfig,
     current_deadline,
     deadline_scope,
     split_host_port,
 )
-from .cluster_metadata import request_metadata
-from .errors import (
+from .metadata import request_metadata
+from ..errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
     KafkaProtocolError,
     TransactionError,
 )
-from .kafka_error_codes import (
+from .error_codes import (
     CLUSTER_AUTHORIZATION_FAILED,
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_LOAD_IN_PROGRESS,
@@ -47,7 +47,7 @@ from .kafka_error_codes import (
     TRANSACTIONAL_ID_NOT_FOUND,
     error_name,
 )
-from .kafka_wire import Reader, Writer
+from .protocol import Reader, Writer
 
 FIND_COORDINATOR = 10
 END_TXN = 26

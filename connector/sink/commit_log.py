@@ -42,11 +42,11 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from .errors import CommitLogError, ConcurrentWriterError
-from .kafka_committable import KafkaCommittable
+from ..errors import CommitLogError, ConcurrentWriterError
+from .committable import KafkaCommittable
 from .partition_input import PartitionInput
-from .secrets_redaction import redact_uri
-from .spark_checkpoint import SparkCheckpoint
+from ..secrets_redaction import redact_uri
+from ..checkpoint.spark_checkpoint import SparkCheckpoint
 
 SINK_DIR = "txkafka-sink"
 _RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome|unresolved|empty)\.json$")

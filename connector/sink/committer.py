@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, Mapping, NoReturn, Sequence
 
-from .errors import (
+from ..errors import (
     CheckpointMismatchError,
     ConcurrentWriterError,
     TaskLayoutChangedError,
@@ -42,22 +42,22 @@ from .errors import (
     TransactionOutcomeUnknownError,
     TxKafkaError,
 )
-from .fault_injection import FaultInjector
-from .kafka_committable import KafkaCommittable, TaskResult
-from .kafka_error_codes import INVALID_TXN_STATE, NONE, error_name
-from .kafka_source_offset import resume_option
+from ..fault_injection import FaultInjector
+from .committable import KafkaCommittable, TaskResult
+from ..client.error_codes import INVALID_TXN_STATE, NONE, error_name
+from ..source.offsets import resume_option
 from .partition_input import PartitionInput
-from .secrets_redaction import redact_uri
-from .sink_commit_log import BatchState, Layout, SinkCommitLog
-from .sink_options import SinkConfig
-from .spark_checkpoint import same_source_offsets
-from .transaction_client import (
+from ..secrets_redaction import redact_uri
+from .commit_log import BatchState, Layout, SinkCommitLog
+from .options import SinkConfig
+from ..checkpoint.spark_checkpoint import same_source_offsets
+from ..client.transactions import (
     FENCED_CODES,
     UNKNOWN_ID_CODES,
     TransactionClient,
     TransactionDescription,
 )
-from .transactional_id_factory import TransactionalIdFactory
+from .transactional_ids import TransactionalIdFactory
 
 log = logging.getLogger(__name__)
 

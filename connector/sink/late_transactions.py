@@ -32,9 +32,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .sink_commit_log import SinkCommitLog
-from .transaction_client import TransactionClient
-from .transactional_id_factory import TransactionalIdFactory
+from .commit_log import SinkCommitLog
+from ..client.transactions import TransactionClient
+from .transactional_ids import TransactionalIdFactory
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Mapping
 
-from .errors import KafkaConfigError
-from .kafka_config import describe_config, kafka_client_config
-from .option_names import WRITER, check_option_names
+from ..errors import KafkaConfigError
+from ..client.config import describe_config, kafka_client_config
+from ..option_names import WRITER, check_option_names
 
 log = logging.getLogger("txkafka.writer")
 
@@ -190,7 +190,7 @@ WIRE_PRODUCER_KEYS = frozenset({
     "request.timeout.ms", "topic.metadata.propagation.max.ms",
     "acks", "request.required.acks",  # 'all' only, checked above
     "enable.ssl.certificate.verification",
-    # OAUTHBEARER token sources (connector/oauthbearer_token.py), outside the sasl.* names
+    # OAUTHBEARER token sources (connector/client/oauthbearer.py), outside the sasl.* names
     "enable.sasl.oauthbearer.unsecure.jwt", "https.ca.location", "https.ca.pem",
 })
 
@@ -204,7 +204,7 @@ _WIRE_PRODUCER_FIXED: dict[str, tuple[tuple[str, ...], str]] = {
 
 def wire_producer_unsupported(conf: Mapping[str, str]) -> str | None:
     """Why txkafka's own producer cannot apply this client config (the setting named), or None."""
-    from .source_options import wire_unsupported
+    from ..source.options import wire_unsupported
 
     for key in sorted(conf):
         if key in WIRE_PRODUCER_KEYS or key.startswith(("ssl.", "sasl.")):
@@ -266,7 +266,7 @@ def _login_unsupported(kafka: Mapping[str, str]) -> str | None:
     """Why txkafka's connections cannot log in with these settings (an OAUTHBEARER token source
     they lack, ...), or None. The exactly-once sink's commit client refuses them at start anyway;
     an at-least-once sink then writes with librdkafka."""
-    from .broker_connection import SecurityConfig
+    from ..client.connection import SecurityConfig
 
     try:
         SecurityConfig.from_kafka_config(kafka)

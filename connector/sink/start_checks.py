@@ -9,25 +9,25 @@ from __future__ import annotations
 import logging
 import threading
 
-from .broker_connection import SecurityConfig
-from .client_errors import (
+from ..client.connection import SecurityConfig
+from ..client.librdkafka_errors import (
     SecurityErrorProbe,
     missing_topic_operations,
     topic_access_error,
     translate_kafka_error,
     wait_checking_security,
 )
-from .errors import (
+from ..errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
     KafkaConfigError,
     KafkaProtocolError,
     UnsupportedBrokerError,
 )
-from .kafka_config import RECONNECT_BACKOFF_MS, check_client_config
-from .kafka_writer import SinkSchema, _ProducerProbe, producer_config
-from .secrets_redaction import redact_text
-from .sink_options import SinkConfig
+from ..client.config import RECONNECT_BACKOFF_MS, check_client_config
+from .task_writer import SinkSchema, _ProducerProbe, producer_config
+from ..secrets_redaction import redact_text
+from .options import SinkConfig
 
 log = logging.getLogger(__name__)
 _quiet = logging.getLogger("txkafka.librdkafka.admin")
@@ -201,7 +201,7 @@ def _refuse_brokers_before_3_6(cfg: SinkConfig, broker_ids: set[int], why: str) 
     """Where the setting cannot be read: refuse brokers too old to verify (by the API versions
     they announce); a 3.6+ broker is taken to run with the setting's default (true), with a
     warning, since nothing else tells."""
-    from .kafka_committer import shared_client
+    from .committer import shared_client
 
     client = shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)
     old: dict[int, str | None] = {}
@@ -226,7 +226,7 @@ def _check_transactional_ids(cfg: SinkConfig, timeout_s: float) -> None:
     checked without acting (InitProducerId): a principal with DESCRIBE only still fails in the
     tasks, with the id named.
     """
-    from .kafka_committer import shared_client
+    from .committer import shared_client
 
     probe_id = f"{cfg.transactional_id_prefix}-txkafka-acl-check"
     client = shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)

@@ -24,20 +24,20 @@ from typing import Any, Callable, Iterable
 
 import pyarrow as pa
 
-from .client_errors import (
+from ..client.librdkafka_errors import (
     SecurityErrorProbe,
     missing_topic_operations,
     topic_access_error,
     translate_kafka_error,
 )
-from .errors import KafkaConfigError, TransactionError
-from .fault_injection import FaultInjector
-from .kafka_committable import KafkaCommittable
-from .kafka_config import RECONNECT_BACKOFF_MS
-from .kafka_error_codes import TOPIC_AUTHORIZATION_FAILED
-from .secrets_redaction import redact_text
-from .sink_commit_log import SinkCommitLog
-from .sink_options import SinkConfig, delivery_timeout_ms
+from ..errors import KafkaConfigError, TransactionError
+from ..fault_injection import FaultInjector
+from .committable import KafkaCommittable
+from ..client.config import RECONNECT_BACKOFF_MS
+from ..client.error_codes import TOPIC_AUTHORIZATION_FAILED
+from ..secrets_redaction import redact_text
+from .commit_log import SinkCommitLog
+from .options import SinkConfig, delivery_timeout_ms
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,12 @@ from typing import Any, Iterable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import KafkaConfigError
-from .kafka_committable import KafkaCommittable
-from .kafka_writer import SinkSchema, TaskAttempt, _col, check_partition_column
-from .secrets_redaction import redact_text
-from .sink_options import SinkConfig
-from .wire_producer import WireProducer, link_for
+from ..errors import KafkaConfigError
+from .committable import KafkaCommittable
+from .task_writer import SinkSchema, TaskAttempt, _col, check_partition_column
+from ..secrets_redaction import redact_text
+from .options import SinkConfig
+from ..client.producer import WireProducer, link_for
 
 log = logging.getLogger(__name__)
 

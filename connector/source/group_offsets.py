@@ -16,9 +16,9 @@ from typing import Callable, Mapping
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from .kafka_source_offset import PartitionOffsets
-from .secrets_redaction import redact_text
-from .source_options import SourceOptions, TopicPartitionKey
+from .offsets import PartitionOffsets
+from ..secrets_redaction import redact_text
+from .options import SourceOptions, TopicPartitionKey
 
 log = logging.getLogger("txkafka.reader")
 

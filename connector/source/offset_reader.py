@@ -23,17 +23,17 @@ from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPar
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
-from .client_errors import (
+from ..client.librdkafka_errors import (
     SecurityErrorProbe,
     missing_topic_operations,
     topic_access_error,
     wait_checking_security,
 )
-from .errors import KafkaAuthorizationError, KafkaConfigError, OffsetsUnavailableError
-from .kafka_config import RECONNECT_BACKOFF_MS
-from .kafka_source_offset import PartitionOffsets, describe_offsets
-from .secrets_redaction import redact_text
-from .source_options import (
+from ..errors import KafkaAuthorizationError, KafkaConfigError, OffsetsUnavailableError
+from ..client.config import RECONNECT_BACKOFF_MS
+from .offsets import PartitionOffsets, describe_offsets
+from ..secrets_redaction import redact_text
+from .options import (
     EARLIEST,
     LATEST,
     Assign,

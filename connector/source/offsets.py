@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from .errors import KafkaConfigError
-from .source_options import TopicPartitionKey
+from ..errors import KafkaConfigError
+from .options import TopicPartitionKey
 
 PartitionOffsets = dict[TopicPartitionKey, int]
 

@@ -16,14 +16,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-from .errors import KafkaConfigError
-from .kafka_config import (
+from ..errors import KafkaConfigError
+from ..client.config import (
     TXKAFKA_SASL_MECHANISMS,
     check_client_config,
     describe_config,
     kafka_client_config,
 )
-from .option_names import READER, check_option_names
+from ..option_names import READER, check_option_names
 
 log = logging.getLogger("txkafka.reader")
 

@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
-from .errors import DataLossError
-from .kafka_source_offset import PartitionOffsets
-from .source_options import TopicPartitionKey
+from ..errors import DataLossError
+from .offsets import PartitionOffsets
+from .options import TopicPartitionKey
 
 log = logging.getLogger("txkafka.reader")
 

@@ -30,16 +30,16 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .client_errors import translate_kafka_error
-from .errors import KafkaConfigError, KafkaProtocolError, RecordFetchTimeoutError
-from .kafka_config import describe_config
+from ..client.librdkafka_errors import translate_kafka_error
+from ..errors import KafkaConfigError, KafkaProtocolError, RecordFetchTimeoutError
+from ..client.config import describe_config
 from .range_planner import report_data_loss
-from .record_batch_decoder import HEADER_STRUCT, HEADERS_TYPE
-from .secrets_redaction import redact_text
-from .source_options import TopicPartitionKey
+from ..client.record_batch_decoder import HEADER_STRUCT, HEADERS_TYPE
+from ..secrets_redaction import redact_text
+from .options import TopicPartitionKey
 
 if TYPE_CHECKING:
-    from .record_batch_decoder import DecodedRecords
+    from ..client.record_batch_decoder import DecodedRecords
 
 log = logging.getLogger("txkafka.reader")
 _LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
@@ -362,7 +362,7 @@ def fetch_range(task: FetchTask, pool: ConsumerPool = POOL, batch_rows: int = BA
         return
     if task.fetcher == "wire":
         # Imported here: the query's driver-side Python process never needs the fetch code.
-        from .wire_fetcher import WireRange, handoff_log, read_range
+        from ..client.fetcher import WireRange, handoff_log, read_range
 
         wr = WireRange(task.topic, task.partition, task.start, task.end, task.consumer_config,
                        task.include_headers)

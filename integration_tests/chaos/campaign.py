@@ -61,11 +61,11 @@ from integration_tests.chaos.summary import (
 from integration_tests.kafka_helpers import KafkaTarget
 from txkafka import savepoint as savepoints
 from txkafka.connector.fault_injection import ENV_VAR, read_marker
-from txkafka.connector.kafka_source_offset import BATCH_START_KEY, from_offset_json
-from txkafka.connector.savepoint import kafka_offsets, read_savepoint
-from txkafka.connector.sink_commit_log import BatchState, SinkCommitLog
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.source.offsets import BATCH_START_KEY, from_offset_json
+from txkafka.connector.checkpoint.savepoint import kafka_offsets, read_savepoint
+from txkafka.connector.sink.commit_log import BatchState, SinkCommitLog
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.client.transactions import TransactionClient
 from txkafka.verify import verify, verify_windowed_counts
 
 TASK_POINTS = ("before_precommit", "after_precommit", "read_partition")

@@ -17,7 +17,7 @@ Suites:
   the exactly-once writer from Arrow batches through one transaction and the driver's commit;
 - scaling: txkafka read and exactly-once write over 1, 4 and 16 partitions and 100 B, 1 KB, 10 KB values;
 - tasks: per-batch time against the number of write tasks (``repartition(P)``) for the built-in
-  sink, a drain-only Python writer, ``mapInArrow`` + noop and txkafka (txkafka/bench_tasks.py).
+  sink, a drain-only Python writer, ``mapInArrow`` + noop and txkafka (txkafka/devtools/bench_tasks.py).
 
 No run publishes a figure for work it cannot prove done: a Spark query must have read exactly its
 rows, an output must hold exactly its rows by a read_committed count, and a latency window must
@@ -39,9 +39,9 @@ import time
 import uuid
 from typing import Any, Callable
 
-from . import kafka_admin
-from .kafka_admin import QUIET
-from .spark_session import session_builder
+from .. import kafka_admin
+from ..kafka_admin import QUIET
+from ..spark_session import session_builder
 
 
 def say(msg: str) -> None:
@@ -139,7 +139,7 @@ class BenchKafka:
         """Read ``expected`` records with a plain consumer loop; returns rows/s."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        from .connector.source_options import FETCH_QUEUE_BACKOFF_MS
+        from ..connector.source.options import FETCH_QUEUE_BACKOFF_MS
 
         md = self.admin.list_topics(topic, timeout=30)
         parts = sorted(md.topics[topic].partitions)
@@ -247,12 +247,12 @@ def core_write_run(k: BenchKafka, batches: list, rows: int, workdir: str) -> flo
     """txkafka's exactly-once writer without Spark: one task's transaction (init, produce from
     Arrow, flush, pre-commit) plus the driver's commit (validation, decision record, EndTxn),
     timed until the records are visible to read_committed (the plain producer's are at ack)."""
-    from .connector.kafka_committable import TaskResult
-    from .connector.kafka_committer import KafkaCommitter
-    from .connector.kafka_writer import KafkaWriter, validate_input_schema
-    from .connector.sink_commit_log import SinkCommitLog
-    from .connector.sink_options import SinkConfig
-    from .connector.transactional_id_factory import TransactionalIdFactory
+    from ..connector.sink.committable import TaskResult
+    from ..connector.sink.committer import KafkaCommitter
+    from ..connector.sink.task_writer import KafkaWriter, validate_input_schema
+    from ..connector.sink.commit_log import SinkCommitLog
+    from ..connector.sink.options import SinkConfig
+    from ..connector.sink.transactional_ids import TransactionalIdFactory
 
     topic = k.topic("bench-core-out", 4)
     ck = tempfile.mkdtemp(dir=workdir)
@@ -282,8 +282,8 @@ TXKAFKA_READ_OPTIONS: dict[str, str] = {}
 def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
     """txkafka's range reader without Spark: every partition's range into Arrow batches, one after
     the other in one thread (as one task per partition would)."""
-    from .connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
-    from .connector.source_options import parse_source_options
+    from ..connector.source.range_reader import ConsumerPool, FetchTask, fetch_range
+    from ..connector.source.options import parse_source_options
 
     options = parse_source_options({"kafka.bootstrap.servers": k.bootstrap, "subscribe": topic,
                                     **TXKAFKA_READ_OPTIONS}, streaming=True)
@@ -322,7 +322,7 @@ def spark_session(builtin: bool, master: str, conf: dict[str, str] | None = None
     import pyspark
 
     if builtin:
-        from .spark_kafka_packages import builtin_kafka_conf
+        from ..spark_kafka_packages import builtin_kafka_conf
 
         say(f"loading Spark's built-in Kafka connector "
             f"({builtin_kafka_conf()['spark.jars.packages']}; the first run downloads it from "
@@ -687,7 +687,7 @@ def _median(xs: list[float]) -> float:
 
 
 def run_bench(ns: argparse.Namespace) -> int:
-    from .embedded_kafka import EmbeddedKafka
+    from ..embedded_kafka import EmbeddedKafka
 
     # Checked before anything starts: a bad --spark-conf must not leave a broker running.
     spark_conf = spark_conf_pairs(getattr(ns, "spark_conf", None) or [])
@@ -712,7 +712,7 @@ def run_bench(ns: argparse.Namespace) -> int:
     k = BenchKafka(bootstrap)
     rows, repeats = ns.rows, ns.repeats
     if ns.pyspark_home:  # before the JVM starts: a JVM's SPARK_HOME is fixed for its life
-        from .pyspark_home import build
+        from ..pyspark_home import build
 
         os.environ["SPARK_HOME"] = str(build(progress=lambda m: say("  " + m)))
         say(f"Spark home with bytecode: {os.environ['SPARK_HOME']}")
@@ -964,8 +964,8 @@ def machine(external_kafka: bool = False) -> dict[str, Any]:
     cluster given with --bootstrap the version is recorded as unknown, not guessed."""
     import pyspark
 
-    from .embedded_kafka import KAFKA_VERSION
-    from .installed_pyspark import spark_python_imports_from, state
+    from ..embedded_kafka import KAFKA_VERSION
+    from ..installed_pyspark import spark_python_imports_from, state
 
     try:
         import confluent_kafka

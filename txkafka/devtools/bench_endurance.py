@@ -29,9 +29,9 @@ from array import array
 from pathlib import Path
 from typing import Any
 
-from . import kafka_admin
+from .. import kafka_admin
 from .bench import TXKAFKA_READ_OPTIONS, _stop_between_batches, say, spark_session
-from .kafka_admin import QUIET as _quiet
+from ..kafka_admin import QUIET as _quiet
 
 # What the run samples, by group: (label, unit).
 SERIES = {
@@ -295,12 +295,12 @@ class _HeapFloor:
 def run(ns: argparse.Namespace) -> dict[str, Any]:
     from confluent_kafka import Producer
 
-    from .connector.transaction_client import TransactionClient
+    from ..connector.client.transactions import TransactionClient
 
     cluster = None
     bootstrap = ns.bootstrap
     if not bootstrap:
-        from .embedded_kafka import EmbeddedKafka
+        from ..embedded_kafka import EmbeddedKafka
 
         cluster = EmbeddedKafka(f"endurance-{os.getpid()}", nodes=3)
         say("starting a 3-node Kafka cluster")
@@ -312,7 +312,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         kafka_admin.create_topic({"bootstrap.servers": bootstrap}, t, ns.partitions, rf, cfg)
     prefix = f"endur-{uuid.uuid4().hex[:6]}"
     if ns.pyspark_home:  # before the JVM starts: a JVM's SPARK_HOME is fixed for its life
-        from .pyspark_home import build
+        from ..pyspark_home import build
 
         os.environ["SPARK_HOME"] = str(build(progress=lambda m: say("  " + m)))
     workdir = Path(tempfile.mkdtemp(prefix="txkafka-endurance-"))
@@ -439,7 +439,7 @@ def _sample(started: float, jvm: int, ck: Path, txns, prefix: str) -> dict[str, 
     s.update({"py_rss_mb": sum(m["rss_mb"] for m in py), "py_fds": sum(m["fds"] for m in py),
               "py_threads": sum(m["threads"] for m in py), "py_processes": len(py)})
     s["driver_py_rss_mb"] = process_meter(os.getpid()).get("rss_mb", 0.0)
-    from .connector.sink_commit_log import SINK_DIR
+    from ..connector.sink.commit_log import SINK_DIR
 
     files, size = tree_size(ck / SINK_DIR)
     s["commit_log_files"], s["commit_log_kb"] = files, round(size / 1024, 1)

@@ -1,4 +1,4 @@
-"""``python -m txkafka.bench_produce``: the exactly-once task write path on librdkafka (today's
+"""``python -m txkafka.devtools.bench_produce``: the exactly-once task write path on librdkafka (today's
 KafkaWriter) against txkafka's own producer (record_batch_encoder + wire_producer), without Spark.
 
 Two measurements, side by side in one session on one broker, runs alternating (A, B, A, B...):
@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any
 
-from . import kafka_admin
+from .. import kafka_admin
 from .bench import BenchKafka, _arrow_batches, check_count, machine, say
 
 
@@ -44,8 +44,8 @@ class Paths:
     """The two write paths against one cluster; a worker's kept link for txkafka's."""
 
     def __init__(self, k: BenchKafka, workdir: str) -> None:
-        from .connector.transaction_client import TransactionClient
-        from .connector.wire_producer import ClusterLink
+        from ..connector.client.transactions import TransactionClient
+        from ..connector.client.producer import ClusterLink
 
         self.k = k
         self.conf = {"bootstrap.servers": k.bootstrap}
@@ -58,7 +58,7 @@ class Paths:
         self.tc.close()
 
     def _sink_config(self, topic: str):
-        from .connector.sink_options import SinkConfig
+        from ..connector.sink.options import SinkConfig
 
         return SinkConfig.from_options({"kafka.bootstrap.servers": self.k.bootstrap,
                                         "topic": topic,
@@ -66,7 +66,7 @@ class Paths:
                                        streaming=True)
 
     def librdkafka(self, topic: str, batches: list, tid: str) -> tuple[float, float, Any]:
-        from .connector.kafka_writer import KafkaWriter, validate_input_schema
+        from ..connector.sink.task_writer import KafkaWriter, validate_input_schema
 
         cfg = self._sink_config(topic)
         schema = validate_input_schema({"key": "binary", "value": "binary"}, cfg.topic)
@@ -79,7 +79,7 @@ class Paths:
                               sum(len(p) for p in c.topic_partitions.values()))
 
     def wire(self, topic: str, batches: list, tid: str) -> tuple[float, float, Any]:
-        from .connector.wire_producer import WireProducer
+        from ..connector.client.producer import WireProducer
 
         cpu, started = time.process_time(), time.monotonic()
         p = WireProducer(self.conf, transactional_id=tid, link=self.link, where="bench task")
@@ -165,8 +165,8 @@ def throughput(paths: Paths, sizes: list[int], partitions: list[int], rows_max: 
 
 def startup(paths: Paths, runs: int) -> dict[str, Any]:
     """Milliseconds from nothing to a producer id and epoch, per task."""
-    from .connector.kafka_writer import KafkaWriter, validate_input_schema
-    from .connector.wire_producer import ClusterLink, WireProducer
+    from ..connector.sink.task_writer import KafkaWriter, validate_input_schema
+    from ..connector.client.producer import ClusterLink, WireProducer
 
     topic = paths.k.topic("bench-produce-start", 1)
     paths.wait_leaders(topic, 1)
@@ -253,7 +253,7 @@ def report_markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m txkafka.bench_produce", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m txkafka.devtools.bench_produce", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
     p.add_argument("--out", default="results/produce")
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         with open(ns.report) as fh:
             print(report_markdown(json.load(fh)))
         return 0
-    from .embedded_kafka import EmbeddedKafka
+    from ..embedded_kafka import EmbeddedKafka
 
     os.makedirs(ns.out, exist_ok=True)
     cluster = None
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="txkafka-bench-produce-")
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["python -m txkafka.bench_produce", *(argv or sys.argv[1:])]),
+        "command": " ".join(["python -m txkafka.devtools.bench_produce", *(argv or sys.argv[1:])]),
         "machine": machine(external_kafka=bool(ns.bootstrap)),
         "params": {"rows": ns.rows, "mb": ns.mb, "repeats": ns.repeats, "sizes": ns.sizes,
                    "partitions": ns.partitions, "startup_runs": ns.startup_runs},

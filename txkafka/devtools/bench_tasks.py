@@ -300,7 +300,7 @@ def commit_timings(checkpoint: str, batch_ids: set[int]) -> list[dict[str, float
     """The driver's commit of each timed batch, from the sink's commit log (its outcome records):
     DescribeTransactions + the decision record (``validate_and_decide_ms``) and the pipelined
     EndTxn calls (``end_txn_ms``), with the batch's transaction count."""
-    from .connector.sink_commit_log import SinkCommitLog
+    from ..connector.sink.commit_log import SinkCommitLog
 
     log = SinkCommitLog(checkpoint)
     listing = log.listing()
