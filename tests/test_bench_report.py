@@ -1,6 +1,7 @@
 """The benchmark's arithmetic: ratios against targets, interleaving order, the markdown report."""
 
-from txkafka.devtools.bench import _rotated, pyspark_bytecode_setting, ratios, report_markdown
+from txkafka.devtools.bench_runs import _rotated
+from txkafka.devtools.bench import pyspark_bytecode_setting, ratios, report_markdown
 
 
 def _result():

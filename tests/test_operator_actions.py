@@ -507,7 +507,7 @@ def test_commit_log_show_prints_each_batchs_source_offsets(tmp_path, capsys):
 
 
 def test_the_resume_option_drops_batch_0s_start():
-    from txkafka.connector.source.offsets import resume_option
+    from txkafka.connector.checkpoint.savepoint import resume_option
 
     logged = '{"in":{"0":400,"1":380},"txkafka:start":{"in":{"0":0,"1":0}}}'
     assert resume_option(logged) == '{"in":{"0":400,"1":380}}'

@@ -15,7 +15,8 @@ from txkafka.connector.errors import KafkaConfigError, TransactionError
 from txkafka.connector.client.error_codes import COORDINATOR_LOAD_IN_PROGRESS
 from txkafka.connector.client.protocol import Reader, Writer
 from txkafka.connector.sink.task_writer import validate_input_schema
-from txkafka.connector.sink.options import SinkConfig, delivery_timeout_ms
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.client.config import delivery_timeout_ms
 from txkafka.connector.sink.start_checks import validate_at_start
 from txkafka.connector.client.producer import WireProducer
 

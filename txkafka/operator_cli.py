@@ -19,7 +19,7 @@ import time
 from .connector.secrets_redaction import redact_uri
 from .connector.errors import KafkaConfigError
 from .connector.client.config import kafka_client_config
-from .connector.source.offsets import resume_option
+from .connector.checkpoint.savepoint import resume_option
 from .connector.sink.commit_log import SinkCommitLog, SinkIdentity
 from .connector.sink.transactional_ids import TransactionalIdFactory
 

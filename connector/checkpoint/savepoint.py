@@ -240,6 +240,20 @@ def kafka_offsets(line: str) -> Optional[dict[str, Any]]:
     return data
 
 
+def resume_option(logged: str) -> str:
+    """The ``startingOffsets`` value that continues after a batch whose end Spark logged as
+    ``logged`` (one source line of ``offsets/N``): that end without batch 0's start. A line that
+    is not a txkafka/Kafka offset comes back unchanged."""
+    try:
+        data = json.loads(logged)
+    except ValueError:
+        return logged
+    if not isinstance(data, dict):
+        return logged
+    return json.dumps({k: v for k, v in data.items() if k != BATCH_START_KEY},
+                      separators=(",", ":"))
+
+
 def has_kafka_source(entry: OffsetLogEntry) -> bool:
     return any(kafka_offsets(line) is not None for line in entry.sources)
 

@@ -9,14 +9,15 @@ otherwise, so a query never starts with a setting silently ignored.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from typing import Callable, Iterable, Mapping
 
 from . import keystores as java_keystores
 from ..errors import KafkaConfigError
+from ..option_names import KAFKA_PREFIX
 from ..secrets_redaction import redact_config, redact_text
 
-KAFKA_PREFIX = "kafka."
 # librdkafka pauses half of reconnect.backoff.ms (its "sparse connection" pause) before connecting
 # to the broker the bootstrap metadata names, which every new producer and admin client does before
 # its first real request: every task's transactional producer and every query start paid librdkafka's
@@ -28,6 +29,51 @@ RECONNECT_BACKOFF_MS = 20
 # SASL mechanisms txkafka's own connections speak (broker_connection: the driver's transaction
 # client, the executors' fetch); GSSAPI/Kerberos is librdkafka's only.
 TXKAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+
+# TLS settings only librdkafka (OpenSSL) applies: txkafka's connections would ignore them, and a
+# cipher restriction must never be dropped silently. (ssl.crl.location they apply.)
+LIBRDKAFKA_TLS_KEYS = ("ssl.cipher.suites", "ssl.curves.list",
+                       "ssl.sigalgs.list", "ssl.providers", "ssl.engine.location", "ssl.engine.id",
+                       "ssl.ca.certificate.stores")
+
+
+def wire_unsupported(conf: Mapping[str, str]) -> str | None:
+    """Why txkafka's own fetch (wire_fetcher) cannot serve this client config, or None.
+
+    String checks only: this runs in the Python process Spark starts for every query, where
+    importing the connection code (ssl, urllib, ...) would lengthen each query's start.
+    """
+    if conf.get("client.rack"):
+        return ("kafka.client.rack is set: fetching from the closest replica (KIP-392) is "
+                "librdkafka's")
+    if str(conf.get("check.crcs", "false")).strip().lower() == "true":
+        return "kafka.check.crcs=true: CRC checks of fetched batches are librdkafka's"
+    protocol = str(conf.get("security.protocol") or "PLAINTEXT").strip().upper()
+    if "SSL" in protocol:
+        tls = [k for k in LIBRDKAFKA_TLS_KEYS if conf.get(k)]
+        if tls:
+            return f"kafka.{tls[0]} is set: only librdkafka's TLS (OpenSSL) applies it"
+    mech = str(conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "GSSAPI").strip()
+    if protocol.startswith("SASL") and mech.upper() not in TXKAFKA_SASL_MECHANISMS:
+        return (f"kafka.sasl.mechanism={mech!r}: txkafka's own fetch supports "
+                f"{', '.join(TXKAFKA_SASL_MECHANISMS)} (GSSAPI/Kerberos is librdkafka's)")
+    return None
+
+
+def delivery_timeout_ms(conf: Mapping[str, object],
+                        transaction_timeout_ms: int | None = None) -> float:
+    """How long a record may wait for its delivery, in ms: kafka.message.timeout.ms (or
+    delivery.timeout.ms; librdkafka's default 300000, and its 0 means no limit: ``math.inf``),
+    capped by ``transaction_timeout_ms`` when the record is in a transaction, which it must not
+    outlive. One rule for both producers."""
+    raw = conf.get("message.timeout.ms", conf.get("delivery.timeout.ms"))
+    ms = float(int(str(raw).strip())) if raw is not None else 300_000.0
+    if ms <= 0:
+        ms = math.inf
+    if transaction_timeout_ms is not None:
+        ms = min(ms, float(transaction_timeout_ms))
+    return ms
+
 
 # Java client keys with no librdkafka key of the same name: what to use instead.
 _JAVA_ONLY: dict[str, str] = {

@@ -71,7 +71,7 @@ from .error_codes import (
     UNKNOWN_TOPIC_OR_PARTITION,
 )
 from .protocol import ProtocolError, Reader, Writer
-from ..sink.options import delivery_timeout_ms
+from .config import delivery_timeout_ms
 from .record_batch_encoder import (
     DEFAULT_BATCH_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,

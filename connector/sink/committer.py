@@ -45,7 +45,7 @@ from ..errors import (
 from ..fault_injection import FaultInjector
 from .committable import KafkaCommittable, TaskResult
 from ..client.error_codes import INVALID_TXN_STATE, NONE, error_name
-from ..source.offsets import resume_option
+from ..checkpoint.savepoint import resume_option
 from .partition_input import PartitionInput
 from ..secrets_redaction import redact_uri
 from .commit_log import BatchState, Layout, SinkCommitLog

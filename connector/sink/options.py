@@ -8,7 +8,6 @@ before any transaction opens.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum
@@ -69,21 +68,6 @@ def _positive_int(options: Mapping[str, str], name: str, default: int, *, minimu
     if value < minimum:
         raise KafkaConfigError(f"option '{shown}' must be >= {minimum}, got {value}")
     return value
-
-
-def delivery_timeout_ms(conf: Mapping[str, object],
-                        transaction_timeout_ms: int | None = None) -> float:
-    """How long a record may wait for its delivery, in ms: kafka.message.timeout.ms (or
-    delivery.timeout.ms; librdkafka's default 300000, and its 0 means no limit: ``math.inf``),
-    capped by ``transaction_timeout_ms`` when the record is in a transaction, which it must not
-    outlive. One rule for both producers."""
-    raw = conf.get("message.timeout.ms", conf.get("delivery.timeout.ms"))
-    ms = float(int(str(raw).strip())) if raw is not None else 300_000.0
-    if ms <= 0:
-        ms = math.inf
-    if transaction_timeout_ms is not None:
-        ms = min(ms, float(transaction_timeout_ms))
-    return ms
 
 
 @dataclass(frozen=True)
@@ -204,7 +188,7 @@ _WIRE_PRODUCER_FIXED: dict[str, tuple[tuple[str, ...], str]] = {
 
 def wire_producer_unsupported(conf: Mapping[str, str]) -> str | None:
     """Why txkafka's own producer cannot apply this client config (the setting named), or None."""
-    from ..source.options import wire_unsupported
+    from ..client.config import wire_unsupported
 
     for key in sorted(conf):
         if key in WIRE_PRODUCER_KEYS or key.startswith(("ssl.", "sasl.")):

@@ -37,7 +37,8 @@ from ..client.config import RECONNECT_BACKOFF_MS
 from ..client.error_codes import TOPIC_AUTHORIZATION_FAILED
 from ..secrets_redaction import redact_text
 from .commit_log import SinkCommitLog
-from .options import SinkConfig, delivery_timeout_ms
+from .options import SinkConfig
+from ..client.config import delivery_timeout_ms
 
 log = logging.getLogger(__name__)
 

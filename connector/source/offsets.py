@@ -14,7 +14,6 @@ back on replay, so the start travels inside it.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping
 
 from ..errors import KafkaConfigError
@@ -65,20 +64,6 @@ def from_offset_json(data: Mapping[str, Any] | None) -> PartitionOffsets:
                 raise KafkaConfigError(
                     f"not a txkafka offset: topic {topic!r} partition {p!r} -> {off!r}") from None
     return out
-
-
-def resume_option(logged: str) -> str:
-    """The ``startingOffsets`` value that continues after a batch whose end Spark logged as
-    ``logged`` (one source line of ``offsets/N``): that end without batch 0's start. A line that
-    is not a txkafka/Kafka offset comes back unchanged."""
-    try:
-        data = json.loads(logged)
-    except ValueError:
-        return logged
-    if not isinstance(data, dict):
-        return logged
-    return json.dumps({k: v for k, v in data.items() if k != BATCH_START_KEY},
-                      separators=(",", ":"))
 
 
 def describe_offsets(offsets: Mapping[TopicPartitionKey, int], limit: int = 10) -> str:

@@ -18,10 +18,10 @@ from typing import Any, Mapping, Optional, Union
 
 from ..errors import KafkaConfigError
 from ..client.config import (
-    TXKAFKA_SASL_MECHANISMS,
     check_client_config,
     describe_config,
     kafka_client_config,
+    wire_unsupported,
 )
 from ..option_names import READER, check_option_names
 
@@ -524,36 +524,6 @@ def _parse_savepoint(opts: Mapping[str, str]) -> tuple[Optional[str], Optional[i
 
 
 FETCHERS = ("auto", "wire", "librdkafka")
-# TLS settings only librdkafka (OpenSSL) applies: txkafka's connections would ignore them, and a
-# cipher restriction must never be dropped silently. (ssl.crl.location they apply.)
-LIBRDKAFKA_TLS_KEYS = ("ssl.cipher.suites", "ssl.curves.list",
-                       "ssl.sigalgs.list", "ssl.providers", "ssl.engine.location", "ssl.engine.id",
-                       "ssl.ca.certificate.stores")
-
-
-def wire_unsupported(conf: Mapping[str, str]) -> str | None:
-    """Why txkafka's own fetch (wire_fetcher) cannot serve this client config, or None.
-
-    String checks only: this runs in the Python process Spark starts for every query, where
-    importing the connection code (ssl, urllib, ...) would lengthen each query's start.
-    """
-    if conf.get("client.rack"):
-        return ("kafka.client.rack is set: fetching from the closest replica (KIP-392) is "
-                "librdkafka's")
-    if str(conf.get("check.crcs", "false")).strip().lower() == "true":
-        return "kafka.check.crcs=true: CRC checks of fetched batches are librdkafka's"
-    protocol = str(conf.get("security.protocol") or "PLAINTEXT").strip().upper()
-    if "SSL" in protocol:
-        tls = [k for k in LIBRDKAFKA_TLS_KEYS if conf.get(k)]
-        if tls:
-            return f"kafka.{tls[0]} is set: only librdkafka's TLS (OpenSSL) applies it"
-    mech = str(conf.get("sasl.mechanism") or conf.get("sasl.mechanisms") or "GSSAPI").strip()
-    if protocol.startswith("SASL") and mech.upper() not in TXKAFKA_SASL_MECHANISMS:
-        return (f"kafka.sasl.mechanism={mech!r}: txkafka's own fetch supports "
-                f"{', '.join(TXKAFKA_SASL_MECHANISMS)} (GSSAPI/Kerberos is librdkafka's)")
-    return None
-
-
 def _parse_fetcher(opts: Mapping[str, str], conf: Mapping[str, str]) -> str:
     """``fetcher``: ``auto`` (default) reads with txkafka's own Fetch requests unless the client
     config needs librdkafka (GSSAPI, client.rack, check.crcs); ``wire`` insists; ``librdkafka``

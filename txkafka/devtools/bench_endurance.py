@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import kafka_admin
-from .bench import TXKAFKA_READ_OPTIONS, _stop_between_batches, say, spark_session
+from .bench_runs import TXKAFKA_READ_OPTIONS
+from .bench import _stop_between_batches, say, spark_session
 from ..kafka_admin import QUIET as _quiet
 
 # What the run samples, by group: (label, unit).

@@ -29,7 +29,8 @@ import uuid
 from typing import Any
 
 from .. import kafka_admin
-from .bench import BenchKafka, _arrow_batches, check_count, machine, say
+from .bench import BenchKafka, _arrow_batches, machine, say
+from .bench_runs import check_count
 
 
 def _median(xs: list[float]) -> float:

@@ -239,14 +239,14 @@ def tasks_run(spark, system: str, k, src_topic: str, rows: int, batch_rows: int,
     """One query of ``system`` at ``tasks`` write tasks; returns its per-batch addBatch times (ms)
     and its query id. Every row read must reach the sink: counted by read_committed for the
     Kafka sinks, by the drain writer's ledger for it."""
-    from .bench import _SINKS, _run_query, check_count
+    from .bench_runs import _SINKS, _run_query, check_count
 
     out = k.topic("bench-tasks-out", 4) if system in _SINKS else None
     ledger = os.path.join(workdir, f"drain-{uuid.uuid4().hex[:8]}.jsonl")
     holder: dict[str, Any] = {}
 
     def start():
-        from .bench import TXKAFKA_READ_OPTIONS
+        from .bench_runs import TXKAFKA_READ_OPTIONS
 
         src = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
                .option("subscribe", src_topic).option("startingOffsets", "earliest")
@@ -340,7 +340,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def tasks_ratios(tasks: dict[str, Any]) -> list[tuple[str, float, float]]:
     """(name, value, target) of the issue's targets: exactly_once against the drain-only writer at
     every P (<= 1.1), against the built-in sink at 200 tasks (<= 3.0) and at 4 or fewer (<= 1.0)."""
-    from .bench import EOS_LABELS
+    from .bench_runs import EOS_LABELS
 
     out = []
     for point in tasks.get("points", []):
@@ -526,7 +526,7 @@ def worker_cpu(drain_tasks: list[list]) -> dict[str, float]:
 def run_tasks_suite(spark, k, ns, workdir: str, event_dir: str | None, say,
                     broker_pids: list[int] | None = None) -> dict[str, Any]:
     """Every P of ``--tasks-partitions``: each system once per round, rounds rotated, medians."""
-    from .bench import _rotated
+    from .bench_runs import _rotated
 
     spark.dataSource.register(DrainDataSource)
     meter = None
