@@ -1,4 +1,5 @@
-"""Every Spark driver the tests start shares one class-data-sharing archive (txkafka.devtools.jvm_startup).
+"""Every Spark driver the tests start shares one class-data-sharing archive
+(txkafka.devtools.jvm_startup).
 
 The archive is built in the background from the start of the session, while the unit tests run and
 the broker's jars download; whatever starts a Spark driver calls ``ready()`` first, so the

@@ -2,7 +2,7 @@
 
 Thin by design (like Spark's KafkaScan/KafkaMicroBatchStream over KafkaOffsetReader): options are
 parsed once into ``SourceOptions``; discovery and offset look-ups are ``KafkaOffsetReader``'s,
-admission control and range planning ``range_planner``'s, executor reads ``arrow_fetcher``'s.
+admission control and range planning ``range_planner``'s, executor reads ``range_reader``'s.
 
 Facts of the Python Data Source API this module is built on (pyspark 4.3):
 - The stream reader answering initialOffset/latestOffset/partitions/commit lives in one long-lived

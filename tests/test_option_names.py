@@ -114,7 +114,7 @@ def test_a_typo_of_the_other_sides_option_says_whose_it_is():
 
 
 def test_a_typo_inside_kafka_keys_is_left_to_librdkafka():
-    """kafka.* keys pass this check; librdkafka's own check (kafka_config) names unknown ones."""
+    """kafka.* keys pass this check; librdkafka's own check (client.config) names unknown ones."""
     o = read(**{"kafka.socket.timeout.ms": "1000"})
     assert o.client_conf["socket.timeout.ms"] == "1000"
 

@@ -110,7 +110,7 @@ def test_oauthbearer_forms_the_commit_client_lacks_fail_at_start_before_any_conn
 def test_the_start_check_s_admin_client_connects_quickly_unless_the_user_says_otherwise(
         monkeypatch, opts, expected):
     """librdkafka pauses half of reconnect.backoff.ms before its first connection to an advertised
-    broker (kafka_config.RECONNECT_BACKOFF_MS); the start check's first request waits for it."""
+    broker (client.config.RECONNECT_BACKOFF_MS); the start check's first request waits for it."""
     import confluent_kafka.admin
 
     from txkafka.connector.sink import start_checks as sink_validation

@@ -94,7 +94,8 @@ class _DeveloperCommands:
         self.listed: list[tuple[str, str]] = []
 
     def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
-        self.listed.append((name, kwargs.pop("help", None) or ""))  # no help: not in the user's list
+        # without its help, argparse leaves the command out of the user's list
+        self.listed.append((name, kwargs.pop("help", None) or ""))
         return self.sub.add_parser(name, **kwargs)
 
     def list_in(self, group: argparse._ArgumentGroup) -> None:

@@ -26,7 +26,7 @@ from ..secrets_redaction import redact_config, redact_text
 # Java's client default is 50 ms. A user's kafka.reconnect.backoff.ms wins.
 RECONNECT_BACKOFF_MS = 20
 
-# SASL mechanisms txkafka's own connections speak (broker_connection: the driver's transaction
+# SASL mechanisms txkafka's own connections speak (connection: the driver's transaction
 # client, the executors' fetch); GSSAPI/Kerberos is librdkafka's only.
 TXKAFKA_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
@@ -38,7 +38,7 @@ LIBRDKAFKA_TLS_KEYS = ("ssl.cipher.suites", "ssl.curves.list",
 
 
 def wire_unsupported(conf: Mapping[str, str]) -> str | None:
-    """Why txkafka's own fetch (wire_fetcher) cannot serve this client config, or None.
+    """Why txkafka's own fetch (fetcher) cannot serve this client config, or None.
 
     String checks only: this runs in the Python process Spark starts for every query, where
     importing the connection code (ssl, urllib, ...) would lengthen each query's start.

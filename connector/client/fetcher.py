@@ -8,8 +8,8 @@ The happy path only lives here: Fetch from the leader, leader moves retried. A t
 decodes up to two responses ahead of what Spark takes (socket waits and numpy release the GIL), so
 the broker's answer is coming while the previous one goes to Spark. Anything else (offset
 out of range, a deleted topic, authorization, no progress) hands the rest of the range to the
-librdkafka reader (:mod:`arrow_fetcher`), which owns the diagnosis: data-loss rules, stall
-time-outs and error translation stay in one place.
+librdkafka reader (connector/source/range_reader.py), which owns the diagnosis: data-loss rules,
+stall time-outs and error translation stay in one place.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """OAUTHBEARER tokens for the driver's commit client, from the ``kafka.*`` options librdkafka takes.
 
 Why: the tasks' producers get their token from librdkafka; the driver's commit client
-(``broker_connection``) logs in by itself and must present a token for the same principal. Two
+(``connection``) logs in by itself and must present a token for the same principal. Two
 token sources can be configured with string options, and both are implemented here as librdkafka
 2.16 implements them:
 

@@ -9,7 +9,7 @@ task's start is one InitProducerId on an open connection, and records are encode
 The protocol is the one librdkafka speaks (pre-KIP-890 transactions): InitProducerId (v2-4),
 AddPartitionsToTxn (v3) before a partition's first batch, Produce (v9-11, one batch per partition
 per request, at most 5 in flight per partition, so the broker's duplicate check covers every
-retry). The driver's EndTxn (v<=4, :mod:`transaction_client`) then commits or aborts what this
+retry). The driver's EndTxn (v<=4, :mod:`transactions`) then commits or aborts what this
 producer pre-committed, on brokers of transaction.version 0 and 2 alike.
 
 Retries keep idempotence: a batch keeps its sequence number for life; after a retriable error

@@ -1,6 +1,6 @@
 """TLS material for Python's ``ssl``, given the way librdkafka's options give it.
 
-Why: the driver's commit client (broker_connection) and its OIDC token fetch (oauthbearer_token)
+Why: the driver's commit client (connection) and its OIDC token fetch (oauthbearer)
 both build SSL contexts from librdkafka-style settings: a CA file, a directory of hashed CA files
 or ``probe``, inline PEM, and a client certificate as files or inline PEM. Python's ssl loads a
 client certificate from files only, so inline material goes through 0600 temporary files removed

@@ -346,7 +346,7 @@ class SinkCommitLog:
 
     def has_decision(self, batch_id: int, round_no: int) -> bool:
         """Whether round ``round_no`` of a batch is decided: one stat, not a listing (a task asks
-        this twice; kafka_writer.LateCheck)."""
+        this twice; task_writer.LateCheck)."""
         path = self._name(batch_id, round_no, "decision")
         try:
             return self.fs.get_file_info(path).type != pafs.FileType.NotFound
@@ -358,7 +358,7 @@ class SinkCommitLog:
 
     def read_unresolved(self, batch_id: int, round_no: int) -> dict[str, Any] | None:
         """What commit attempts learnt, and the operator decided, about a round whose outcome
-        Kafka could not tell (kafka_committer); None if the round never got there."""
+        Kafka could not tell (committer); None if the round never got there."""
         return self._read(self._unresolved_name(batch_id, round_no))
 
     def write_unresolved(self, batch_id: int, round_no: int, note: dict[str, Any]) -> None:

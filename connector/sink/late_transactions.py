@@ -4,7 +4,7 @@ Why: Spark gives no callback when a losing, speculative, killed or zombie attemp
 Such an attempt can open its transaction after the batch committed and after the commit's orphan
 sweep; if no later batch writes (AvailableNow's last batch, ``df.write``, an idle stream) nothing
 would abort it before the broker's transaction timeout, and read_committed readers of its
-partitions stall meanwhile (invariant 13). Tasks check the commit log themselves (kafka_writer);
+partitions stall meanwhile (invariant 13). Tasks check the commit log themselves (task_writer);
 these sweeps catch what they cannot (a process killed between its first produce and its check).
 
 They run in the driver-side process where ``commit()``/``abort()`` run (Spark keeps it alive

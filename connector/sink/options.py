@@ -82,7 +82,7 @@ class SinkConfig:
     checkpoint_location: str | None
     commit_timeout_ms: int
     commit_parallelism: int
-    # What the tasks write with: "txkafka" (wire_producer) or "librdkafka" (confluent-kafka);
+    # What the tasks write with: "txkafka" (client.producer) or "librdkafka" (confluent-kafka);
     # from_options decides (option producer, default auto).
     producer: str = "librdkafka"
 
@@ -164,7 +164,7 @@ class SinkConfig:
 PRODUCERS = ("auto", "txkafka", "librdkafka")
 
 # kafka.* settings txkafka's own producer applies, besides the connection's (security.protocol and
-# the ssl.*/sasl.* settings broker_connection.SecurityConfig reads, as the reader's own fetch and
+# the ssl.*/sasl.* settings client.connection.SecurityConfig reads, as the reader's own fetch and
 # the driver's commit client do). Every other librdkafka setting is refused with producer=txkafka
 # rather than dropped (and makes producer=auto write with librdkafka).
 WIRE_PRODUCER_KEYS = frozenset({

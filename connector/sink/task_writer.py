@@ -249,7 +249,7 @@ def producer_config(cfg: SinkConfig, probe: _ProducerProbe, transactional_id: st
         # broker's defaults; txkafka never creates topics.
         "allow.auto.create.topics": False,
         # every task's producer connects to an advertised broker before init_transactions
-        # (kafka_config.RECONNECT_BACKOFF_MS says why)
+        # (client.config.RECONNECT_BACKOFF_MS says why)
         "reconnect.backoff.ms": RECONNECT_BACKOFF_MS,
         **cfg.kafka,
         "delivery.report.only.error": True,
@@ -338,8 +338,8 @@ class LateCheck:
 # --------------------------------------------------------------------------- the writer
 
 class TaskAttempt:
-    """What every task writer knows of its attempt (KafkaWriter here; wire_writer's on txkafka's
-    own producer) and the late-attempt check they share."""
+    """What every task writer knows of its attempt (KafkaWriter here; task_writer_txkafka's on
+    txkafka's own producer) and the late-attempt check they share."""
 
     def __init__(
         self,

@@ -1,9 +1,9 @@
 """The task side of the sink on txkafka's own producer (option ``producer=txkafka``).
 
-The same contract as :class:`kafka_writer.KafkaWriter` (one task attempt's rows into one Kafka
-transaction, pre-committed and left open for the driver), with :class:`wire_producer.WireProducer`
+The same contract as :class:`task_writer.KafkaWriter` (one task attempt's rows into one Kafka
+transaction, pre-committed and left open for the driver), with :class:`client.producer.WireProducer`
 underneath: Arrow columns are encoded into record batches without a Python call per record, and
-the worker's kept :class:`wire_producer.ClusterLink` makes a task's start one InitProducerId.
+the worker's kept :class:`client.producer.ClusterLink` makes a task's start one InitProducerId.
 
 Every task-side step of the librdkafka path is kept, in the same order: the late-attempt check
 before the transaction opens and after the flush (invariant 13), the fault-injection points

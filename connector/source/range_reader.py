@@ -89,7 +89,7 @@ class FetchTask:
     poll_timeout_ms: int
     fail_on_data_loss: bool
     include_headers: bool
-    fetcher: str = "librdkafka"  # or "wire": txkafka's own Fetch (wire_fetcher), see SourceOptions
+    fetcher: str = "librdkafka"  # or "wire": txkafka's own Fetch (client/fetcher), see SourceOptions
 
     def __repr__(self) -> str:
         return (f"FetchTask({self.topic}-{self.partition} [{self.start}, {self.end}), "

@@ -17,7 +17,8 @@ Suites:
   the exactly-once writer from Arrow batches through one transaction and the driver's commit;
 - scaling: txkafka read and exactly-once write over 1, 4 and 16 partitions and 100 B, 1 KB, 10 KB values;
 - tasks: per-batch time against the number of write tasks (``repartition(P)``) for the built-in
-  sink, a drain-only Python writer, ``mapInArrow`` + noop and txkafka (txkafka/devtools/bench_tasks.py).
+  sink, a drain-only Python writer, ``mapInArrow`` + noop and txkafka
+  (txkafka/devtools/bench_tasks.py).
 
 No run publishes a figure for work it cannot prove done: a Spark query must have read exactly its
 rows, an output must hold exactly its rows by a read_committed count, and a latency window must

@@ -1,5 +1,6 @@
-"""``python -m txkafka.devtools.bench_produce``: the exactly-once task write path on librdkafka (today's
-KafkaWriter) against txkafka's own producer (record_batch_encoder + wire_producer), without Spark.
+"""``python -m txkafka.devtools.bench_produce``: the exactly-once task write path on librdkafka
+(today's KafkaWriter) against txkafka's own producer (connector/client/: record_batch_encoder +
+producer), without Spark.
 
 Two measurements, side by side in one session on one broker, runs alternating (A, B, A, B...):
 - throughput of one task's transaction, from the producer's start to every record acknowledged
