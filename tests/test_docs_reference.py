@@ -157,7 +157,8 @@ def _exception_classes(folder: Path) -> set[str]:
 
 def test_troubleshooting_lists_every_public_exception_of_the_connector():
     page = (REPO / "docs" / "troubleshooting.md").read_text()
-    classes = _exception_classes(REPO / "connector") | _exception_classes(REPO / "python_datasource")
+    classes = _exception_classes(REPO / "connector") | _exception_classes(
+        REPO / "python_datasource")
     assert {"DataLossError", "TransactionLostError", "SavepointError"} <= classes  # the scan works
     missing = sorted(c for c in classes if f"`{c}`" not in page)
     assert not missing, f"docs/troubleshooting.md does not describe {missing}"
