@@ -36,6 +36,13 @@ def test_relative_links_resolve():
     assert not dead, dead
 
 
+def test_readme_links_every_doc_page():
+    readme = (REPO / "README.md").read_text()
+    missing = [p.name for p in sorted((REPO / "docs").glob("*.md"))
+               if f"](docs/{p.name}" not in readme]
+    assert not missing, f"README.md's documentation list lacks {missing}"
+
+
 def test_benchmark_page_stays_a_reference_page():
     assert len((REPO / "docs" / "benchmarks.md").read_text().splitlines()) <= 200
 
