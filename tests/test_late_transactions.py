@@ -45,7 +45,7 @@ def test_aborts_other_parity_and_legacy_ids_spares_the_running_batch_and_other_s
     late = (tid(4, 0, 1), 11, 0)             # batch 4's losing attempt: M = 4 committed
     running = (tid(5, 1), 12, 3)              # batch 5 is running
     older_same_parity = (tid(3, 0), 13, 2)    # batch 3 (parity of 5): spared, caught later
-    legacy = ("txkafka-ab12cd34-2-0", 14, 0)  # pre-0.2 id: never the running batch's
+    legacy = ("txkafka-ab12cd34-2-0", 14, 0)  # an id of the older shape: never the running batch's
     other_sink = (tid(4, ids=TransactionalIdFactory("txkafka", "ffffffff")), 15, 0)
     listed = [late, running, older_same_parity, legacy, other_sink]
     assert late_transactions(listed, IDS, LogProgress(4)) == [late, legacy]

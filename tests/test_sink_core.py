@@ -142,7 +142,7 @@ def test_ids_are_bounded_and_parse_back():
     tid = f.transactional_id(3, 1, run=run, batch_id=7)
     assert tid == f"app-ab12cd34-{run}-1-3-1"
     assert f.parse(tid) == IdParts(run, 1, 3, 1)
-    assert f.parse("app-ab12cd34-3-1") == IdParts(LEGACY_RUN, -1, 3, 1)  # pre-0.2 checkpoints
+    assert f.parse("app-ab12cd34-3-1") == IdParts(LEGACY_RUN, -1, 3, 1)  # ids of the older shape
     assert f.parse("app-ab12cd34-3") is None
     assert f.parse(f"app-ab12cd34-{run}-2-3-0") is None  # parity is 0 or 1
     assert not f.owns("app-other-3-1")

@@ -280,7 +280,7 @@ def sources_of(entry: OffsetLogEntry, *, batch_start: bool) -> tuple[list[Source
         else:
             out.append(SourcePosition(i, KIND_KAFKA, {}))
             notes.append(f"source #{i}: batch 0 carries no resolved start (Spark's built-in Kafka "
-                         "source, or a txkafka before 0.2): a new query starts it where its "
+                         "source, or an older txkafka): a new query starts it where its "
                          "startingOffsets says")
     return out, notes
 

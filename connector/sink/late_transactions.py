@@ -17,7 +17,7 @@ One sweep, in this order (which makes it race-free):
   (b) THEN read the newest completed batch M from Spark's ``commits/`` and the sink's log; the
       running batch is M+1;
   (c) abort exactly the listed triples whose id's batch parity is not (M+1) % 2 and that no
-      decided round without an outcome covers; ids of the pre-0.2 shape (no parity) always.
+      decided round without an outcome covers; ids of the older shape (no parity) always.
 Batch M+2 (M's parity) starts only after Spark wrote ``commits/M+1``, i.e. after (b), so no
 triple listed in (a) is M+2's; and an EndTxn(abort) at an old epoch cannot end a newer epoch's
 transaction on the same id. A batch write (no log) has no next batch: once its commit or abort
@@ -66,7 +66,7 @@ def late_transactions(open_txns: Iterable[Key], ids: TransactionalIdFactory,
     """The listed transactions a sweep aborts (step (c)); ``progress`` must be read after the
     listing. Ids of another sink are never touched. Before any batch completed, the running
     batch is unknown (a checkpoint whose ``commits/`` was removed can re-run any batch), so only
-    pre-0.2 ids are late then."""
+    ids of the older shape (no parity) are late then."""
     out = []
     running = progress.running_parity
     for key in open_txns:

@@ -237,9 +237,9 @@ def _check_transactional_ids(cfg: SinkConfig, timeout_s: float) -> None:
         raise KafkaAuthorizationError(
             f"checking the sink's transactional ids at start: the writer principal is not "
             f"authorized on TransactionalId {probe_id!r} (TRANSACTIONAL_ID_AUTHORIZATION_FAILED). "
-            f"The sink's ids are '{prefix}<sinkId>-<partition>-<attempt>' (option "
-            f"transactionalIdPrefix={cfg.transactional_id_prefix!r}): the writer needs WRITE and "
-            f"DESCRIBE on them, as a PREFIXED ACL: kafka-acls.sh --bootstrap-server ... --add "
+            f"The sink's ids are '{prefix}{{sinkId}}-{{run}}-{{parity}}-{{partition}}-{{attempt}}' "
+            f"(option transactionalIdPrefix={cfg.transactional_id_prefix!r}): the writer needs WRITE "
+            f"and DESCRIBE on them, as a PREFIXED ACL: kafka-acls.sh --bootstrap-server ... --add "
             f"--allow-principal User:<principal> --operation WRITE --operation DESCRIBE "
             f"--transactional-id {prefix} --resource-pattern-type prefixed"
         ) from None

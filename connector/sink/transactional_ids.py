@@ -17,8 +17,9 @@ Within a run the set is bounded by partitions x 2 x task attempts (invariant 10)
 a new run starts a new set, and the coordinator forgets unused ids after
 ``transactional.id.expiration.ms`` (7 days by default).
 
-Ids written by txkafka before 0.2 (``{prefix}-{sinkId}-{partition}-{attempt}``) still parse, so
-recovery and the orphan sweep handle checkpoints from that version.
+Ids without the run and parity parts (``{prefix}-{sinkId}-{partition}-{attempt}``, written by
+development builds before them) still parse, so recovery and the orphan sweep handle such
+checkpoints.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import hashlib
 from dataclasses import dataclass
 
 LEGACY_RUN = ""
-"""``IdParts.run`` of an id in the pre-0.2 shape (no run, parity or stage attempt)."""
+"""``IdParts.run`` of an id without the run and parity parts (the older shape)."""
 
 
 def run_tag(run_id: str | None) -> str:

@@ -304,11 +304,11 @@ def spark_session(builtin: bool, master: str, conf: dict[str, str] | None = None
     import pyspark
 
     if builtin:
-        from ..spark_kafka_packages import builtin_kafka_conf
+        from ..spark_kafka_packages import builtin_kafka_conf, connector_jar
 
         say(f"loading Spark's built-in Kafka connector "
-            f"({builtin_kafka_conf()['spark.jars.packages']}; the first run downloads it from "
-            f"Maven Central; pyspark is {pyspark.__version__})")
+            f"({connector_jar(builtin_kafka_conf())}; the first run downloads it through "
+            f"Maven; pyspark is {pyspark.__version__})")
     spark = session_builder("txkafka-bench", master, {
         "spark.ui.showConsoleProgress": "false",
         # Every progress report is kept, so a run's numInputRows add up to what it read.
