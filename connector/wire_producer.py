@@ -958,7 +958,10 @@ class WireProducer:
             if acc.sealed:
                 self._dispatch(acc)
         with self._cv:
-            while self._error is None and any(p.queue for p in self._parts.values()):
+            # Also until no request is in flight (one may carry a batch a later one's
+            # acknowledgement settled): the driver's EndTxn must not overtake a Produce.
+            while self._error is None and any(p.queue or p.inflight
+                                              for p in self._parts.values()):
                 # A backstop: answers (errors included) normally end a late batch sooner.
                 now = self._runner.clock()
                 late = sum(1 for p in self._parts.values() for b in p.queue

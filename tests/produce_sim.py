@@ -69,8 +69,8 @@ class Faults:
         """A mix for one seed: each fault off, rare or frequent."""
         def p(hi: float) -> float:
             return rng.choice([0.0, hi / 4, hi])
-        return cls(refuse=p(0.15), after_append=p(0.1), timed_out=p(0.04), cut_before=p(0.06),
-                   cut_after=p(0.08), hang=p(0.03), leader_move=p(0.06),
+        return cls(refuse=p(0.15), after_append=p(0.1), timed_out=p(0.02), cut_before=p(0.06),
+                   cut_after=p(0.08), hang=p(0.015), leader_move=p(0.06),
                    stale_metadata=p(0.3), throttle=p(0.1), coordinator_busy=p(0.2))
 
     def names(self) -> list[str]:
@@ -522,3 +522,72 @@ class SimLink:
 
     def give_back(self, state) -> None:
         self._idle.append(state)
+
+
+class Stuck(AssertionError):
+    """The producer waits for its senders, and none of them can act: a liveness defect."""
+
+
+class StepRunner:
+    """Runs a producer's senders in the calling thread: each step, one sender (drawn from the
+    seed) sends its next request or reads its oldest answer; waits and back-offs move the
+    virtual clock. The producer's own code decides everything else."""
+
+    def __init__(self, rng: random.Random, clock: VirtualClock, *, receive_bias: float = 0.3,
+                 max_steps: int = 200_000) -> None:
+        self.rng = rng
+        self._clock = clock
+        self.receive_bias = receive_bias  # how often an answer is read before a send
+        self.max_steps = max_steps
+        self.steps = 0
+        self.senders: list = []
+
+    def clock(self) -> float:
+        return self._clock.now
+
+    def sleep(self, seconds: float) -> None:
+        self._clock.advance(seconds)
+
+    def start(self, sender) -> None:
+        self.senders.append(sender)
+
+    def step(self) -> bool:
+        """One sender's step; False when no sender can act (all idle or done)."""
+        self.steps += 1
+        if self.steps > self.max_steps:
+            raise Stuck(f"more than {self.max_steps} sender steps: a livelock")
+        live = [s for s in self.senders if not s.done]
+        self.rng.shuffle(live)
+        throttled = []
+        for s in live:
+            with s.producer._cv:
+                if s.inflight and self.rng.random() < self.receive_bias:
+                    kind, arg = "receive", None
+                else:
+                    kind, arg = s.choose()
+            if kind == "done":
+                s.finish()
+            elif kind == "wait":
+                if arg:
+                    throttled.append(arg)
+            else:
+                s.act(kind, arg)
+                return True
+        if throttled:
+            self._clock.advance(min(throttled))
+            return True
+        return False
+
+    def pump(self, n: int) -> None:
+        for _ in range(n):
+            if not self.step():
+                return
+
+    def wait(self, cv, timeout: float) -> None:
+        if not self.step():
+            raise Stuck("the producer waits for its senders, and none can act")
+
+    def join(self, senders: list, timeout: float) -> None:
+        while not all(s.done for s in senders):
+            if not self.step() and not all(s.done for s in senders):
+                raise Stuck("stopping: a sender neither finishes nor acts")
