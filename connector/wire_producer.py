@@ -835,6 +835,7 @@ class WireProducer:
         then the unacknowledged ones all go again, in order, to the current leader."""
         fatal: BaseException | None = None
         again: list[tuple[str, int]] = []
+        codes: set[str] = set()  # the retriable answers, for the log and errors
         now = self._runner.clock()
         with self._cv:
             for req, answer in done:
@@ -858,12 +859,15 @@ class WireProducer:
                                 and (part.retry or first_unacked is not batch)):
                             # (out of order behind an unacknowledged batch: resent in order)
                             part.retry = True
+                            if answer is not None:
+                                codes.add(error_name(code))
                         elif fatal is None:
                             fatal = self._produce_error(code, key, batch)
                     while part.queue and part.queue[0].acked:
                         self._queued -= part.queue.popleft().size
                     if part.retry and part.inflight == 0 and key not in again:
                         again.append(key)
+            failure = ", ".join(sorted(codes | ({failure} if failure else set())))
             if fatal is None and self._error is None:
                 late = [(k, self._parts[k].queue[0]) for k in sorted(again)
                         if self._parts[k].queue and self._parts[k].queue[0].deadline < now]
