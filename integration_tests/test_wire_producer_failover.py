@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
-from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from integration_tests.kafka_helpers import KafkaTarget, unique
 from integration_tests.pipeline_helpers import wait_until
@@ -122,46 +121,48 @@ def test_leader_sigkilled_mid_transaction_then_sigstopped_past_the_request_timeo
         _heal(kafka3, [topic])
 
 
-def _min_isr(kafka: KafkaTarget, topic: str, value: str) -> None:
-    admin = kafka.admin()
-    res = ConfigResource("topic", topic, incremental_configs=[
-        ConfigEntry("min.insync.replicas", value, incremental_operation=AlterConfigOpType.SET)])
-    for fut in admin.incremental_alter_configs([res]).values():
-        fut.result(30)
+def _isr(kafka: KafkaTarget, topic: str) -> int:
+    return len(kafka.admin().list_topics(topic, timeout=30).topics[topic].partitions[0].isrs)
 
 
 def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
-    """NOT_ENOUGH_REPLICAS (the topic's min.insync.replicas raised above its 3 replicas): a
-    transaction whose partition is restored before message.timeout.ms delivers everything once;
-    one whose partition is not restored fails typed, is aborted, and shows nothing."""
+    """A topic of min.insync.replicas 3 loses a follower (SIGSTOPped, fenced, out of the ISR):
+    its leader answers NOT_ENOUGH_REPLICAS. A transaction whose follower comes back before
+    message.timeout.ms delivers everything once; one whose follower does not fails typed, is
+    aborted, and shows nothing."""
     caplog.set_level(logging.INFO, logger="txkafka.writer")
-    topic = kafka3.create_topic(partitions=2)
-    first = _producer(kafka3, unique("wire-isr-ok"), **{"message.timeout.ms": "60000"})
+    cluster = kafka3.cluster
+    topic = kafka3.create_topic(partitions=1, config={"min.insync.replicas": "3"})
+    meta = kafka3.admin().list_topics(topic, timeout=30).topics[topic].partitions[0]
+    follower = next(r for r in meta.replicas if r != meta.leader)
+    first = _producer(kafka3, unique("wire-isr-ok"), **{"message.timeout.ms": "90000"})
     first.send(topic, _rows(0, 5000)[1], keys=_rows(0, 5000)[0])
     first.flush()
-    _min_isr(kafka3, topic, "4")
+    tid = unique("wire-isr-lost")
+    lost = _producer(kafka3, tid, **{"message.timeout.ms": "8000"})
     try:
+        _signal(cluster, follower, signal.SIGSTOP)
+        wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
         first.send(topic, _rows(5000, 5000)[1], keys=_rows(5000, 5000)[0])
         with ThreadPoolExecutor(1) as pool:
             done = pool.submit(_commit, kafka3, first)
             wait_until(lambda: _retried(caplog, "NOT_ENOUGH_REPLICAS"), 30,
                        "the producer meeting NOT_ENOUGH_REPLICAS")
-            _min_isr(kafka3, topic, "2")
-            done.result(90)
+            _signal(cluster, follower, signal.SIGCONT)
+            done.result(120)
 
-        _min_isr(kafka3, topic, "4")
-        wait_until(lambda: _leader(kafka3, topic, 0) >= 0, 30, "a leader")
-        tid = unique("wire-isr-lost")
-        lost = _producer(kafka3, tid, **{"message.timeout.ms": "6000"})
+        _signal(cluster, follower, signal.SIGSTOP)
+        wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
         lost.send(topic, _rows(10_000, 3000)[1], keys=_rows(10_000, 3000)[0])
-        with pytest.raises(TransactionError, match="not delivered within 6s.*NOT_ENOUGH_REPLICAS"):
+        with pytest.raises(TransactionError, match="not delivered within 8s.*NOT_ENOUGH_REPLICAS"):
             lost.flush()
         lost.abort()
         lost.close()
     finally:
-        _min_isr(kafka3, topic, "2")
+        _signal(cluster, follower, signal.SIGCONT)
     _exactly_once(kafka3, topic, range(10_000))
     assert kafka3.open_transactions(tid) == []
+    _heal(kafka3, [topic])
 
 
 def test_a_spark_write_survives_its_leader_sigkilled(spark, kafka3):
