@@ -875,7 +875,7 @@ class WireProducer:
                     (topic, p), batch = late[0]
                     fatal = TransactionError(
                         f"{self.where}: {batch.count} record(s) for {topic}[{p}] were not "
-                        f"delivered within {self.delivery_timeout_s:.0f}s (the last answer: "
+                        f"delivered within {self.delivery_timeout_s:g}s (the last answer: "
                         f"{failure or 'a retriable broker error'}); check the brokers' health")
             if fatal is not None:
                 raise _Fatal(fatal)
@@ -973,7 +973,7 @@ class WireProducer:
                 if late:
                     self._error = TransactionError(
                         f"{self.where}: {late} batch(es) not acknowledged within "
-                        f"{self.delivery_timeout_s:.0f}s of their first record; check the "
+                        f"{self.delivery_timeout_s:g}s of their first record; check the "
                         "brokers' health")
                     break
                 self._runner.wait(self._cv, 0.5)

@@ -72,12 +72,14 @@ def _commit(kafka: KafkaTarget, p: WireProducer) -> None:
         assert tc.end_txn(res.transactional_id, res.producer_id, res.producer_epoch, True) == 0
 
 
-def _exactly_once(kafka: KafkaTarget, topic: str, expected: range) -> None:
+def _exactly_once(kafka: KafkaTarget, topic: str, expected: range, ordered: bool = True) -> None:
+    """Every id once (read_committed); ``ordered``: each partition's ids in the order sent (one
+    writer per partition)."""
     got = kafka.read_committed_count(topic, len(expected), timeout=90)
     ids = [int(r.value) for r in got]
     assert len(set(ids)) == len(ids), "duplicates"
     assert sorted(ids) == list(expected), "gaps"
-    for part in {r.partition for r in got}:
+    for part in {r.partition for r in got} if ordered else ():
         mine = [int(r.value) for r in got if r.partition == part]
         assert mine == sorted(mine), f"partition {part} out of order"
 
@@ -193,7 +195,7 @@ def test_a_spark_write_survives_its_leader_sigkilled(spark, kafka3):
             .mode("append").save()
         killer.join(10)
         assert killed.is_set(), "the write finished before the kill"
-        _exactly_once(kafka3, topic, range(n))
+        _exactly_once(kafka3, topic, range(n), ordered=False)  # two tasks share partitions
         assert kafka3.open_transactions(f"{prefix}-") == []
     finally:
         killer.join(10)
