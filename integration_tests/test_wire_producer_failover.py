@@ -3,7 +3,8 @@
 mid-transaction (directly and under a Spark write), the leader SIGSTOPped past the request
 timeout, min.insync.replicas unmet and restored before the delivery limit, or not. Each ends with
 every record exactly once and in order (read_committed), or in a typed failure with nothing of
-the transaction visible; no transaction is left open (ListTransactions)."""
+the transaction visible; no transaction is left open, at its coordinator (ListTransactions) or at
+a partition's leader (DescribeProducers)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ import pytest
 
 from integration_tests.kafka_helpers import KafkaTarget, unique
 from integration_tests.pipeline_helpers import wait_until
+from txkafka.connector.broker_connection import BrokerConnection, SecurityConfig
 from txkafka.connector.errors import TransactionError
+from txkafka.connector.kafka_wire import Writer
 from txkafka.connector.transaction_client import TransactionClient
 from txkafka.connector.wire_producer import ClusterLink, WireProducer
 
-pytestmark = [pytest.mark.kafka]
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster3]
 
 RETRIED = "will be retried"
 
@@ -84,6 +87,42 @@ def _exactly_once(kafka: KafkaTarget, topic: str, expected: range, ordered: bool
         assert mine == sorted(mine), f"partition {part} out of order"
 
 
+DESCRIBE_PRODUCERS = 61
+
+
+def _hanging(kafka: KafkaTarget, topic: str) -> list[tuple[int, int]]:
+    """(partition, producer id) of every transaction a partition's leader still holds open
+    (DescribeProducers: CurrentTxnStartOffset set), whatever the coordinator says: what a
+    Produce handled after its transaction's markers leaves behind (a hanging transaction)."""
+    md = kafka.admin().list_topics(topic, timeout=30)
+    open_txns = []
+    for part, pm in sorted(md.topics[topic].partitions.items()):
+        broker = md.brokers[pm.leader]
+        conn = BrokerConnection(broker.host, broker.port, SecurityConfig())
+        try:
+            body = (Writer(True).array([(topic, [part])], lambda w, tp: w.string(tp[0]).array(
+                tp[1], lambda ww, p: ww.int32(p)).tags()).tags().build())
+            r = conn.request(DESCRIBE_PRODUCERS, 0, body, flexible=True)
+            r.int32()
+            for _ in range(r.uvarint() - 1):
+                r.string()
+                for _ in range(r.uvarint() - 1):
+                    index, err = r.int32(), r.int16()
+                    r.string()
+                    assert err == 0, f"DescribeProducers {topic}[{index}]: error {err}"
+                    for _ in range(r.uvarint() - 1):
+                        pid = r.int64()
+                        r.int32(), r.int32(), r.int64(), r.int32()
+                        if r.int64() >= 0:
+                            open_txns.append((index, pid))
+                        r.tags()
+                    r.tags()
+                r.tags()
+        finally:
+            conn.close()
+    return open_txns
+
+
 def _retried(caplog, what: str) -> bool:
     return any(RETRIED in r.getMessage() and what in r.getMessage() for r in caplog.records)
 
@@ -116,7 +155,7 @@ def test_leader_sigkilled_mid_transaction_then_sigstopped_past_the_request_timeo
         assert _retried(caplog, "did not answer"), "no request outlived its timeout"
         assert _retried(caplog, ""), "the kill never reached the producer"
         _exactly_once(kafka3, topic, range(n))
-        assert kafka3.open_transactions(tid) == []
+        assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
     finally:
         for node in stopped:
             _signal(cluster, node, signal.SIGCONT)
@@ -140,6 +179,7 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
     first = _producer(kafka3, unique("wire-isr-ok"), **{"message.timeout.ms": "90000"})
     first.send(topic, _rows(0, 5000)[1], keys=_rows(0, 5000)[0])
     first.flush()
+    assert _hanging(kafka3, topic) == [(0, first.producer_id)]  # open: the check sees it
     tid = unique("wire-isr-lost")
     lost = _producer(kafka3, tid, **{"message.timeout.ms": "8000"})
     try:
@@ -163,10 +203,11 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
     finally:
         _signal(cluster, follower, signal.SIGCONT)
     _exactly_once(kafka3, topic, range(10_000))
-    assert kafka3.open_transactions(tid) == []
+    assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
     _heal(kafka3, [topic])
 
 
+@pytest.mark.spark
 def test_a_spark_write_survives_its_leader_sigkilled(spark, kafka3):
     """A df.write with the default producer, the leader of a written partition SIGKILLed once
     the write has records in the log: the write succeeds, every row once."""
@@ -196,7 +237,7 @@ def test_a_spark_write_survives_its_leader_sigkilled(spark, kafka3):
         killer.join(10)
         assert killed.is_set(), "the write finished before the kill"
         _exactly_once(kafka3, topic, range(n), ordered=False)  # two tasks share partitions
-        assert kafka3.open_transactions(f"{prefix}-") == []
+        assert kafka3.open_transactions(f"{prefix}-") == [] and _hanging(kafka3, topic) == []
     finally:
         killer.join(10)
         _heal(kafka3, [topic])
