@@ -347,7 +347,7 @@ class PrecommitResult:
 
 # --------------------------------------------------------------------------- partitions
 
-@dataclass
+@dataclass(eq=False)  # one batch is itself only (found in its queue by identity)
 class _Batch:
     seq: int
     count: int
