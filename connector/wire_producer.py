@@ -25,6 +25,7 @@ import atexit
 import itertools
 import logging
 import math
+import random
 import threading
 import time
 from collections import deque
@@ -560,6 +561,7 @@ class WireProducer:
         self._in_txn: set[tuple[str, int]] = set()
         self._cv = threading.Condition()  # (an RLock: the model test steps senders inside)
         self._runner = _THREADS
+        self._sticky_rng: random.Random | None = None  # null keys' partitions (tests seed it)
         self._senders: dict[int, _NodeSender] = {}
         self._queued = 0
         self._error: BaseException | None = None
@@ -641,7 +643,8 @@ class WireProducer:
         if acc is None:
             info = self.link.topic(topic, where=self.where)
             acc = self._acc[topic] = BatchAccumulator(
-                topic, info.partitions, batch_bytes=self.batch_bytes, max_batch_bytes=self.max_bytes)
+                topic, info.partitions, batch_bytes=self.batch_bytes, max_batch_bytes=self.max_bytes,
+                rng=self._sticky_rng)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         self.count += acc.append(keys, values, headers=headers, partitions=partitions,
                                  timestamp_ms=ts, now=self._runner.clock())
