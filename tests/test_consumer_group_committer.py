@@ -1,7 +1,7 @@
 """Publishing offsets to a consumer group (monitoring only) never slows the query for long."""
 
-from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
-from txkafka.connector.source_options import parse_source_options
+from txkafka.connector.source.group_offsets import ConsumerGroupCommitter
+from txkafka.connector.source.options import parse_source_options
 
 OPTS = parse_source_options({"kafka.bootstrap.servers": "h:9", "subscribe": "t",
                              "kafka.group.id": "lag", "commitOffsetsToGroup": "true"},

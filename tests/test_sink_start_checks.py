@@ -5,8 +5,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 
 from txkafka.connector.errors import KafkaConfigError, UnsupportedBrokerError
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.sink_validation import check_producer_config, validate_at_start
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.sink.start_checks import check_producer_config, validate_at_start
 
 # Nothing listens here: a check that contacted the broker would hang or fail differently.
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "out", "checkpointLocation": "/tmp/ck"}
@@ -64,7 +64,7 @@ def test_the_start_check_does_not_create_a_missing_topic():
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
-    from txkafka.connector.sink_validation import _check_cluster
+    from txkafka.connector.sink.start_checks import _check_cluster
 
     mock = Producer({"test.mock.num.brokers": 1, "logger": _silent()})
     brokers = mock.list_topics(timeout=10).brokers
@@ -110,10 +110,10 @@ def test_oauthbearer_forms_the_commit_client_lacks_fail_at_start_before_any_conn
 def test_the_start_check_s_admin_client_connects_quickly_unless_the_user_says_otherwise(
         monkeypatch, opts, expected):
     """librdkafka pauses half of reconnect.backoff.ms before its first connection to an advertised
-    broker (kafka_config.RECONNECT_BACKOFF_MS); the start check's first request waits for it."""
+    broker (client.config.RECONNECT_BACKOFF_MS); the start check's first request waits for it."""
     import confluent_kafka.admin
 
-    from txkafka.connector import sink_validation
+    from txkafka.connector.sink import start_checks as sink_validation
 
     seen: list[dict] = []
 
@@ -181,7 +181,7 @@ class FakeVersions:
 
 
 def _check(monkeypatch, answers, add_partitions_max=None, **options):
-    from txkafka.connector import kafka_committer, sink_validation
+    from txkafka.connector.sink import committer as kafka_committer, start_checks as sink_validation
 
     monkeypatch.setattr(kafka_committer, "shared_client",
                         lambda *a, **k: FakeVersions(add_partitions_max or {}))
