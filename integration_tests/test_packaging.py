@@ -309,19 +309,19 @@ def test_setups_a_python_data_source_does_not_survive_fail_loudly(user_env, ship
       the driver JVM looks for that Python from its own folder, finds none and skips its scan for
       data sources."""
     topics = make_input(kafka, records=200, partitions=2, out_partitions=2, per_txn=100)
-    archives = f"{shipped_env}#env"
 
     builder_conf = user_env.start(driver_processes, _app_config(
         kafka, topics, tmp_path / "c1", bare_cluster.master_url, "available_now",
-        **{"spark.archives": archives, "spark.pyspark.python": "./env/bin/python"}),
+        **{"spark.archives": f"{shipped_env}#env", "spark.pyspark.python": "./env/bin/python"}),
         user_env.activated())
     assert builder_conf.wait(APP_TIMEOUT_S) == 2, builder_conf.tail()
     failure = builder_conf.output()[builder_conf.output().index("FAILED"):]
     # python3 on the workers' PATH: the host's, without Arrow (or none at all)
     assert "No module named 'pyarrow'" in failure or 'program "python3"' in failure, failure
 
+    # Local mode and no archive: Spark's scan looks for the Python from the driver's folder alone.
     elsewhere = user_env.start(driver_processes, _app_config(
-        kafka, topics, tmp_path / "c2", "local[1]", "available_now", **{"spark.archives": archives}),
+        kafka, topics, tmp_path / "c2", "local[1]", "available_now"),
         user_env.activated(PYSPARK_PYTHON="./env/bin/python"), cwd=tmp_path)
     assert elsewhere.wait(APP_TIMEOUT_S) != 0
     assert "DATA_SOURCE_NOT_FOUND" in elsewhere.output(), elsewhere.tail()
