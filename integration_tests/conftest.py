@@ -135,15 +135,9 @@ def spark():
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory):
     """A standalone Spark cluster with two single-core workers on distinct loopback hosts."""
-    from integration_tests.spark_standalone import SparkStandalone
+    from integration_tests.spark_standalone import running_cluster
 
-    cluster = SparkStandalone(tmp_path_factory.mktemp("spark-standalone"))
-    try:
-        cluster.start()
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
-    yield cluster
-    cluster.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("spark-standalone"))
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Mapping
+from typing import Iterator, Mapping
 
 from txkafka.embedded_kafka import free_port
 
@@ -113,3 +113,19 @@ class SparkStandalone:
             except ProcessLookupError:
                 pass
         self.procs.clear()
+
+
+def running_cluster(root: Path, **how) -> Iterator[SparkStandalone]:
+    """A fixture's cluster: started under ``root`` (``how``: SparkStandalone's settings), yielded,
+    stopped; one that cannot start fails the test with its logs' tails, never a skip."""
+    import pytest
+
+    cluster = SparkStandalone(root, **how)
+    try:
+        cluster.start()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

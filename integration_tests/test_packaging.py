@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from integration_tests.pipeline_helpers import assert_exactly_once, make_input
+from integration_tests.spark_standalone import running_cluster
 from txkafka import __version__
 from txkafka.installed_pyspark import PTH_NAME as PTH
 
@@ -202,16 +203,8 @@ def shipped_env(user_env) -> Path:
 def bare_cluster(tmp_path_factory):
     """A standalone cluster whose worker (so its executors) has the host's environment only: no
     txkafka, no Arrow, no Kafka client."""
-    from integration_tests.spark_standalone import SparkStandalone
-
-    cluster = SparkStandalone(tmp_path_factory.mktemp("bare-cluster"), workers=1, cores=2,
-                              env=_system_env())
-    try:
-        cluster.start()
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
-    yield cluster
-    cluster.stop()
+    yield from running_cluster(tmp_path_factory.mktemp("bare-cluster"), workers=1, cores=2,
+                               env=_system_env())
 
 
 def _processes() -> dict[int, tuple[int, list[str], str]]:
