@@ -34,7 +34,7 @@ _UPGRADE_DOC = "docs/operations.md, 'Upgrading txkafka'"
 # committed, and the newer txkafka's `commit-log show` names where it ends, as startingOffsets.
 _NEW_CHECKPOINT = (
     "to stay on {mine}, continue on a NEW checkpointLocation: with the newer txkafka, `txkafka "
-    "commit-log show --checkpoint <checkpoint>` prints the startingOffsets that continue after "
+    "commit-log show --checkpoint {checkpoint}` prints the startingOffsets that continue after "
     "the last batch its sink committed")
 
 
@@ -46,7 +46,8 @@ class FileFormat:
     where: str      # where it lives (the docs' table)
     current: int    # the newest format this txkafka reads, and the one it writes
     since: str      # the first txkafka release that wrote format ``current``
-    otherwise: str  # what to do instead of upgrading, after "or " ({mine}: this txkafka's version)
+    # What to do instead of upgrading, after "or " ({mine}: this txkafka's version; {checkpoint}).
+    otherwise: str
 
 
 SINK_JSON = FileFormat(
@@ -64,10 +65,10 @@ UNRESOLVED = FileFormat(
     "unresolved note", "<checkpoint>/txkafka-sink/log/<batch>-<round>.unresolved.json", 1, "0.1.0",
     _NEW_CHECKPOINT)
 SOURCE_OFFSET = FileFormat(
-    "source offset", "each txkafka source's line of Spark's <checkpoint>/offsets/<batch>", 1,
-    "0.1.0", _NEW_CHECKPOINT)
+    "source offset", "<checkpoint>/offsets/<batch>, a txkafka source's line", 1, "0.1.0",
+    _NEW_CHECKPOINT)
 SAVEPOINT = FileFormat(
-    "savepoint", "the file `txkafka savepoint create --out` writes", 1, "0.1.0",
+    "savepoint", "the file of txkafka savepoint create --out", 1, "0.1.0",
     "to stay on {mine}, set the reader's startingOffsets to the positions that the newer "
     "txkafka's `txkafka savepoint show --json` prints")
 
@@ -91,33 +92,35 @@ def stamp(fmt: FileFormat) -> dict[str, Any]:
 
 
 def check_version(fmt: FileFormat, version: Any, where: str, *, written_by: Any = None,
-                  damaged: type[Exception]) -> int:
+                  damaged: type[Exception], checkpoint: str | None = None) -> int:
     """``version`` as read from ``where`` (None: written before versions, format 1), if this
-    txkafka reads it. A newer one raises NewerFormatError; one that is not a positive whole
-    number raises ``damaged``."""
+    txkafka reads it. A newer one raises NewerFormatError (``checkpoint``, when known, names the
+    query's checkpoint in it); one that is not a positive whole number raises ``damaged``."""
     if version is None:
         return 1
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise damaged(f"{where} has format version {version!r}, not a positive whole number: the "
                       f"{fmt.name} is damaged")
     if version > fmt.current:
-        raise NewerFormatError(_newer_message(fmt, version, where, written_by),
+        raise NewerFormatError(_newer_message(fmt, version, where, written_by, checkpoint),
                                file=where, found=version, supported=fmt.current,
                                written_by=str(written_by) if written_by else None)
     return version
 
 
 def check_record(fmt: FileFormat, record: Mapping[str, Any], where: str, *,
-                 damaged: type[Exception]) -> int:
+                 damaged: type[Exception], checkpoint: str | None = None) -> int:
     """``check_version`` for a JSON file that carries ``version`` and ``txkafka_version``."""
     return check_version(fmt, record.get(VERSION_KEY), where, written_by=record.get(WRITER_KEY),
-                         damaged=damaged)
+                         damaged=damaged, checkpoint=checkpoint)
 
 
-def _newer_message(fmt: FileFormat, version: int, where: str, written_by: Any) -> str:
+def _newer_message(fmt: FileFormat, version: int, where: str, written_by: Any,
+                   checkpoint: str | None) -> str:
     mine = txkafka_version()
     target = f"{written_by} (the version that wrote it)" if written_by else (
         f"a version that reads {fmt.name} format {version}")
+    otherwise = fmt.otherwise.format(mine=mine, checkpoint=checkpoint or "<checkpoint>")
     return (f"{where} was written by a newer txkafka (format {version}; this txkafka {mine} reads "
             f"formats up to {fmt.current}): upgrade txkafka to {target} or newer, on the driver "
-            f"and the executors, or {fmt.otherwise.format(mine=mine)} ({_UPGRADE_DOC})")
+            f"and the executors, or {otherwise} ({_UPGRADE_DOC})")

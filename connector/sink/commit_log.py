@@ -277,7 +277,8 @@ class SinkCommitLog:
         """A record of the log, if this txkafka reads its format (NewerFormatError otherwise)."""
         rec = self._read(path)
         if rec is not None:
-            check_record(fmt, rec, redact_uri(path), damaged=CommitLogError)
+            check_record(fmt, rec, redact_uri(path), damaged=CommitLogError,
+                         checkpoint=redact_uri(self.location))
         return rec
 
     def _read(self, path: str) -> dict[str, Any] | None:
