@@ -237,7 +237,8 @@ def test_this_txkafka_writes_every_field_the_release_of_its_formats_reads(tmp_pa
             gaps += [f"{name}: {g}" for o, n in zip(olds, news)
                      for g in _shape_gaps(json.loads(o), json.loads(n))]
         else:
-            gaps += [f"{name}: {g}" for g in _shape_gaps(json.loads(old_text), json.loads(new_text))]
+            gaps += [f"{name}: {g}"
+                     for g in _shape_gaps(json.loads(old_text), json.loads(new_text))]
     assert not gaps, "\n".join(gaps)
 
 

@@ -148,7 +148,8 @@ class Savepoint:
             raise SavepointError(f"{where} is not a txkafka savepoint (no \"format\": \"{FORMAT}\"); "
                                  "create one with `txkafka savepoint create`")
         if "version" not in data:
-            raise SavepointError(f"{where} is a damaged txkafka savepoint: it has no format version")
+            raise SavepointError(
+                f"{where} is a damaged txkafka savepoint: it has no format version")
         version = check_record(SAVEPOINT, data, where, damaged=SavepointError)
         try:
             conflicts = {str(t): {int(i): from_offset_json(offs) for i, offs in by.items()}
