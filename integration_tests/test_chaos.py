@@ -390,11 +390,11 @@ def test_chaos_aggregate_on_a_standalone_cluster(kafka3, spark_cluster, tmp_path
     """A count per (key, event-time window) in append mode (state in Spark's state store) on
     executors in separate JVMs: an executor killed while a task pre-commits, then the driver
     killed after the sink's commit (the kill between two EndTxn calls is in the timeout test).
-    The sink writes through txkafka's own producer (producer=txkafka); the other campaigns
-    through librdkafka, the default."""
+    The sink writes through txkafka's own producer, the default, as in the map campaign (whose
+    broker kill is a leader kill under it); the transaction-timeout campaign through librdkafka."""
     campaign = _ci_campaign("aggregate-tv2-standalone-wire", kafka3, "aggregate", tmp_path,
                             spark=SparkTarget.on_cluster(spark_cluster), transaction_version=2,
-                            seed=12, round_timeout=300, producer="txkafka")
+                            seed=12, round_timeout=300)
     campaign.run([Crash("executor", "after_sink_commit")])
     _assert_exactly_once(campaign)
     assert campaign.result.executor_kills == 1
@@ -417,7 +417,8 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
     timeout_ms = 15000  # small, yet above a batch's duration on a busy 2-core machine
     campaign = _ci_campaign("transaction-timeout-tv0", kafka_tv0, "map", tmp_path,
                             transaction_version=0, seed=14, max_offsets=240,
-                            transaction_timeout_ms=timeout_ms, records_per_txn=40)
+                            transaction_timeout_ms=timeout_ms, records_per_txn=40,
+                            producer="librdkafka")  # the one campaign on the other producer
     campaign.plan(5)  # (1), (2), the rollback and the relayout's two runs (the last one final)
     try:
         campaign.start(feed=False, initial_transactions=24)

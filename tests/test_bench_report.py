@@ -1,7 +1,8 @@
 """The benchmark's arithmetic: ratios against targets, interleaving order, the markdown report."""
 
 from txkafka.devtools.bench_runs import _rotated
-from txkafka.devtools.bench import pyspark_bytecode_setting, ratios, report_markdown
+from txkafka.devtools.bench import (produce_requests, produce_summary, pyspark_bytecode_setting,
+                                    ratios, report_markdown)
 
 
 def _result():
@@ -109,6 +110,35 @@ def test_report_shows_the_sink_runs_cpu_per_row_by_process_group():
     text = report_markdown(r)
     assert "| sink: CPU us per row (median of runs) | jvm | python_workers | broker |" in text
     assert "| txkafka_exactly_once | 0.42 | 0.60 | 0.85 |" in text
+
+
+def test_the_sink_runs_produce_requests_are_counted_from_the_broker_s_request_log(tmp_path):
+    """What Kafka's request logger writes at DEBUG (one line per completed request): Produce
+    requests are counted from the offset the run started at, empty ones apart, with their
+    record bytes; other APIs are left out."""
+    head = '{"isForwarded":false,"requestHeader":{"requestApiKey":%d,"requestApiVersion":11,'
+    produce = (head % 0 + '"correlationId":7,"clientId":"txkafka-writer","requestApiKeyName":'
+               '"PRODUCE"},"request":{"transactionalId":"x","acks":-1,"timeoutMs":30000,'
+               '"topicData":[{"name":"t","partitionData":[{"index":0,"recordsSizeInBytes":'
+               '%d},{"index":1,"recordsSizeInBytes":%d}]}]},"response":{}}')
+    empty = (head % 0 + '"correlationId":8},"request":{"transactionalId":"x","acks":-1,'
+             '"timeoutMs":30000,"topicData":[]},"response":{}}')
+    fetch = head % 1 + '"correlationId":9},"request":{"recordsSizeInBytes":5}}'
+    log = tmp_path / "kafka-request.log"
+    log.write_text("Completed request:" + produce % (1, 1) + "\n")
+    start = log.stat().st_size
+    with open(log, "a") as fh:
+        for line in (produce % (1000, 24), empty, fetch, empty, produce % (100, 0)):
+            fh.write("Completed request:" + line + "\n")
+    counted = produce_requests(log, start)
+    assert counted == {"requests": 4, "empty": 2, "bytes": 1124}
+    r = _result()
+    r["sink"]["txkafka_exactly_once"]["produce_requests"] = produce_summary([counted, counted])
+    assert r["sink"]["txkafka_exactly_once"]["produce_requests"]["bytes_per_request"] == 281
+    text = report_markdown(r)
+    assert "| sink: Produce requests per run (the broker's count, median) | requests | empty | " \
+           "bytes per request |" in text
+    assert "| txkafka_exactly_once | 4 | 2 | 281 |" in text
 
 
 def test_the_data_batch_read_ratio_is_reported_next_to_the_wall_time_one():

@@ -607,15 +607,19 @@ class BrokerConnection:
 
     def receive_pipelined(self, cid: int, api_key: int, *, flexible: bool,
                           deadline: float | None = None) -> Reader:
-        """The answer to the oldest request :meth:`send_pipelined` wrote (``cid``, checked)."""
+        """The answer to the oldest request :meth:`send_pipelined` wrote (``cid``, checked).
+
+        Waited for until ``deadline`` with no per-read cap: the broker may legitimately hold
+        the answer that long (an acks=all Produce waits for its followers up to the request's
+        own timeout), so the caller derives the deadline from that timeout."""
         deadline = self._deadline(deadline)
         with self._lock:
             sock = self._sock
             if sock is None:
                 raise self._closed_error()
             with self._io_errors(sock, api_key):
-                size = struct.unpack(">i", self._recv_exact(sock, 4, deadline))[0]
-                payload = self._recv_exact(sock, size, deadline)
+                size = struct.unpack(">i", self._recv_exact(sock, 4, deadline, capped=False))[0]
+                payload = self._recv_exact(sock, size, deadline, capped=False)
             return self._reader(sock, cid, payload, flexible)
 
     def connect_idle(self, deadline: float | None = None) -> "BrokerConnection":
@@ -662,10 +666,12 @@ class BrokerConnection:
         if self._sock is sock:
             self._sock = None
 
-    def _recv_exact(self, sock: socket.socket, n: int, deadline: float) -> bytes:
+    def _recv_exact(self, sock: socket.socket, n: int, deadline: float, *,
+                    capped: bool = True) -> bytes:
         buf = bytearray()
         while len(buf) < n:
-            sock.settimeout(self._attempt_timeout(deadline))
+            sock.settimeout(self._attempt_timeout(deadline) if capped
+                            else max(0.001, deadline - time.monotonic()))
             chunk = sock.recv(n - len(buf))
             if not chunk:
                 raise EOFError("broker closed the connection")

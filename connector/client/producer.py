@@ -22,7 +22,10 @@ producer with a typed error, and the task's transaction is aborted.
 from __future__ import annotations
 
 import atexit
+import itertools
 import logging
+import math
+import random
 import threading
 import time
 from collections import deque
@@ -93,6 +96,8 @@ MAX_IN_FLIGHT = 5            # requests per connection and batches per partition
 _REQUEST_BYTES = 16 << 20    # a Produce request's records at most (brokers take 100 MB)
 _QUEUED_BYTES = 64 << 20     # encoded batches waiting for the network before send() waits
 _METADATA_MAX_AGE_S = 60.0
+_RETRY_BACKOFF_S = 0.05      # before a partition's batches are sent again (retry.backoff.ms)
+_ANSWER_MARGIN_S = 5.0       # past request.timeout.ms, how long an answer is waited for
 _SEQ_MOD = 2**31
 
 # Produce answers after which the partition's unacknowledged batches are sent again.
@@ -343,12 +348,15 @@ class PrecommitResult:
 
 # --------------------------------------------------------------------------- partitions
 
-@dataclass
+@dataclass(eq=False)  # one batch is itself only (found in its queue by identity)
 class _Batch:
     seq: int
     count: int
     pieces: list  # the encoded batch: header, then views of the records (see batch_pieces)
     size: int
+    # When delivery is given up: message.timeout.ms from the batch's first record (librdkafka
+    # counts it per record), never past the transaction's own timeout.
+    deadline: float = math.inf
     acked: bool = False
     sent: bool = False  # written and not yet answered, or answered with a retriable error
 
@@ -368,6 +376,154 @@ class _Partition:
     # refused with a retriable error (it would be appended, and the first then refused
     # OUT_OF_ORDER_SEQUENCE_NUMBER). So one batch in flight until the first acknowledgement.
     acked_any: bool = False
+
+
+class _Threads:
+    """How senders run: a thread each, on real time. (The producer's model test runs them
+    instead in one thread, stepped in an order drawn from a seed, on a virtual clock.)"""
+
+    clock = staticmethod(time.monotonic)
+    sleep = staticmethod(time.sleep)
+
+    @staticmethod
+    def start(sender: "_NodeSender") -> None:
+        sender.thread = threading.Thread(target=sender.run, daemon=True,
+                                         name=f"txkafka-produce-{sender.node}")
+        sender.thread.start()
+
+    @staticmethod
+    def wait(cv: threading.Condition, timeout: float) -> None:
+        cv.wait(timeout)
+
+    @staticmethod
+    def join(senders: list["_NodeSender"], timeout: float) -> None:
+        give_up = time.monotonic() + timeout
+        for s in senders:
+            if s.thread is not None:
+                s.thread.join(max(0.0, give_up - time.monotonic()))
+
+
+class _NodeSender:
+    """Keeps up to MAX_IN_FLIGHT Produce requests in flight to one broker on a connection of its
+    own: a new request goes out as soon as one is answered (a rolling window, as librdkafka
+    keeps), and the broker handles a connection's requests in the order sent, so each
+    partition's batches are appended in sequence order. Once the producer stops or fails it
+    sends nothing more but still reads every answer it waits for: until then a Produce of the
+    transaction may yet be appended, and an EndTxn must not overtake it."""
+
+    def __init__(self, producer: "WireProducer", node: int) -> None:
+        self.producer = producer
+        self.node = node
+        self.conn: BrokerConnection | None = None
+        # (correlation id, the request's batches, when it must be answered by: monotonic time)
+        self.inflight: deque[tuple[int, dict[tuple[str, int], _Batch], float]] = deque()
+        self.resume_at = 0.0   # the broker throttles this connection until then
+        self.done = False
+        self.thread: threading.Thread | None = None
+
+    def choose(self) -> tuple[str, object]:
+        """(with the producer's lock) The next step: ("send", request), ("receive", None),
+        ("wait", seconds or None when idle) or ("done", None)."""
+        p = self.producer
+        stopping = p._stopping or p._error is not None
+        throttled = self.resume_at - p._runner.clock()
+        if not stopping and len(self.inflight) < MAX_IN_FLIGHT and throttled <= 0:
+            req = p._next_request(self.node)
+            if req:
+                return "send", req
+        if self.inflight:
+            return "receive", None
+        if stopping:
+            self.done = True
+            return "done", None
+        return "wait", throttled if throttled > 0 else None
+
+    def run(self) -> None:
+        """A sender thread: steps until the producer stops and nothing is in flight."""
+        p = self.producer
+        try:
+            while True:
+                with p._cv:
+                    step, req = self.choose()
+                    while step == "wait":
+                        p._cv.wait(min(0.5, req) if req else 0.5)
+                        step, req = self.choose()
+                if step == "done":
+                    return
+                self.act(step, req)
+        finally:
+            self.finish()
+
+    def act(self, step: str, req: object) -> None:
+        """Send ``req`` or read the oldest answer (no lock held: network I/O)."""
+        p = self.producer
+        sending = req if step == "send" else None
+        try:
+            try:
+                if sending is not None:
+                    self._send(sending)
+                else:
+                    self._receive()
+            except KafkaAuthenticationError as e:
+                p._fail(e)
+                self._lose(sending, str(e))
+            except (KafkaProtocolError, ProtocolError) as e:
+                # The stream is broken: what was in flight is unanswered (retried in order).
+                self._lose(sending, str(e))
+        except _Fatal as e:
+            p._fail(e.args[0])
+        except BaseException as e:  # noqa: BLE001 - re-raised in the task's thread
+            p._fail(e)
+            self._lose(sending, None)
+
+    def _send(self, req: dict[tuple[str, int], _Batch]) -> None:
+        p = self.producer
+        if self.conn is None:
+            self.conn = p.link.produce_connection(self.node)
+        if not self.inflight:
+            self.conn.connect_idle()
+        body = p._produce_body(req)
+        cid = self.conn.send_pipelined(PRODUCE, self.conn.version_for(PRODUCE, 9, 11), body,
+                                       flexible=True)
+        answer_by = time.monotonic() + p.request_timeout_ms / 1000 + _ANSWER_MARGIN_S
+        self.inflight.append((cid, req, answer_by))
+        p.produce_requests += 1
+        p.produce_bytes += sum(len(x) for x in body)
+
+    def _receive(self) -> None:
+        p = self.producer
+        assert self.conn is not None
+        cid, req, answer_by = self.inflight[0]
+        answer, throttle_ms = p._parse_produce(self.conn.receive_pipelined(
+            cid, PRODUCE, flexible=True, deadline=answer_by))
+        self.inflight.popleft()
+        if throttle_ms > 0:
+            # KIP-219: the broker answered at once and holds this connection's next requests
+            # until the throttle time has passed; sending before then only queues them there.
+            self.resume_at = p._runner.clock() + throttle_ms / 1000
+        p._answered([(req, answer)], "")
+
+    def _lose(self, sending: dict[tuple[str, int], _Batch] | None, failure: str | None) -> None:
+        """The connection broke: every request on it is unanswered (its batches go again, in
+        order, unless the producer failed); the connection is dropped."""
+        lost = [(r, None) for _, r, _ in self.inflight]
+        if sending is not None and not any(r is sending for r, _ in lost):
+            lost.append((sending, None))
+        self.inflight.clear()
+        if self.conn is not None:
+            self.producer.link.release_produce_connection(self.conn, reusable=False)
+            self.conn = None
+        if lost:
+            self.producer._answered(lost, failure or "")
+
+    def finish(self) -> None:
+        if self.conn is not None:
+            self.producer.link.release_produce_connection(self.conn,
+                                                          reusable=not self.inflight)
+            self.conn = None
+
+
+_THREADS = _Threads()
 
 
 class WireProducer:
@@ -403,12 +559,17 @@ class WireProducer:
         self._acc: dict[str, BatchAccumulator] = {}
         self._parts: dict[tuple[str, int], _Partition] = {}
         self._in_txn: set[tuple[str, int]] = set()
-        self._cv = threading.Condition()
-        self._senders: dict[int, threading.Thread] = {}
+        self._cv = threading.Condition()  # (an RLock: the model test steps senders inside)
+        self._runner = _THREADS
+        self._sticky_rng: random.Random | None = None  # null keys' partitions (tests seed it)
+        self._senders: dict[int, _NodeSender] = {}
         self._queued = 0
         self._error: BaseException | None = None
         self._stopping = False
-        self._deadline: float | None = None
+        # The transaction's own end (its timeout counts from the first partition added).
+        self._txn_deadline = math.inf
+        self.produce_requests = 0  # Produce requests written, and their bytes
+        self.produce_bytes = 0
 
     # ------------------------------------------------------------------ start
 
@@ -478,16 +639,15 @@ class WireProducer:
         self._raise_if_failed()
         if self.producer_id < 0:
             raise TransactionError("WireProducer.send before begin()")
-        if self._deadline is None:
-            self._deadline = time.monotonic() + self.delivery_timeout_s
         acc = self._acc.get(topic)
         if acc is None:
             info = self.link.topic(topic, where=self.where)
             acc = self._acc[topic] = BatchAccumulator(
-                topic, info.partitions, batch_bytes=self.batch_bytes, max_batch_bytes=self.max_bytes)
+                topic, info.partitions, batch_bytes=self.batch_bytes, max_batch_bytes=self.max_bytes,
+                rng=self._sticky_rng)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         self.count += acc.append(keys, values, headers=headers, partitions=partitions,
-                                 timestamp_ms=ts)
+                                 timestamp_ms=ts, now=self._runner.clock())
         if acc.sealed:
             self._dispatch(acc)
 
@@ -506,8 +666,9 @@ class WireProducer:
             key = (sb.topic, sb.partition)
             part = self._parts.get(key)
             if part is None:
-                part = self._parts[key] = _Partition(sb.topic, sb.partition,
-                                                     self._leader(sb.topic, sb.partition))
+                leader = self._leader(sb.topic, sb.partition)
+                with self._cv:  # senders walk the map under the lock
+                    part = self._parts[key] = _Partition(sb.topic, sb.partition, leader)
             seqs = self._idem.sequences if self._idem is not None else self._sequences
             seq = seqs.get(key, 0)
             seqs[key] = (seq + sb.count) % _SEQ_MOD
@@ -515,12 +676,13 @@ class WireProducer:
                                   producer_epoch=self.producer_epoch, base_sequence=seq,
                                   transactional=transactional, level=self.level)
             size = sum(len(x) for x in pieces)
+            deadline = min(sb.created + self.delivery_timeout_s, self._txn_deadline)
             with self._cv:
                 while self._queued > _QUEUED_BYTES and self._error is None:
-                    self._cv.wait(0.5)
+                    self._runner.wait(self._cv, 0.5)
                 if self._error is not None:
                     break
-                part.queue.append(_Batch(seq, sb.count, pieces, size))
+                part.queue.append(_Batch(seq, sb.count, pieces, size, deadline))
                 self._queued += size
                 self._ensure_sender(part.leader)
                 self._cv.notify_all()
@@ -552,6 +714,7 @@ class WireProducer:
         for t, p in new:
             by_topic.setdefault(t, []).append(p)
         topics = sorted(by_topic.items())
+        started = self._runner.clock()  # the transaction's timeout may start counting now
         deadline = time.monotonic() + self.timeout_s
         backoff = 0.005
         refresh = False
@@ -583,6 +746,8 @@ class WireProducer:
                     self.link.drop(conn)
                 errors = {new[0]: COORDINATOR_NOT_AVAILABLE}
             if not errors:
+                if not self._in_txn:
+                    self._txn_deadline = started + self.transaction_timeout_ms / 1000
                 self._in_txn.update(new)
                 return
             real = {k: e for k, e in errors.items() if e != OPERATION_NOT_ATTEMPTED}
@@ -613,79 +778,25 @@ class WireProducer:
     # ---------------------------------------------------------------- senders
 
     def _ensure_sender(self, node: int) -> None:
-        """(with the lock) A sender thread for ``node``'s partitions."""
-        if node not in self._senders or not self._senders[node].is_alive():
-            t = threading.Thread(target=self._sender, args=(node,), daemon=True,
-                                 name=f"txkafka-produce-{node}")
-            self._senders[node] = t
-            t.start()
+        """(with the lock) A sender for ``node``'s partitions."""
+        s = self._senders.get(node)
+        if s is None or s.done:
+            s = self._senders[node] = _NodeSender(self, node)
+            self._runner.start(s)
 
-    def _sender(self, node: int) -> None:
-        """Keep up to MAX_IN_FLIGHT Produce requests in flight to ``node`` on a connection of its
-        own: a new request goes out as soon as one is answered (a rolling window, as librdkafka
-        keeps), and the broker handles a connection's requests in the order sent, so each
-        partition's batches are appended in sequence order."""
-        conn: BrokerConnection | None = None
-        inflight: deque[tuple[int, dict[tuple[str, int], _Batch]]] = deque()
-        try:
-            while True:
-                req = None
-                with self._cv:
-                    while self._error is None:
-                        if len(inflight) < MAX_IN_FLIGHT and not self._stopping:
-                            req = self._next_request(node)
-                            if req:
-                                break
-                        if inflight:
-                            break
-                        if self._stopping:
-                            return
-                        self._cv.wait(0.5)
-                    else:
-                        return
-                try:
-                    if req is not None:
-                        if conn is None:
-                            conn = self.link.produce_connection(node)
-                        if not inflight:
-                            conn.connect_idle()
-                        cid = conn.send_pipelined(PRODUCE, conn.version_for(PRODUCE, 9, 11),
-                                                  self._produce_body(req), flexible=True)
-                        inflight.append((cid, req))
-                        continue
-                    assert conn is not None
-                    cid, req = inflight[0]
-                    answer = self._parse_produce(conn.receive_pipelined(
-                        cid, PRODUCE, flexible=True,
-                        deadline=time.monotonic() + self.request_timeout_ms / 1000 + 5))
-                    inflight.popleft()
-                    self._answered([(req, answer)], "")
-                except KafkaAuthenticationError as e:
-                    raise _Fatal(e) from None
-                except (KafkaProtocolError, ProtocolError) as e:
-                    # The stream is broken: what was in flight is unanswered (retried in order).
-                    lost = [(r, None) for _, r in inflight]
-                    if req is not None and not any(r is req for r, _ in lost):
-                        lost.append((req, None))
-                    inflight.clear()
-                    if conn is not None:
-                        self.link.release_produce_connection(conn, reusable=False)
-                        conn = None
-                    self._answered(lost, str(e))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the task's thread
-            with self._cv:
-                if self._error is None:
-                    self._error = e.args[0] if isinstance(e, _Fatal) else e
-                self._cv.notify_all()
-        finally:
-            if conn is not None:
-                self.link.release_produce_connection(conn, reusable=not inflight)
+    def _fail(self, err: BaseException) -> None:
+        """Record the producer's first failure: nothing new is sent from then on."""
+        with self._cv:
+            if self._error is None:
+                self._error = err
+            self._cv.notify_all()
 
     def _next_request(self, node: int) -> dict[tuple[str, int], _Batch]:
         """(with the lock) The next request to ``node``: each of its partitions' first unsent
         batch (one batch per partition per request; at most MAX_IN_FLIGHT per partition, the
-        broker's duplicate window), up to _REQUEST_BYTES. A partition left out by the size cap
-        sends its batch in the next request: its batches always go in sequence order."""
+        broker's duplicate window), up to _REQUEST_BYTES; empty when there is nothing to send. A
+        partition left out by the size cap sends its batch in the next request: its batches
+        always go in sequence order."""
         req: dict[tuple[str, int], _Batch] = {}
         size = 0
         for key, p in self._parts.items():
@@ -720,10 +831,15 @@ class WireProducer:
                                           dict[tuple[str, int], int] | None]],
                   failure: str) -> None:
         """Apply answers (None: the request went unanswered, a broken connection). Batches
-        acknowledged leave their queue; a retriable answer stops the partition until its batches
-        in flight are answered, then they all go again, in order, to the current leader."""
+        acknowledged leave their queue, and so does every earlier batch of their partition: the
+        broker appends a producer's batches in sequence order, so a later one's acknowledgement
+        proves the earlier ones were appended, whatever their own answer said (the Java client's
+        rule). A retriable answer stops the partition until its batches in flight are answered,
+        then the unacknowledged ones all go again, in order, to the current leader."""
         fatal: BaseException | None = None
         again: list[tuple[str, int]] = []
+        codes: set[str] = set()  # the retriable answers, for the log and errors
+        now = self._runner.clock()
         with self._cv:
             for req, answer in done:
                 for key, batch in req.items():
@@ -731,10 +847,13 @@ class WireProducer:
                     part.inflight -= 1
                     code = NETWORK_EXCEPTION if answer is None else answer.get(
                         key, NETWORK_EXCEPTION)
-                    if code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
+                    if batch.acked:
+                        pass  # settled by a later batch's acknowledgement
+                    elif code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
                         # (also after an earlier batch's retriable answer: that one was then
                         # appended after all, and its resend is answered as a duplicate)
-                        batch.acked = True
+                        for b in itertools.islice(part.queue, part.queue.index(batch) + 1):
+                            b.acked = True
                         part.acked_any = True
                     else:
                         first_unacked = next((b for b in part.queue if not b.acked), None)
@@ -743,26 +862,33 @@ class WireProducer:
                                 and (part.retry or first_unacked is not batch)):
                             # (out of order behind an unacknowledged batch: resent in order)
                             part.retry = True
+                            if answer is not None:
+                                codes.add(error_name(code))
                         elif fatal is None:
                             fatal = self._produce_error(code, key, batch)
                     while part.queue and part.queue[0].acked:
                         self._queued -= part.queue.popleft().size
                     if part.retry and part.inflight == 0 and key not in again:
                         again.append(key)
-            if fatal is None and again and self._deadline is not None \
-                    and time.monotonic() > self._deadline:
-                key = sorted(again)[0]
-                fatal = TransactionError(
-                    f"{self.where}: records for {key[0]}[{key[1]}] were not delivered within "
-                    f"{self.delivery_timeout_s:.0f}s (the last answer: "
-                    f"{failure or 'a retriable broker error'}); check the brokers' health")
+            failure = ", ".join(sorted(codes | ({failure} if failure else set())))
+            if fatal is None and self._error is None:
+                late = [(k, self._parts[k].queue[0]) for k in sorted(again)
+                        if self._parts[k].queue and self._parts[k].queue[0].deadline < now]
+                if late:
+                    (topic, p), batch = late[0]
+                    fatal = TransactionError(
+                        f"{self.where}: {batch.count} record(s) for {topic}[{p}] were not "
+                        f"delivered within {self.delivery_timeout_s:g}s (the last answer: "
+                        f"{failure or 'a retriable broker error'}); check the brokers' health")
             if fatal is not None:
                 raise _Fatal(fatal)
             self._cv.notify_all()
+            if self._error is not None:
+                return  # failed: nothing is sent again
         if again:
             log.info("%s: produce to %d partition(s) will be retried (%s)", self.where,
                      len(again), failure or "retriable broker errors")
-            time.sleep(0.05)
+            self._runner.sleep(_RETRY_BACKOFF_S)
         for key in again:
             try:
                 leader = self._leader(*key, refresh=True)
@@ -777,11 +903,13 @@ class WireProducer:
                 for b in part.queue:
                     b.sent = False
                 part.retry = False
-                self._ensure_sender(part.leader)
+                if self._error is None:
+                    self._ensure_sender(part.leader)
                 self._cv.notify_all()
 
     @staticmethod
-    def _parse_produce(r: Reader) -> dict[tuple[str, int], int]:
+    def _parse_produce(r: Reader) -> tuple[dict[tuple[str, int], int], int]:
+        """Each partition's error code, and the broker's throttle time (ms)."""
         out: dict[tuple[str, int], int] = {}
         for _ in range(r.uvarint() - 1):
             name = r.string() or ""
@@ -798,7 +926,7 @@ class WireProducer:
                 r.tags()    # v10+: the current leader
                 out[(name, p)] = err
             r.tags()
-        return out
+        return out, r.int32()
 
     def _produce_error(self, code: int, key: tuple[str, int], batch: _Batch) -> BaseException:
         topic, p = key
@@ -837,33 +965,53 @@ class WireProducer:
             if acc.sealed:
                 self._dispatch(acc)
         with self._cv:
-            while self._error is None and any(p.queue for p in self._parts.values()):
-                if self._deadline is not None and time.monotonic() > self._deadline + 5:
+            # Also until no request is in flight (one may carry a batch a later one's
+            # acknowledgement settled): the driver's EndTxn must not overtake a Produce.
+            while self._error is None and any(p.queue or p.inflight
+                                              for p in self._parts.values()):
+                # A backstop: answers (errors included) normally end a late batch sooner.
+                now = self._runner.clock()
+                late = sum(1 for p in self._parts.values() for b in p.queue
+                           if b.deadline + _ANSWER_MARGIN_S < now)
+                if late:
                     self._error = TransactionError(
-                        f"{self.where}: {sum(len(p.queue) for p in self._parts.values())} "
-                        f"batch(es) not acknowledged within {self.delivery_timeout_s:.0f}s")
+                        f"{self.where}: {late} batch(es) not acknowledged within "
+                        f"{self.delivery_timeout_s:g}s of their first record; check the "
+                        "brokers' health")
                     break
-                self._cv.wait(0.5)
+                self._runner.wait(self._cv, 0.5)
+            unacked = sum(len(p.queue) for p in self._parts.values())
         self._raise_if_failed()
+        if unacked:  # never reached: the loop ends with every batch acknowledged or an error
+            raise TransactionError(f"{self.where}: {unacked} batch(es) unacknowledged")
         written: dict[str, list[int]] = {}
         for t, p in sorted(self._parts):
             written.setdefault(t, []).append(p)
         return PrecommitResult(self.transactional_id, self.producer_id, self.producer_epoch,
                                written, self.count)
 
-    def _stop_senders(self) -> None:
+    def _stop_senders(self) -> bool:
+        """Stop sending; wait until every request in flight is answered or its connection has
+        failed (each is bounded by request.timeout.ms). False if a sender is still waiting."""
         with self._cv:
             self._stopping = True
             self._cv.notify_all()
             senders = list(self._senders.values())
-        for t in senders:
-            t.join(self.request_timeout_ms / 1000 + 10)
+        self._runner.join(senders, self.request_timeout_ms / 1000 + 2 * _ANSWER_MARGIN_S)
+        with self._cv:
+            return all(s.done or not s.inflight for s in senders)
 
     def abort(self) -> None:
-        """Abort the open transaction at once (EndTxn abort), after the requests in flight are
-        answered, so readers are not held up until the transaction's timeout."""
-        self._stop_senders()
+        """Abort the open transaction at once (EndTxn abort), once no Produce request of it is in
+        flight (the Java client's rule: a Produce handled after the abort would reopen the
+        transaction on its partition), so readers are not held up until its timeout."""
+        quiet = self._stop_senders()
         if self.transactional_id is None or self.producer_id < 0 or not self._in_txn:
+            return
+        if not quiet:
+            log.warning("%s: Produce requests of transaction %s are still unanswered; not "
+                        "aborting it now (the committer's sweep or its timeout ends it)",
+                        self.where, self.transactional_id)
             return
         code = self.link.coordinators.end_txn(self.transactional_id, self.producer_id,
                                               self.producer_epoch, commit=False)

@@ -294,6 +294,7 @@ class OpenBatch:
     count: int = 0
     size: int = 0  # bytes of the records section
     parts: list = field(default_factory=list)
+    created: float = 0.0  # the ``now`` of the append that opened it (delivery time limits)
 
 
 @dataclass
@@ -309,6 +310,7 @@ class SealedBatch:
     # (zero-copy; the buffers live as long as the batch).
     parts: list
     size: int
+    created: float = 0.0  # when its first record was appended (the caller's clock)
 
     @property
     def records(self) -> bytes:
@@ -420,8 +422,10 @@ class BatchAccumulator:
     # ------------------------------------------------------------------ encode
 
     def append(self, keys: pa.Array | None, values: pa.Array, *, headers: pa.Array | None = None,
-               partitions: pa.Array | None = None, timestamp_ms: int | np.ndarray) -> int:
-        """Encode the rows; full batches go to ``self.sealed``. Returns the rows appended."""
+               partitions: pa.Array | None = None, timestamp_ms: int | np.ndarray,
+               now: float = 0.0) -> int:
+        """Encode the rows; full batches go to ``self.sealed``. Returns the rows appended.
+        ``now``: the caller's clock, kept as the creation time of each batch opened here."""
         n = len(values)
         if n == 0:
             return 0
@@ -532,7 +536,7 @@ class BatchAccumulator:
             if ob is None:
                 if s == e:
                     continue
-                ob = self.open[p] = OpenBatch(base_ts=int(base_ts[s]))
+                ob = self.open[p] = OpenBatch(base_ts=int(base_ts[s]), created=now)
             if e > s:
                 ob.parts.extend(pieces)
                 ob.count += e - s
@@ -577,7 +581,7 @@ class BatchAccumulator:
     def _seal(self, p: int) -> None:
         ob = self.open.pop(p)
         self.sealed.append(SealedBatch(self.topic, p, ob.count, ob.base_ts, ob.max_ts,
-                                       ob.parts, ob.size))
+                                       ob.parts, ob.size, ob.created))
 
     def drain(self) -> None:
         """Seal every open batch."""

@@ -228,7 +228,7 @@ class Campaign:
                  final_timeout: float = 420.0, records_per_txn: int = 50,
                  feed_interval_s: float = 0.3, transaction_timeout_ms: int = 0,
                  input_partitions: int = 3, output_partitions: int = 3,
-                 batch_deltas: tuple[int, ...] = (1, 2, 3), producer: str = "librdkafka",
+                 batch_deltas: tuple[int, ...] = (1, 2, 3), producer: str = "txkafka",
                  log: Callable[[str], None] = _stderr) -> None:
         if mode not in ("map", "aggregate"):
             raise ValueError(f"mode must be map or aggregate, got {mode!r}")
@@ -258,7 +258,7 @@ class Campaign:
         brokers = len(kafka.cluster.node_infos) if kafka.cluster is not None else 1
         self.result = CampaignResult(name, mode, transaction_version, brokers, self.spark.kind,
                                      producer=producer)
-        self.producer = producer  # the sink's producer option (librdkafka or txkafka's own)
+        self.producer = producer  # the sink's producer option (txkafka, the default; librdkafka)
         self.input_partitions = input_partitions
         self.output_partitions = output_partitions
         self.records_per_txn = records_per_txn

@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -38,7 +39,8 @@ import tempfile
 import threading
 import time
 import uuid
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 from .. import kafka_admin
 from ..kafka_admin import QUIET
@@ -387,12 +389,15 @@ def sink_frame(spark, rows: int, value_bytes: int = 100):
 
 
 def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
-             value_bytes: int = 100, meter: Any = None, cpu: list | None = None) -> float:
+             value_bytes: int = 100, meter: Any = None, cpu: list | None = None,
+             request_log: Path | None = None, produced: list | None = None) -> float:
     """A batch ``df.write`` of the cached frame into a new topic of ``partitions``, timed until
     every row is visible to read_committed: the sink in Spark, without a Kafka source in front.
 
     With a ``meter`` (bench_tasks.CpuMeter), the run's CPU microseconds per row by process group
-    (the checker's read-back left out) are appended to ``cpu``."""
+    (the checker's read-back left out) are appended to ``cpu``; with the broker's
+    ``request_log``, the run's Produce requests as the broker counted them
+    (:func:`produce_requests`) to ``produced``."""
     from .bench_tasks import cpu_delta
 
     def measured(before: Any) -> None:
@@ -410,6 +415,7 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
     out = k.topic("bench-sink", partitions,
                   {"max.message.bytes": str(4 * value_bytes)} if big else None)
     before = meter.snapshot() if meter is not None else None
+    log_from = request_log.stat().st_size if request_log is not None else 0
     started = time.monotonic()
     w = df.write.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
     if big:
@@ -419,10 +425,30 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
     k.wait_visible(f"sink {sink}", out, rows)
     elapsed = time.monotonic() - started
     measured(before)
+    if request_log is not None and produced is not None:
+        produced.append(produce_requests(request_log, log_from))
     k.check_output(f"sink {sink}", out, rows)
     if big or partitions > 16:
         k.drop(out)
     return rows / elapsed
+
+
+def produce_requests(request_log: Path, start: int) -> dict[str, int]:
+    """The Produce requests a broker logged (Kafka's request log at DEBUG: one JSON line per
+    completed request, records shown by size) from byte ``start`` of its log on: how many, how
+    many carried no partition at all, their record bytes. A producer's requests per run and bytes
+    per request show what its sender costs the broker's request handlers, whatever the rows/s."""
+    with open(request_log, "rb") as fh:
+        fh.seek(start)
+        text = fh.read()
+    requests = empty = nbytes = 0
+    for line in text.splitlines():
+        if b'"requestApiKey":0,' not in line:
+            continue
+        requests += 1
+        empty += b'"topicData":[]' in line
+        nbytes += sum(int(n) for n in re.findall(rb'"recordsSizeInBytes":(\d+)', line))
+    return {"requests": requests, "empty": empty, "bytes": nbytes}
 
 
 def _drain_sink_run(df, rows: int) -> float:
@@ -634,7 +660,9 @@ def run_bench(ns: argparse.Namespace) -> int:
             "deleted at the end")
     else:
         say("starting the local Apache Kafka broker")
-        cluster = EmbeddedKafka("bench", 1, progress=lambda m: say("  " + m))
+        # The sink suite counts each run's Produce requests in the broker's request log.
+        cluster = EmbeddedKafka("bench", 1, progress=lambda m: say("  " + m),
+                                request_log="sink" in ns.suites)
         bootstrap = cluster.start()
     # The broker processes whose CPU the sink and tasks suites count (none on another's cluster).
     broker_pids = [n.pid for n in cluster.node_infos if n.pid] if cluster is not None else []
@@ -706,6 +734,9 @@ def run_bench(ns: argparse.Namespace) -> int:
         per_batch = max(1000, rows // 8)
         runs: dict[tuple[str, str], list[float]] = {s: [] for s in systems}
         sink_cpu: dict[str, list[dict[str, float]]] = {}  # sink suite: CPU us per row by group
+        sink_produce: dict[str, list[dict[str, int]]] = {}  # sink suite: the broker's count
+        request_log = cluster.request_log_path(1) if cluster is not None and \
+            cluster.request_log else None
         batch_runs: dict[str, list[float]] = {}  # read suite: rows/s inside the data batches
         # Warm every system up once (JIT, Python workers, the built-in's consumer and producer
         # classes; for the runs without Spark the broker's page cache, log segments and the
@@ -752,7 +783,8 @@ def run_bench(ns: argparse.Namespace) -> int:
                     say(f"  read {name}: {in_batches:,.0f} rows/s inside the data batches")
                 elif suite == "sink":
                     value = sink_run(k, name, sink_df, rows, ns.sink_partitions, ns.sink_value_bytes,
-                                     sink_meter, sink_cpu.setdefault(name, []))
+                                     sink_meter, sink_cpu.setdefault(name, []), request_log,
+                                     sink_produce.setdefault(name, []))
                 else:
                     value = write_run(spark, name, k, src, rows, workdir, 4, per_batch)
                 runs[(suite, name)].append(value)
@@ -776,6 +808,9 @@ def run_bench(ns: argparse.Namespace) -> int:
                 if per_run:
                     result["sink"][name]["cpu_us_per_row"] = {
                         g: round(_median([c[g] for c in per_run]), 3) for g in per_run[0]}
+            for name, counted in sink_produce.items():
+                if counted:
+                    result["sink"][name]["produce_requests"] = produce_summary(counted)
         if "sink" in ns.suites:
             sink_df.unpersist()
 
@@ -1027,6 +1062,15 @@ def pyspark_bytecode_setting(m: dict[str, Any]) -> str:
     return "disabled" if "pyspark.zip" in imported else "enabled"
 
 
+def produce_summary(counted: list[dict[str, int]]) -> dict[str, Any]:
+    """Runs' Produce counts (:func:`produce_requests`) as medians, with bytes per request."""
+    return {"requests": _median([c["requests"] for c in counted]),
+            "empty": _median([c["empty"] for c in counted]),
+            "bytes_per_request": round(_median([c["bytes"] / max(1, c["requests"])
+                                                for c in counted])),
+            "runs": counted}
+
+
 def report_markdown(r: dict[str, Any]) -> str:
     lines = ["| comparison | value | target | met |", "|---|---|---|---|"]
     if r.get("machine"):
@@ -1060,6 +1104,14 @@ def report_markdown(r: dict[str, Any]) -> str:
                   "|---|" + "---|" * len(groups)]
         for n, c in cpu.items():
             lines.append(f"| {n} | " + " | ".join(f"{c.get(g, 0.0):.2f}" for g in groups) + " |")
+    produced = {n: v["produce_requests"] for n, v in (r.get("sink") or {}).items()
+                if isinstance(v, dict) and "produce_requests" in v}
+    if produced:
+        lines += ["", "| sink: Produce requests per run (the broker's count, median) | requests | "
+                  "empty | bytes per request |", "|---|---|---|---|"]
+        for n, c in produced.items():
+            lines.append(f"| {n} | {c['requests']:,.0f} | {c['empty']:,.0f} | "
+                         f"{c['bytes_per_request']:,.0f} |")
     if r.get("latency"):
         lines += ["", "| trigger | p50 s | p95 s | p99 s | samples |", "|---|---|---|---|---|"]
         for t, v in r["latency"].items():
