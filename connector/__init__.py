@@ -11,7 +11,8 @@ Four wings, each a package whose docstring says what it owns and what it may imp
 
 The modules at this level are shared by all of them and import nothing but each other:
 ``errors`` (the typed errors), ``option_names`` (every option key the reader and the writer
-accept), ``secrets_redaction`` and ``fault_injection`` (named crash points, inert unless armed).
+accept), ``formats`` (the format versions of the files txkafka keeps, and their check),
+``secrets_redaction`` and ``fault_injection`` (named crash points, inert unless armed).
 The allowed import directions are docs/design.md's "Layout and import directions";
 tests/test_import_directions.py holds every import to them.
 """

@@ -94,3 +94,22 @@ class SavepointError(TxKafkaError):
     """A savepoint cannot be created: the query still looks alive, the sink has a batch whose
     outcome is unknown or whose lost partitions await a re-run, the checkpoint has no txkafka sink
     or no Kafka-shaped source offsets, or the output file exists. Nothing was written."""
+
+
+class NewerFormatError(TxKafkaError):
+    """A file was written by a newer txkafka, in a format this one does not read: a checkpoint's
+    commit log record or source offset, or a savepoint, after a downgrade. Raised before anything
+    is acted on; the message names the file, both format versions and the txkafka that wrote it.
+
+    ``file``, ``found`` (the file's format), ``supported`` (the newest this txkafka reads) and
+    ``written_by`` (the writer's version, None when the file does not say) are kept for callers.
+    """
+
+    def __init__(self, message: str, *, file: str = "", found: int = 0, supported: int = 0,
+                 written_by: str | None = None) -> None:
+        # Defaults: unpickling calls the class with the message only, then restores the fields.
+        super().__init__(message)
+        self.file = file
+        self.found = found
+        self.supported = supported
+        self.written_by = written_by

@@ -94,7 +94,8 @@ def test_writes_through_pyarrow_uris(tmp_path):
     (None, "does not exist"),
     ("not json", "not JSON"),
     ('{"positions": {}}', "is not a txkafka savepoint"),
-    ('{"format": "txkafka-savepoint", "version": 2}', "format version 2; this txkafka reads"),
+    ('{"format": "txkafka-savepoint", "version": "1"}', "format version '1', not a positive"),
+    ('{"format": "txkafka-savepoint"}', "no format version"),
     ('{"format": "txkafka-savepoint", "version": 1, "positions": {"t": 5}}', "damaged"),
 ])
 def test_unreadable_files_are_named(tmp_path, content, match):

@@ -137,7 +137,13 @@ def _load_extensions() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     _load_extensions()
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    from .connector.errors import NewerFormatError
+
+    try:
+        return int(args.func(args) or 0)
+    except NewerFormatError as e:
+        # A file a newer txkafka wrote (after a downgrade): the message says it all, and what to do.
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 import pyarrow.fs as pafs
 
 from ..errors import KafkaConfigError, SavepointError, TxKafkaError
+from ..formats import SAVEPOINT, check_record
 from ..source.offsets import (
     BATCH_START_KEY,
     PartitionOffsets,
@@ -59,7 +60,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("txkafka.reader")
 
 FORMAT = "txkafka-savepoint"
-FORMAT_VERSION = 1
 
 # Where the positions come from (``origin.basis``).
 BASIS_SPARK = "spark-commit"      # Spark's commits/N: batch N is done
@@ -110,7 +110,7 @@ class Savepoint:
     txkafka_version: str
     resolved: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
-    version: int = FORMAT_VERSION
+    version: int = SAVEPOINT.current
 
     @property
     def batch_id(self) -> Optional[int]:
@@ -147,12 +147,10 @@ class Savepoint:
         if not isinstance(data, Mapping) or data.get("format") != FORMAT:
             raise SavepointError(f"{where} is not a txkafka savepoint (no \"format\": \"{FORMAT}\"); "
                                  "create one with `txkafka savepoint create`")
-        version = data.get("version")
-        if not isinstance(version, int) or version > FORMAT_VERSION or version < 1:
+        if "version" not in data:
             raise SavepointError(
-                f"{where} has savepoint format version {version!r}; this txkafka reads versions "
-                f"1 to {FORMAT_VERSION}: use the txkafka version that created it "
-                f"({data.get('txkafka_version', 'unknown')}) or newer")
+                f"{where} is a damaged txkafka savepoint: it has no format version")
+        version = check_record(SAVEPOINT, data, where, damaged=SavepointError)
         try:
             conflicts = {str(t): {int(i): from_offset_json(offs) for i, offs in by.items()}
                          for t, by in (data.get("conflicts") or {}).items()}

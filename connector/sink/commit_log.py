@@ -23,6 +23,10 @@ name exists; elsewhere (HDFS, S3, GCS: pyarrow has no create-if-absent) by a che
 and a read-back of the writer's nonce after it. A second driver on the same checkpoint gets
 ConcurrentWriterError. The unresolved note is the one rewritable record.
 
+Every record carries its format version and the txkafka version that wrote it (connector/formats.py,
+which owns the versions); every read checks the version first, so a record a newer txkafka wrote
+in a format this one does not read stops the sink (NewerFormatError) before it acts on anything.
+
 A batch normally has one round. When the broker aborted a decided transaction before its commit
 landed (timeout), the outcome lists it as lost; the re-run of that batch writes exactly those task
 partitions again as the next round, if it has the same task layout (invariant 12).
@@ -43,6 +47,16 @@ from typing import Any
 import pyarrow.fs as pafs
 
 from ..errors import CommitLogError, ConcurrentWriterError
+from ..formats import (
+    DECISION,
+    EMPTY_BATCH,
+    OUTCOME,
+    SINK_JSON,
+    UNRESOLVED,
+    FileFormat,
+    check_record,
+    stamp,
+)
 from .committable import KafkaCommittable
 from .partition_input import PartitionInput
 from ..secrets_redaction import redact_uri
@@ -50,7 +64,6 @@ from ..checkpoint.spark_checkpoint import SparkCheckpoint
 
 SINK_DIR = "txkafka-sink"
 _RECORD = re.compile(r"^(\d{20})-(\d{3})\.(decision|outcome|unresolved|empty)\.json$")
-FORMAT_VERSION = 2
 # What os.link raises where the local filesystem has no hard links (FAT, some FUSE/SMB mounts).
 _NO_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK}
 
@@ -260,6 +273,14 @@ class SinkCommitLog:
             "more and fails. Stop every other driver of this query (its Spark application), then "
             "restart one: it completes what the log holds exactly once.")
 
+    def _record(self, path: str, fmt: FileFormat) -> dict[str, Any] | None:
+        """A record of the log, if this txkafka reads its format (NewerFormatError otherwise)."""
+        rec = self._read(path)
+        if rec is not None:
+            check_record(fmt, rec, redact_uri(path), damaged=CommitLogError,
+                         checkpoint=redact_uri(self.location))
+        return rec
+
     def _read(self, path: str) -> dict[str, Any] | None:
         try:
             with self.fs.open_input_stream(path) as f:
@@ -280,7 +301,7 @@ class SinkCommitLog:
     def existing_identity(self) -> SinkIdentity | None:
         """The sink's identity if this checkpoint has one; never creates it (operator tools: a
         mistyped path must not become a new, empty sink)."""
-        rec = self._read(f"{self.root}/sink.json")
+        rec = self._record(f"{self.root}/sink.json", SINK_JSON)
         if rec is None:
             return None
         return SinkIdentity(str(rec["sink_id"]), str(rec.get("prefix", "txkafka")),
@@ -289,15 +310,15 @@ class SinkCommitLog:
     def identity(self, prefix: str) -> SinkIdentity:
         """The sink's id, created on first use. The prefix may change between runs; the id not."""
         path = f"{self.root}/sink.json"
-        rec = self._read(path)
+        rec = self._record(path, SINK_JSON)
         if rec is None:
             rec = {"sink_id": secrets.token_hex(4), "prefix": prefix,
-                   "created_ms": int(time.time() * 1000), "version": FORMAT_VERSION}
+                   "created_ms": int(time.time() * 1000), **stamp(SINK_JSON)}
             try:
                 self._write(path, rec)
             except ConcurrentWriterError:
                 pass  # created meanwhile by another start: its identity is the sink's
-            rec = self._read(path) or rec
+            rec = self._record(path, SINK_JSON) or rec
         return SinkIdentity(str(rec["sink_id"]), str(rec.get("prefix", prefix)),
                             int(rec.get("created_ms", 0)))
 
@@ -313,7 +334,7 @@ class SinkCommitLog:
         self._write(self._name(batch_id, round_no, "decision"), {
             "batch_id": batch_id,
             "round": round_no,
-            "version": FORMAT_VERSION,
+            **stamp(DECISION),
             "decided_ms": int(time.time() * 1000),
             "all_partitions": sorted(all_partitions),
             "source_offsets": list(source_offsets) if source_offsets is not None else None,
@@ -326,7 +347,7 @@ class SinkCommitLog:
         """A batch that committed with nothing to decide: one record, its source offsets."""
         self._write(self._name(batch_id, 0, "empty"), {
             "batch_id": batch_id,
-            "version": FORMAT_VERSION,
+            **stamp(EMPTY_BATCH),
             "completed_ms": int(time.time() * 1000),
             "all_partitions": sorted(all_partitions),
             "source_offsets": list(source_offsets) if source_offsets is not None else None,
@@ -342,6 +363,7 @@ class SinkCommitLog:
             "records": sum(c.record_count for c in committed),
             "lost": [c.to_json() for c in lost],
             **(extra or {}),
+            **stamp(OUTCOME),
         })
 
     def has_decision(self, batch_id: int, round_no: int) -> bool:
@@ -359,12 +381,13 @@ class SinkCommitLog:
     def read_unresolved(self, batch_id: int, round_no: int) -> dict[str, Any] | None:
         """What commit attempts learnt, and the operator decided, about a round whose outcome
         Kafka could not tell (committer); None if the round never got there."""
-        return self._read(self._unresolved_name(batch_id, round_no))
+        return self._record(self._unresolved_name(batch_id, round_no), UNRESOLVED)
 
     def write_unresolved(self, batch_id: int, round_no: int, note: dict[str, Any]) -> None:
         """Kept beside the round's records; the round stays pending until an outcome is written.
         The one record that is rewritten (as the operator's answers come)."""
-        self._write(self._unresolved_name(batch_id, round_no), note, exclusive=False)
+        self._write(self._unresolved_name(batch_id, round_no), {**note, **stamp(UNRESOLVED)},
+                    exclusive=False)
 
     def _entries(self) -> dict[int, dict[int, set[str]]]:
         try:
@@ -398,7 +421,7 @@ class SinkCommitLog:
                     f"batch {batch_id} round {round_no} has an outcome but no decision in "
                     f"{self.log_dir}"
                 )
-            dec = self._read(self._name(batch_id, round_no, "decision"))
+            dec = self._record(self._name(batch_id, round_no, "decision"), DECISION)
             if dec is None:
                 # Listed a moment ago: read as "no transactions" it would mark the round done
                 # while its transactions time out (a lost batch).
@@ -407,7 +430,7 @@ class SinkCommitLog:
                     f"read (deleted meanwhile?) in {self.log_dir}; check the checkpoint's storage")
             outcome = None
             if "outcome" in entries[round_no]:
-                outcome = self._read(self._name(batch_id, round_no, "outcome"))
+                outcome = self._record(self._name(batch_id, round_no, "outcome"), OUTCOME)
             state.rounds.append(Round(
                 round_no,
                 [KafkaCommittable.from_json(c) for c in dec.get("transactions", [])],
@@ -427,7 +450,7 @@ class SinkCommitLog:
                 f"batch {batch_id} has an empty-batch record and other records ({', '.join(other)}) "
                 f"in {self.log_dir}: two drivers ran this query on one checkpoint. Stop every "
                 "driver, then check the output (txkafka verify) before restarting one.")
-        rec = self._read(self._name(batch_id, 0, "empty"))
+        rec = self._record(self._name(batch_id, 0, "empty"), EMPTY_BATCH)
         if rec is None:
             raise CommitLogError(
                 f"batch {batch_id}: its empty-batch record was listed but could not be read "

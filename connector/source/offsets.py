@@ -10,18 +10,26 @@ Batch 0's end also carries the batch's start under ``"txkafka:start"`` (':' cann
 name): Spark logs only a batch's end and, replaying batch 0, asks ``initialOffset()`` again, which
 for ``earliest``/``latest``/timestamps could resolve elsewhere. The logged end is what Spark hands
 back on replay, so the start travels inside it.
+
+The offset's format version (connector/formats.py, ``SOURCE_OFFSET``) is the key
+``"txkafka:format"``, absent in format 1: so today's offset is the text txkafka 0.1.0 wrote and
+reads, and it does not change across an upgrade (Spark compares the texts). A later format that changes the shape writes the key, and this txkafka
+refuses an offset carrying a format it does not read (NewerFormatError) instead of misreading it.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Mapping
 
 from ..errors import KafkaConfigError
+from ..formats import SOURCE_OFFSET, check_version
 from .options import TopicPartitionKey
 
 PartitionOffsets = dict[TopicPartitionKey, int]
 
 BATCH_START_KEY = "txkafka:start"
+FORMAT_KEY = "txkafka:format"
 
 
 def to_offset_json(offsets: Mapping[TopicPartitionKey, int], *,
@@ -49,10 +57,16 @@ def from_offset_json(data: Mapping[str, Any] | None) -> PartitionOffsets:
         return {}
     if not isinstance(data, Mapping):
         raise KafkaConfigError(f"not a txkafka offset (expected a JSON object): {data!r}")
+    if FORMAT_KEY in data:
+        shown = json.dumps(dict(data), separators=(",", ":"), default=str)
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        check_version(SOURCE_OFFSET, data[FORMAT_KEY],
+                      f"the source offset {shown} (a line of Spark's <checkpoint>/offsets/<batch>)",
+                      damaged=KafkaConfigError)
     out: PartitionOffsets = {}
     for topic, parts in data.items():
-        if topic == BATCH_START_KEY:
-            continue  # batch 0's start, not a position (see batch_start_of)
+        if topic in (BATCH_START_KEY, FORMAT_KEY):
+            continue  # batch 0's start, not a position (see batch_start_of); the format
         if not isinstance(parts, Mapping):
             raise KafkaConfigError(
                 f"not a txkafka offset: topic {topic!r} maps to {parts!r}, expected "
