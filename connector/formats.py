@@ -77,6 +77,7 @@ FORMATS: tuple[FileFormat, ...] = (SINK_JSON, DECISION, OUTCOME, EMPTY_BATCH, UN
 
 
 @functools.cache
+@functools.cache
 def txkafka_version() -> str:
     """The installed txkafka's version ("unknown" when run from a tree that was never installed:
     the package metadata is the one source this layer may read)."""
