@@ -12,6 +12,12 @@ verified read_committed for duplicates AND gaps, and no transaction of the sink 
 With producer=librdkafka the same runs once: one broker (the first output partition's leader), in
 the three ways.
 
+The default-producer run gives every Spark planner call a new Python process
+(spark.python.worker.reuse=false): the sink's start checks then run each time the writer is created,
+during every outage, as they do whenever Spark replaces a planner process. Before they tolerated a
+broker that does not answer, this run failed at the first freeze with the error operators saw
+("Failed to initialize Python data source writer ... _broker_configs ... TimeoutError").
+
 The sink's request timeout is lowered to 5 s (kafka.request.timeout.ms), and the freeze lasts 12 s:
 longer than it, than txkafka's own 10 s per network attempt and than the cluster's
 broker.session.timeout.ms (6 s), so requests time out and leadership moves during the freeze.
@@ -21,19 +27,24 @@ from __future__ import annotations
 
 import pytest
 
-from integration_tests.chaos.campaign import OUTAGE_WAYS, Campaign, Crash
+from integration_tests.chaos.campaign import OUTAGE_WAYS, Campaign, Crash, SparkTarget
 from integration_tests.chaos.summary import ChaosSummary
 
 pytestmark = [pytest.mark.kafka]
 
 SINK_CONF = ("request.timeout.ms=5000",)
 OUTAGE_S = 12.0
+# Spark creates the writer at every batch in a planner Python process that it replaces after any
+# failed call: the start checks then run again in a new process, in the middle of an outage. Here
+# every call gets a new process, so they run during every outage.
+NEW_PROCESS_EACH_CALL = SparkTarget(conf=("spark.python.worker.reuse=false",))
 
 
-def _rolling(name: str, kafka3, tmp_path, producer: str, brokers: int, seed: int) -> Campaign:
+def _rolling(name: str, kafka3, tmp_path, producer: str, brokers: int, seed: int,
+             spark: SparkTarget | None = None) -> Campaign:
     campaign = Campaign(name, kafka3, "map", tmp_path, producer=producer, seed=seed,
                         records_per_txn=30, feed_interval_s=0.4, max_offsets=3000,
-                        sink_conf=SINK_CONF, outage_s=OUTAGE_S)
+                        sink_conf=SINK_CONF, outage_s=OUTAGE_S, spark=spark)
     campaign.run([Crash("rolling", how=",".join(OUTAGE_WAYS), brokers=brokers, last=True)])
     return campaign
 
@@ -55,7 +66,8 @@ def _assert_rode_through(campaign: Campaign, outages_per_way: int) -> None:
 
 @pytest.mark.timeout(1800)  # bounded inside by per-outage timeouts
 def test_rolling_restarts_never_stop_an_exactly_once_query(kafka3, tmp_path):
-    campaign = _rolling("rolling-restart-default", kafka3, tmp_path, "auto", brokers=0, seed=39)
+    campaign = _rolling("rolling-restart-default", kafka3, tmp_path, "auto", brokers=0, seed=39,
+                        spark=NEW_PROCESS_EACH_CALL)
     _assert_rode_through(campaign, outages_per_way=3)
 
 
