@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING, Any
 
 from .broker_connection import SecurityConfig, deadline_scope
 from .client_errors import (
-    _WAITING,
     SecurityErrorProbe,
-    _parts,
     missing_topic_operations,
+    no_answer,
     topic_access_error,
     translate_kafka_error,
     wait_checking_security,
@@ -323,7 +322,7 @@ def _sort_failure(broker: int, e: Exception, unreadable: set[int], unasked: set[
                   cfg: SinkConfig) -> None:
     """A broker that did not answer is asked again later; one that answered with an error (no
     DESCRIBE_CONFIGS) is judged by its version."""
-    if _parts(e)[0] in _WAITING:
+    if no_answer(e):
         unasked.add(broker)
     else:
         log.debug("broker %d: DescribeConfigs failed: %s", broker, redact_text(str(e), cfg.kafka))
