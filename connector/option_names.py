@@ -23,9 +23,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .errors import KafkaConfigError
-from .kafka_config import KAFKA_PREFIX
 
 log = logging.getLogger("txkafka.options")
+
+# The prefix of the options passed to the Kafka clients (without it).
+KAFKA_PREFIX = "kafka."
 
 IGNORE_UNKNOWN_OPTIONS = "ignoreUnknownOptions"
 

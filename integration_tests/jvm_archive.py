@@ -1,4 +1,5 @@
-"""Every Spark driver the tests start shares one class-data-sharing archive (txkafka.jvm_startup).
+"""Every Spark driver the tests start shares one class-data-sharing archive
+(txkafka.devtools.jvm_startup).
 
 The archive is built in the background from the start of the session, while the unit tests run and
 the broker's jars download; whatever starts a Spark driver calls ``ready()`` first, so the
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from txkafka.jvm_startup import use_spark_archive
+from txkafka.devtools.jvm_startup import use_spark_archive
 
 _lock = threading.Lock()
 _thread: threading.Thread | None = None

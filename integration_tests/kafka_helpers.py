@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from txkafka import kafka_admin
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.client.transactions import TransactionClient
 from txkafka.kafka_admin import QUIET  # noqa: F401 - imported from here by chaos/feeder.py
 
 

@@ -6,8 +6,8 @@ import time
 from dataclasses import dataclass
 
 from integration_tests.kafka_helpers import KafkaTarget
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
 from txkafka.verify import VerifyReport, verify
 
 

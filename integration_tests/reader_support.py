@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from integration_tests.kafka_helpers import KafkaTarget, Record
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
 
 QUERY_TIMEOUT_S = 240
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from txkafka.bench import NO_SPARK_RUNS_PER_ROUND
+from txkafka.devtools.bench import NO_SPARK_RUNS_PER_ROUND
 
 pytestmark = [pytest.mark.kafka]
 
@@ -122,12 +122,12 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
 
 
 def test_bench_produce_checks_both_paths(kafka, tmp_path):
-    """`python -m txkafka.bench_produce` small: both producers' transactions are committed and
+    """`python -m txkafka.devtools.bench_produce` small: both producers' transactions are committed and
     counted (offsets and a full read-back), the task-start figures are taken, JSON and chart are
     written and its topics are deleted."""
     out = tmp_path / "produce"
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka.bench_produce", "--bootstrap", kafka.bootstrap,
+        [sys.executable, "-m", "txkafka.devtools.bench_produce", "--bootstrap", kafka.bootstrap,
          "--rows", "3000", "--sizes", "100", "--partitions", "1", "3", "--repeats", "1",
          "--startup-runs", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=600)

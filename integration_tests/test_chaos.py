@@ -36,7 +36,7 @@ from integration_tests.chaos.summary import (
 )
 from integration_tests.conftest import native_kafka
 from integration_tests.kafka_helpers import KafkaTarget, unique
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.client.transactions import TransactionClient
 from txkafka.embedded_kafka import EmbeddedKafka
 from txkafka.verify import verify, verify_counts, verify_windowed_counts
 
@@ -275,8 +275,8 @@ def test_offset_lookup_never_returns_librdkafkas_invalid_offset():
     as the batch's end ("offsets went backwards from 343 to -1001"), failing the query and every
     restart of it. A leaderless answer is now asked again, and never returned as an offset."""
     from txkafka.connector.errors import OffsetsUnavailableError
-    from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
-    from txkafka.connector.source_options import parse_source_options
+    from txkafka.connector.source.offset_reader import KafkaOffsetReader
+    from txkafka.connector.source.options import parse_source_options
 
     def reader(admin):
         options = parse_source_options({"kafka.bootstrap.servers": "h:1", "subscribe": "t",
@@ -304,8 +304,8 @@ def test_pooled_consumers_never_stall_and_read_every_range_exactly(kafka, fetche
     same ranges: aborted transactions and markers at every position a range can start or end."""
     import random
 
-    from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
-    from txkafka.connector.source_options import parse_source_options
+    from txkafka.connector.source.range_reader import ConsumerPool, FetchTask, fetch_range
+    from txkafka.connector.source.options import parse_source_options
 
     topic = kafka.create_topic(partitions=3)
     seq = 0
@@ -390,11 +390,11 @@ def test_chaos_aggregate_on_a_standalone_cluster(kafka3, spark_cluster, tmp_path
     """A count per (key, event-time window) in append mode (state in Spark's state store) on
     executors in separate JVMs: an executor killed while a task pre-commits, then the driver
     killed after the sink's commit (the kill between two EndTxn calls is in the timeout test).
-    The sink writes through txkafka's own producer (producer=txkafka); the other campaigns
-    through librdkafka, the default."""
+    The sink writes through txkafka's own producer, the default, as in the map campaign (whose
+    broker kill is a leader kill under it); the transaction-timeout campaign through librdkafka."""
     campaign = _ci_campaign("aggregate-tv2-standalone-wire", kafka3, "aggregate", tmp_path,
                             spark=SparkTarget.on_cluster(spark_cluster), transaction_version=2,
-                            seed=12, round_timeout=300, producer="txkafka")
+                            seed=12, round_timeout=300)
     campaign.run([Crash("executor", "after_sink_commit")])
     _assert_exactly_once(campaign)
     assert campaign.result.executor_kills == 1
@@ -417,7 +417,8 @@ def test_transaction_timeout_recovers_exactly_the_lost_partitions(kafka_tv0, tmp
     timeout_ms = 15000  # small, yet above a batch's duration on a busy 2-core machine
     campaign = _ci_campaign("transaction-timeout-tv0", kafka_tv0, "map", tmp_path,
                             transaction_version=0, seed=14, max_offsets=240,
-                            transaction_timeout_ms=timeout_ms, records_per_txn=40)
+                            transaction_timeout_ms=timeout_ms, records_per_txn=40,
+                            producer="librdkafka")  # the one campaign on the other producer
     campaign.plan(5)  # (1), (2), the rollback and the relayout's two runs (the last one final)
     try:
         campaign.start(feed=False, initial_transactions=24)

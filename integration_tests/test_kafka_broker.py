@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 
 from integration_tests.kafka_helpers import KafkaTarget, unique
 from integration_tests.pipeline_helpers import wait_until
-from txkafka.connector.transaction_client import END_TXN, TransactionClient
+from txkafka.connector.client.transactions import END_TXN, TransactionClient
 from txkafka.embedded_kafka import (
     KAFKA_VERSION,
     NEWEST_TESTED_KAFKA,
@@ -125,8 +125,8 @@ def test_broker_command_starts_one_node_idempotently_and_stop_cleans_up():
 def test_broker_command_starts_three_nodes_that_keep_serving_with_one_down():
     """Transactions go on with one node of three down, and the reader's offset look-ups, whose
     client learnt the cluster before the crash, find the partition's new leader."""
-    from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
-    from txkafka.connector.source_options import parse_source_options
+    from txkafka.connector.source.offset_reader import KafkaOffsetReader
+    from txkafka.connector.source.options import parse_source_options
 
     with _cli_cluster(3) as kafka3:
         cluster: EmbeddedKafka = kafka3.cluster

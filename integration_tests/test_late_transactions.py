@@ -30,13 +30,13 @@ from integration_tests.pipeline_helpers import (
 )
 from tests.spark_checkpoint_files import write_commits
 from txkafka.connector.errors import UnsupportedBrokerError
-from txkafka.connector.late_transaction_sweeper import follow_up
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.sink_validation import validate_at_start
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
-from txkafka.connector.transaction_client import TransactionClient
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.sink.late_transactions import follow_up
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.sink.start_checks import validate_at_start
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.client.transactions import TransactionClient
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
 
 TRIGGER_MS = 1000
 BOUND_MS = max(2 * TRIGGER_MS, 10_000)  # invariant 13's "promptly", as the issue measures it

@@ -35,9 +35,9 @@ from integration_tests.pipeline_helpers import (
     wait_until,
 )
 from txkafka.connector.fault_injection import arm, disarm
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
 from txkafka.verify import verify
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

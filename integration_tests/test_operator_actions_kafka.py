@@ -16,14 +16,14 @@ from tests.test_sink_core import _spark_offsets
 from txkafka.cli import main
 from txkafka.connector.errors import ConcurrentWriterError, TransactionOutcomeUnknownError
 from txkafka.connector.fault_injection import InjectedFault, arm, disarm
-from txkafka.connector.kafka_committable import TaskResult
-from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
-from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.kafka_error_codes import INVALID_TXN_STATE, PRODUCER_FENCED
-from txkafka.connector.transaction_client import FENCED_CODES, TransactionClient
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.sink.committable import TaskResult
+from txkafka.connector.sink.committer import KafkaCommitter, WritePlan
+from txkafka.connector.sink.task_writer import KafkaWriter, validate_input_schema
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.client.error_codes import INVALID_TXN_STATE, PRODUCER_FENCED
+from txkafka.connector.client.transactions import FENCED_CODES, TransactionClient
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
 
 pytestmark = [pytest.mark.kafka]
 

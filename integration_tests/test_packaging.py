@@ -37,7 +37,7 @@ def test_wheel_installs_under_txkafka_and_registers_by_scan(tmp_path):
     wheel = _build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "pyspark_txkafka.py" in names
-    assert "txkafka/connector/kafka_committer.py" in names
+    assert "txkafka/connector/sink/committer.py" in names
     assert "txkafka/python_datasource/kafka_source_provider.py" in names
     assert not any(n.startswith(("connector/", "python_datasource/")) for n in names)
     assert not any(n.endswith(".pth") for n in names)  # nothing that runs in other programs

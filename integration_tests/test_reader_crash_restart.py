@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from integration_tests.reader_support import QUERY_TIMEOUT_S, has_commit, offsets_log
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

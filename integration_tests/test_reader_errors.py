@@ -14,7 +14,7 @@ from integration_tests.reader_support import (
     start_memory_query,
     stream,
 )
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

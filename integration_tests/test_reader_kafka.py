@@ -12,11 +12,11 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from integration_tests.kafka_helpers import unique
 from integration_tests.reader_support import list_offsets
-from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
-from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
+from txkafka.connector.source.range_reader import ConsumerPool, FetchTask, fetch_range
+from txkafka.connector.source.group_offsets import ConsumerGroupCommitter
 from txkafka.connector.errors import DataLossError, KafkaConfigError
-from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
-from txkafka.connector.source_options import parse_source_options
+from txkafka.connector.source.offset_reader import KafkaOffsetReader
+from txkafka.connector.source.options import parse_source_options
 
 pytestmark = pytest.mark.kafka
 

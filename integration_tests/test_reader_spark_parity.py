@@ -1,8 +1,8 @@
 """Parity with Spark's built-in ``kafka`` source: the same topic read by both gives the same rows
 (batch, and streaming with maxOffsetsPerTrigger, batch by batch with the same end offsets).
 
-Spark's connector is a JVM package (``spark.jars.packages``), which must be set when the JVM starts:
-the comparison runs in its own driver process, resolving the package from Maven Central through ivy
+Spark's connector is a set of JVM jars (``spark.jars``), which must be set when the JVM starts:
+the comparison runs in its own driver process, with the jars Maven fetched
 (cached under the txkafka cache directory)."""
 
 from __future__ import annotations

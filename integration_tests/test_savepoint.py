@@ -30,15 +30,15 @@ from integration_tests.pipeline_helpers import (
 from tests.spark_checkpoint_files import write_metadata, write_offsets
 from txkafka.connector.errors import SavepointError
 from txkafka.connector.fault_injection import arm, disarm, read_marker
-from txkafka.connector.kafka_committable import KafkaCommittable
-from txkafka.connector.savepoint import (
+from txkafka.connector.sink.committable import KafkaCommittable
+from txkafka.connector.checkpoint.savepoint import (
     BASIS_BATCH_0,
     BASIS_SINK,
     BASIS_SPARK,
     read_savepoint,
 )
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
 from txkafka.savepoint import create
 from txkafka.kafka_admin import end_offsets, scan_topic
 from txkafka.verify import verify

@@ -151,7 +151,7 @@ from integration_tests.kafka_helpers import unique  # noqa: E402
 from integration_tests.pipeline_helpers import PipelineTopics, make_input  # noqa: E402
 from integration_tests.secure_kafka import SecureKafka, allow  # noqa: E402
 from txkafka.connector.fault_injection import ENV_VAR  # noqa: E402
-from txkafka.connector.sink_commit_log import SinkCommitLog  # noqa: E402
+from txkafka.connector.sink.commit_log import SinkCommitLog  # noqa: E402
 from txkafka.kafka_admin import VERIFY_GROUP_PREFIX  # noqa: E402
 from txkafka.verify import verify  # noqa: E402
 
@@ -539,7 +539,7 @@ def test_driver_crash_recovery_and_no_secret_anywhere(secure_kafka, driver_proce
 
     # The capture is real: DEBUG logs of the Python processes, librdkafka's debug log (its config
     # dump lists the secrets, redacted), the JVM's errors, the sink's commit log records.
-    assert " DEBUG " in restarted and "txkafka.connector.kafka_committer WARNING" in restarted
+    assert " DEBUG " in restarted and "txkafka.connector.sink.committer WARNING" in restarted
     assert "txkafka.librdkafka DEBUG" in everything
     assert "sasl.password = [redacted]" in everything
     assert "ERROR MicroBatchExecution" in failed  # Spark's own log of the failed query

@@ -24,16 +24,16 @@ from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceTyp
 
 from integration_tests.kafka_helpers import QUIET, unique
 from integration_tests.secure_kafka import allow
-from txkafka.connector.broker_connection import BrokerConnection, SecurityConfig
-from txkafka.connector.client_errors import SecurityErrorProbe, translate_kafka_error
+from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
+from txkafka.connector.client.librdkafka_errors import SecurityErrorProbe, translate_kafka_error
 from txkafka.connector.errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
     KafkaConfigError,
     TxKafkaError,
 )
-from txkafka.connector.kafka_config import describe_config, kafka_client_config
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.client.config import describe_config, kafka_client_config
+from txkafka.connector.client.transactions import TransactionClient
 from txkafka.kafka_admin import VERIFY_GROUP_PREFIX
 
 pytestmark = pytest.mark.kafka
@@ -663,8 +663,8 @@ def test_no_secret_in_logs_errors_or_reprs(secure_kafka, reader_groups, caplog):
 def test_executor_fetch_speaks_every_transport(secure_kafka, protocol, mechanism, caplog):
     """fetcher=wire (the default) reads a range over TLS and SASL itself, with the reader's
     principal and its topic ACLs only, and hands nothing over to librdkafka."""
-    from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
-    from txkafka.connector.source_options import parse_source_options
+    from txkafka.connector.source.range_reader import ConsumerPool, FetchTask, fetch_range
+    from txkafka.connector.source.options import parse_source_options
 
     sk = secure_kafka
     topic = sk.admin_target.create_topic(unique("wire"))
@@ -688,8 +688,8 @@ def test_executor_fetch_without_read_on_the_topic_fails_as_librdkafka_would(secu
                                                                             caplog):
     """TOPIC_AUTHORIZATION_FAILED on txkafka's own Fetch: the range goes to the librdkafka
     reader, whose error names the topic and the ACL, exactly as with fetcher=librdkafka."""
-    from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask, fetch_range
-    from txkafka.connector.source_options import parse_source_options
+    from txkafka.connector.source.range_reader import ConsumerPool, FetchTask, fetch_range
+    from txkafka.connector.source.options import parse_source_options
 
     sk = secure_kafka
     topic = sk.admin_target.create_topic(unique("wire"))

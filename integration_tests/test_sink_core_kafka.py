@@ -10,12 +10,12 @@ import pytest
 from tests.test_sink_core import _spark_offsets
 from txkafka.connector.errors import TransactionError, TransactionLostError
 from txkafka.connector.fault_injection import arm, disarm
-from txkafka.connector.kafka_committable import TaskResult
-from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
-from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.sink.committable import TaskResult
+from txkafka.connector.sink.committer import KafkaCommitter, WritePlan
+from txkafka.connector.sink.task_writer import KafkaWriter, validate_input_schema
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
 
 # The protocol client's commit, validation, sweep and loss detection on every Kafka tested.
 pytestmark = [pytest.mark.kafka, pytest.mark.kafka_matrix]

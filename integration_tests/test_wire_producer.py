@@ -12,17 +12,17 @@ import pytest
 
 from integration_tests.conftest import native_kafka
 from integration_tests.kafka_helpers import QUIET, KafkaTarget, unique
-from txkafka.connector import wire_producer
+from txkafka.connector.client import producer as wire_producer
 from txkafka.connector.errors import KafkaProtocolError, TransactionError
-from txkafka.connector.kafka_committable import KafkaCommittable, TaskResult
-from txkafka.connector.kafka_committer import KafkaCommitter
-from txkafka.connector.record_batch_decoder import HEADERS_TYPE
-from txkafka.connector.record_batch_encoder import RecordTooLargeError
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.transaction_client import TransactionClient
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
-from txkafka.connector.wire_producer import ClusterLink, WireProducer
+from txkafka.connector.sink.committable import KafkaCommittable, TaskResult
+from txkafka.connector.sink.committer import KafkaCommitter
+from txkafka.connector.client.record_batch_decoder import HEADERS_TYPE
+from txkafka.connector.client.record_batch_encoder import RecordTooLargeError
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.client.transactions import TransactionClient
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
+from txkafka.connector.client.producer import ClusterLink, WireProducer
 from txkafka.embedded_kafka import EmbeddedKafka
 
 pytestmark = [pytest.mark.kafka]

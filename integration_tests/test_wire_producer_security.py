@@ -9,8 +9,8 @@ import pytest
 from integration_tests.kafka_helpers import unique
 from integration_tests.test_security_transport import TRANSPORTS, _label, reader_groups  # noqa: F401
 from txkafka.connector.errors import KafkaAuthorizationError
-from txkafka.connector.transaction_client import TransactionClient
-from txkafka.connector.wire_producer import ClusterLink, WireProducer
+from txkafka.connector.client.transactions import TransactionClient
+from txkafka.connector.client.producer import ClusterLink, WireProducer
 
 pytestmark = pytest.mark.kafka
 

@@ -22,8 +22,8 @@ from integration_tests.pipeline_helpers import (
     sink_prefix,
 )
 from txkafka.connector.fault_injection import arm, disarm
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
 from txkafka.verify import verify
 
 

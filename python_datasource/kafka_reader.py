@@ -2,7 +2,7 @@
 
 Thin by design (like Spark's KafkaScan/KafkaMicroBatchStream over KafkaOffsetReader): options are
 parsed once into ``SourceOptions``; discovery and offset look-ups are ``KafkaOffsetReader``'s,
-admission control and range planning ``range_planner``'s, executor reads ``arrow_fetcher``'s.
+admission control and range planning ``range_planner``'s, executor reads ``range_reader``'s.
 
 Facts of the Python Data Source API this module is built on (pyspark 4.3):
 - The stream reader answering initialOffset/latestOffset/partitions/commit lives in one long-lived
@@ -43,26 +43,26 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from txkafka.connector.arrow_fetcher import FetchTask, fetch_range
-from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
+from txkafka.connector.source.range_reader import FetchTask, fetch_range
+from txkafka.connector.source.group_offsets import ConsumerGroupCommitter
 from txkafka.connector.errors import KafkaConfigError
 from txkafka.connector.fault_injection import FaultInjector
-from txkafka.connector.kafka_config import check_client_config
-from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
-from txkafka.connector.kafka_source_offset import (
+from txkafka.connector.client.config import check_client_config
+from txkafka.connector.source.offset_reader import KafkaOffsetReader
+from txkafka.connector.source.offsets import (
     PartitionOffsets,
     batch_start_of,
     from_offset_json,
     to_offset_json,
 )
-from txkafka.connector.range_planner import (
+from txkafka.connector.source.range_planner import (
     AdmissionControl,
     OffsetRange,
     plan_ranges,
     readable,
     split_ranges,
 )
-from txkafka.connector.source_options import (
+from txkafka.connector.source.options import (
     LatestOffsets,
     SourceOptions,
     SpecificOffsets,
@@ -170,7 +170,7 @@ def _starting_offsets(reader: KafkaOffsetReader, options: SourceOptions,
                       ) -> PartitionOffsets:
     """Where a new query or a batch read starts (startingOffsets, or option savepoint)."""
     # Imported here: only a new query's first trigger or a batch read needs it, not every start.
-    from txkafka.connector.savepoint import starting_offsets
+    from txkafka.connector.checkpoint.savepoint import starting_offsets
 
     return starting_offsets(reader, options, tps, latest=latest)
 

@@ -35,21 +35,21 @@ from pyspark.sql.types import (
 )
 
 from txkafka.connector.errors import KafkaConfigError, TransactionError
-from txkafka.connector.kafka_committable import TaskResult
-from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
-from txkafka.connector.kafka_writer import (
+from txkafka.connector.sink.committable import TaskResult
+from txkafka.connector.sink.committer import KafkaCommitter, WritePlan
+from txkafka.connector.sink.task_writer import (
     KafkaWriter,
     LateCheck,
     SinkSchema,
     validate_input_schema,
 )
-from txkafka.connector.late_transaction_sweeper import follow_up
-from txkafka.connector.partition_input import InputDigest
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.sink_validation import validate_at_start
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory, run_tag
-from txkafka.connector.wire_writer import WireKafkaWriter
+from txkafka.connector.sink.late_transactions import follow_up
+from txkafka.connector.sink.partition_input import InputDigest
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.sink.start_checks import validate_at_start
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory, run_tag
+from txkafka.connector.sink.task_writer_txkafka import WireKafkaWriter
 
 from .spark_worker import freeze_worker_heap
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import cramjam
 
-from txkafka.connector.kafka_wire import Writer
+from txkafka.connector.client.protocol import Writer
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = 0, 1, 2, 3, 4
 CODECS = (NONE, GZIP, SNAPPY, LZ4, ZSTD)

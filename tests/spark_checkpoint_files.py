@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from txkafka.connector.spark_checkpoint import COMMITS, METADATA, OFFSETS
+from txkafka.connector.checkpoint.spark_checkpoint import COMMITS, METADATA, OFFSETS
 
 
 def write_metadata(root: Path, query_id: str = "query-1") -> None:

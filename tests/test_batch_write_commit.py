@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from txkafka.connector.errors import TransactionError, TransactionLostError
-from txkafka.connector.kafka_committable import KafkaCommittable, TaskResult
-from txkafka.connector.kafka_committer import KafkaCommitter
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.sink.committable import KafkaCommittable, TaskResult
+from txkafka.connector.sink.committer import KafkaCommitter
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
 
 from tests.test_sink_core import FakeCoordinator
 

@@ -4,8 +4,13 @@ import time
 
 import pytest
 
-from txkafka.bench import (PROGRESS_KEPT, _run_query, check_count, check_input_rows,
-                           check_latency_samples)
+from txkafka.devtools.bench_runs import (
+    PROGRESS_KEPT,
+    _run_query,
+    check_count,
+    check_input_rows,
+)
+from txkafka.devtools.bench import check_latency_samples
 
 
 def test_count_must_match_exactly():

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from txkafka.bench_endurance import (
+from txkafka.devtools.bench_endurance import (
     SERIES,
     DelayHistogram,
     _Output,
@@ -78,7 +78,7 @@ def test_the_checker_counts_each_record_once_and_keeps_no_per_record_delays(monk
     out = _Output.__new__(_Output)  # no consumer: messages are fed by hand
     out.seen, out.received, out.duplicates = bytearray(1), 0, 0
     out.window_s, out.measured_from, out.last_window = 60.0, 1000.0, 1
-    from txkafka.bench_endurance import DelayHistogram as H
+    from txkafka.devtools.bench_endurance import DelayHistogram as H
 
     out.startup, out.windows = H(), {}
     msgs = [_Msg(0, 990.0), _Msg(1, 1001.0), _Msg(1, 1001.0), _Msg(20, 1070.0), _Msg(21, 5000.0)]

@@ -1,6 +1,8 @@
 """The benchmark's arithmetic: ratios against targets, interleaving order, the markdown report."""
 
-from txkafka.bench import _rotated, pyspark_bytecode_setting, ratios, report_markdown
+from txkafka.devtools.bench_runs import _rotated
+from txkafka.devtools.bench import (produce_requests, produce_summary, pyspark_bytecode_setting,
+                                    ratios, report_markdown)
 
 
 def _result():
@@ -50,7 +52,7 @@ def test_the_wire_producer_gets_its_own_ratios():
 
 
 def test_charts_draw_every_suite(tmp_path):
-    from txkafka.bench import charts
+    from txkafka.devtools.bench import charts
 
     charts({**_result(), "ratios": ratios(_result())}, str(tmp_path))
     assert (tmp_path / "throughput.png").stat().st_size > 10_000
@@ -60,7 +62,7 @@ def test_charts_draw_every_suite(tmp_path):
 def test_charts_have_one_panel_per_suite_the_run_has(tmp_path):
     import matplotlib.image
 
-    from txkafka.bench import charts
+    from txkafka.devtools.bench import charts
 
     full, read_only = tmp_path / "full", tmp_path / "read"
     full.mkdir()
@@ -110,6 +112,35 @@ def test_report_shows_the_sink_runs_cpu_per_row_by_process_group():
     assert "| txkafka_exactly_once | 0.42 | 0.60 | 0.85 |" in text
 
 
+def test_the_sink_runs_produce_requests_are_counted_from_the_broker_s_request_log(tmp_path):
+    """What Kafka's request logger writes at DEBUG (one line per completed request): Produce
+    requests are counted from the offset the run started at, empty ones apart, with their
+    record bytes; other APIs are left out."""
+    head = '{"isForwarded":false,"requestHeader":{"requestApiKey":%d,"requestApiVersion":11,'
+    produce = (head % 0 + '"correlationId":7,"clientId":"txkafka-writer","requestApiKeyName":'
+               '"PRODUCE"},"request":{"transactionalId":"x","acks":-1,"timeoutMs":30000,'
+               '"topicData":[{"name":"t","partitionData":[{"index":0,"recordsSizeInBytes":'
+               '%d},{"index":1,"recordsSizeInBytes":%d}]}]},"response":{}}')
+    empty = (head % 0 + '"correlationId":8},"request":{"transactionalId":"x","acks":-1,'
+             '"timeoutMs":30000,"topicData":[]},"response":{}}')
+    fetch = head % 1 + '"correlationId":9},"request":{"recordsSizeInBytes":5}}'
+    log = tmp_path / "kafka-request.log"
+    log.write_text("Completed request:" + produce % (1, 1) + "\n")
+    start = log.stat().st_size
+    with open(log, "a") as fh:
+        for line in (produce % (1000, 24), empty, fetch, empty, produce % (100, 0)):
+            fh.write("Completed request:" + line + "\n")
+    counted = produce_requests(log, start)
+    assert counted == {"requests": 4, "empty": 2, "bytes": 1124}
+    r = _result()
+    r["sink"]["txkafka_exactly_once"]["produce_requests"] = produce_summary([counted, counted])
+    assert r["sink"]["txkafka_exactly_once"]["produce_requests"]["bytes_per_request"] == 281
+    text = report_markdown(r)
+    assert "| sink: Produce requests per run (the broker's count, median) | requests | empty | " \
+           "bytes per request |" in text
+    assert "| txkafka_exactly_once | 4 | 2 | 281 |" in text
+
+
 def test_the_data_batch_read_ratio_is_reported_next_to_the_wall_time_one():
     r = _result()
     r["read"]["txkafka"].update({"batch_rows_s": 240_000.0, "batch_runs": [240_000.0]})
@@ -134,13 +165,13 @@ class _Query:
 
 
 def test_data_batch_rate_skips_batches_without_rows():
-    from txkafka.bench import _data_batch_rate
+    from txkafka.devtools.bench import _data_batch_rate
 
     assert _data_batch_rate(_Query()) == 200.0
 
 
 def test_runs_without_spark_repeat_within_each_round():
-    from txkafka.bench import NO_SPARK_RUNS_PER_ROUND, _round_order
+    from txkafka.devtools.bench import NO_SPARK_RUNS_PER_ROUND, _round_order
 
     systems = [("ceiling", "produce"), ("ceiling", "consume"), ("core", "write"), ("core", "read"),
                ("read", "a"), ("read", "b")]
@@ -168,7 +199,7 @@ def test_report_states_the_python_start_up_setting():
 def test_spark_conf_pairs_parse_key_value_and_refuse_the_rest():
     import pytest
 
-    from txkafka.bench import spark_conf_pairs
+    from txkafka.devtools.bench import spark_conf_pairs
 
     assert spark_conf_pairs(["spark.python.unix.domain.socket.enabled=true", "a.b=c=d"]) == {
         "spark.python.unix.domain.socket.enabled": "true", "a.b": "c=d"}

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from txkafka.bench import ratios, report_markdown
-from txkafka.bench_tasks import (
+from txkafka.devtools.bench import ratios, report_markdown
+from txkafka.devtools.bench_tasks import (
     CpuMeter,
     chart,
     cpu_delta,
@@ -62,7 +62,7 @@ def test_summarize_keeps_the_drivers_commit_medians():
     assert "commit_end_txn_ms" not in summarize([{**runs[0], "commit_ms": []}])
     tasks = {**_tasks(), "points": [{"tasks": 200, "systems": {"txkafka_exactly_once": s}}],
              "systems": ["txkafka_exactly_once"]}
-    from txkafka.bench_tasks import report_lines
+    from txkafka.devtools.bench_tasks import report_lines
 
     assert "| 200 | txkafka exactly_once | 50 | 100 |" in report_lines(tasks)
 
@@ -203,7 +203,7 @@ def test_report_and_chart(tmp_path):
 
 
 def test_driver_time_outside_the_job():
-    from txkafka.bench_tasks import driver_outside_job
+    from txkafka.devtools.bench_tasks import driver_outside_job
 
     run = {"add_batch_by_id": {1: 500, 2: 700}}
     records = [{"batch_id": 1, "job_wall_ms": 400}, {"batch_id": 2, "job_wall_ms": 500}]

@@ -1,6 +1,6 @@
 import pytest
 
-from txkafka.connector.broker_connection import SecurityConfig, scram_client_final
+from txkafka.connector.client.connection import SecurityConfig, scram_client_final
 from txkafka.connector.errors import KafkaAuthenticationError, KafkaConfigError
 
 

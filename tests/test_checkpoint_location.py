@@ -6,11 +6,11 @@ import pyarrow.fs as pafs
 import pytest
 
 from tests.spark_checkpoint_files import write_commits, write_metadata, write_offsets
-from txkafka.connector import sink_commit_log
+from txkafka.connector.sink import commit_log as sink_commit_log
 from txkafka.connector.errors import CommitLogError
-from txkafka.connector import spark_checkpoint
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.spark_checkpoint import checkpoint_filesystem
+from txkafka.connector.checkpoint import spark_checkpoint
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.checkpoint.spark_checkpoint import checkpoint_filesystem
 
 
 def test_a_checkpoint_spark_wrote_is_accepted(tmp_path):

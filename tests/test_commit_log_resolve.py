@@ -14,8 +14,8 @@ import pytest
 from tests.test_sink_core import FakeCoordinator, _committer, _decide_then_crash, _spark_offsets
 from txkafka.cli import main
 from txkafka.connector.errors import TransactionOutcomeUnknownError
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.kafka_error_codes import INVALID_PRODUCER_ID_MAPPING
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.client.error_codes import INVALID_PRODUCER_ID_MAPPING
 
 
 def _stopped(tmp_path, forgotten=(1,), batch=5, parts=(0, 1, 2)):

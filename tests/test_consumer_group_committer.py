@@ -1,7 +1,7 @@
 """Publishing offsets to a consumer group (monitoring only) never slows the query for long."""
 
-from txkafka.connector.consumer_group_committer import ConsumerGroupCommitter
-from txkafka.connector.source_options import parse_source_options
+from txkafka.connector.source.group_offsets import ConsumerGroupCommitter
+from txkafka.connector.source.options import parse_source_options
 
 OPTS = parse_source_options({"kafka.bootstrap.servers": "h:9", "subscribe": "t",
                              "kafka.group.id": "lag", "commitOffsetsToGroup": "true"},
@@ -60,7 +60,7 @@ class _MovingCoordinator:
 
 
 def test_a_coordinator_that_moved_is_asked_again_within_the_timeout(monkeypatch):
-    from txkafka.connector import consumer_group_committer
+    from txkafka.connector.source import group_offsets as consumer_group_committer
 
     monkeypatch.setattr(consumer_group_committer, "_RETRY_BACKOFF_S", 0.0)
     for per_partition in (False, True):

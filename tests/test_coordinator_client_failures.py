@@ -19,20 +19,23 @@ from typing import Callable
 import pytest
 
 from tests.tls_certs import self_signed
-from txkafka.connector import broker_connection, transaction_client
-from txkafka.connector.broker_connection import BrokerConnection, SecurityConfig
-from txkafka.connector.broker_connection import scram_client_final as real_scram_client_final
+from txkafka.connector.client import (
+    connection as broker_connection,
+    transactions as transaction_client,
+)
+from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
+from txkafka.connector.client.connection import scram_client_final as real_scram_client_final
 from txkafka.connector.errors import (
     KafkaAuthenticationError,
     KafkaProtocolError,
     TransactionError,
 )
-from txkafka.connector.kafka_error_codes import (
+from txkafka.connector.client.error_codes import (
     CONCURRENT_TRANSACTIONS,
     COORDINATOR_LOAD_IN_PROGRESS,
 )
-from txkafka.connector.kafka_wire import Reader, Writer
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.client.protocol import Reader, Writer
+from txkafka.connector.client.transactions import TransactionClient
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 FIND_COORDINATOR, END_TXN, DESCRIBE_TRANSACTIONS = 10, 26, 65
@@ -562,7 +565,7 @@ def test_a_batch_commit_asks_for_coordinators_once_and_again_only_when_they_move
     """describe + end_many of every later batch reuse the coordinators found for the first one
     (no FindCoordinator round trip per batch); a coordinator that answers NOT_COORDINATOR is
     looked up again, in describe and in end_many alike."""
-    from txkafka.connector.kafka_error_codes import NOT_COORDINATOR
+    from txkafka.connector.client.error_codes import NOT_COORDINATOR
 
     bootstrap, coord = brokers(), brokers()
     bootstrap.coordinator = ("127.0.0.1", coord.port)

@@ -1,22 +1,33 @@
-"""The reference docs keep up with the tree: every module has its line in design.md, and every
-relative link of the docs points at a file that exists (results moved out of docs/benchmarks/
-must not leave dead links behind)."""
+"""The reference docs keep up with the tree: every module has its line in design.md, every
+relative link of the docs points at a file (and heading) that exists, the user guide's option
+tables list exactly the options the code accepts in four short columns, and troubleshooting.md
+describes every exception class the connector defines."""
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", REPO / "CHANGELOG.md", *sorted((REPO / "docs").glob("*.md"))]
 
 
 def test_design_names_every_module():
+    """Each module by its path, each package by its folder (the layout table's row)."""
     design = (REPO / "docs" / "design.md").read_text()
     modules = [p for folder in ("connector", "python_datasource", "txkafka")
-               for p in sorted((REPO / folder).glob("*.py")) if p.name != "__init__.py"]
+               for p in sorted((REPO / folder).rglob("*.py")) if p.name != "__init__.py"]
     modules.append(REPO / "pyspark_txkafka.py")
-    missing = [str(p.relative_to(REPO)) for p in modules if f"{p.name}`" not in design]
+    missing = [str(p.relative_to(REPO)) for p in modules
+               if f"`{p.relative_to(REPO)}`" not in design]
+    packages = [p.parent for folder in ("connector", "python_datasource", "txkafka")
+                for p in sorted((REPO / folder).rglob("__init__.py"))]
+    missing += [f"{p.relative_to(REPO)}/" for p in packages
+                if f"`{p.relative_to(REPO)}/`" not in design]
     assert not missing, f"docs/design.md's module table lacks {missing}"
 
 
@@ -31,5 +42,164 @@ def test_relative_links_resolve():
     assert not dead, dead
 
 
+def test_readme_links_every_doc_page():
+    readme = (REPO / "README.md").read_text()
+    missing = [p.name for p in sorted((REPO / "docs").glob("*.md"))
+               if f"](docs/{p.name}" not in readme]
+    assert not missing, f"README.md's documentation list lacks {missing}"
+
+
 def test_benchmark_page_stays_a_reference_page():
     assert len((REPO / "docs" / "benchmarks.md").read_text().splitlines()) <= 200
+
+
+# ---- the user guide: option tables that agree with the code ---------------------------------
+
+GUIDES = sorted((REPO / "docs").glob("user-guide*.md"))
+OPTION_COLUMNS = ["option", "values", "default", "meaning"]
+MAX_CELL = 300
+
+
+def _cells(line: str) -> list[str]:
+    """A table row's cells: split on '|' outside code spans, unless escaped."""
+    cells, cell, code = [], "", False
+    body = line.strip()
+    body = body[1:] if body.startswith("|") else body
+    body = body[:-1] if body.endswith("|") and not body.endswith("\\|") else body
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) and body[i + 1] == "|":
+            cell += "|"
+            i += 2
+            continue
+        if ch == "`":
+            code = not code
+        if ch == "|" and not code:
+            cells.append(cell.strip())
+            cell = ""
+        else:
+            cell += ch
+        i += 1
+    cells.append(cell.strip())
+    return cells
+
+
+def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every table of a Markdown page: (header cells, body rows' cells)."""
+    lines, out, i = text.splitlines(), [], 0
+    in_fence = False
+    while i < len(lines):
+        if lines[i].lstrip().startswith("```"):
+            in_fence = not in_fence
+        is_table = (not in_fence and lines[i].lstrip().startswith("|") and i + 1 < len(lines)
+                    and re.fullmatch(r"\s*\|?(\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*\|?\s*", lines[i + 1]))
+        if not is_table:
+            i += 1
+            continue
+        header, rows, i = _cells(lines[i]), [], i + 2
+        while i < len(lines) and lines[i].lstrip().startswith("|"):
+            rows.append(_cells(lines[i]))
+            i += 1
+        out.append((header, rows))
+    return out
+
+
+def _option_tables(guide: Path) -> list[tuple[list[str], list[list[str]]]]:
+    return [t for t in _tables(guide.read_text()) if t[0] and t[0][0].lower() == "option"]
+
+
+def test_no_user_guide_cell_exceeds_300_characters():
+    long = [f"{g.name}: {len(c)} chars: {c[:60]}..." for g in GUIDES
+            for header, rows in _tables(g.read_text()) for row in [header, *rows] for c in row
+            if len(c) > MAX_CELL]
+    assert not long, long
+
+
+def test_option_tables_have_the_four_columns():
+    wrong = [f"{g.name}: {header}" for g in GUIDES for header, rows in _option_tables(g)
+             if [h.lower() for h in header] != OPTION_COLUMNS
+             or any(len(r) != len(OPTION_COLUMNS) for r in rows)]
+    assert not wrong, f"option tables need the columns {' | '.join(OPTION_COLUMNS)}: {wrong}"
+
+
+def _documented(guide: str) -> set[str]:
+    """Option names in the first column of a guide's option tables."""
+    names: set[str] = set()
+    for _, rows in _option_tables(REPO / "docs" / guide):
+        for row in rows:
+            names.update(re.findall(r"`([^`\s]+)`", row[0]))
+    return names
+
+
+@pytest.mark.parametrize("guide, side", [("user-guide-reader.md", "reader"),
+                                         ("user-guide-writer.md", "writer")])
+def test_the_option_tables_list_every_option_the_code_accepts_and_no_other(guide, side):
+    from txkafka.connector.option_names import IGNORE_UNKNOWN_OPTIONS, READER, WRITER
+
+    space = READER if side == "reader" else WRITER
+    documented = _documented(guide)
+    expected = {*space.options, IGNORE_UNKNOWN_OPTIONS, "kafka.bootstrap.servers"}
+    missing = expected - documented
+    extra = {n for n in documented - expected if not n.lower().startswith("kafka.")}
+    assert not missing and not extra, (f"{guide}: options the code accepts but the tables lack: "
+                                       f"{sorted(missing)}; documented but not accepted: "
+                                       f"{sorted(extra)}")
+
+
+# ---- troubleshooting: every typed error the connector raises --------------------------------
+
+def _exception_classes(folder: Path) -> set[str]:
+    """Public classes under ``folder`` that derive from an exception (by name, across files)."""
+    bases: dict[str, list[str]] = {}
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
+                                    for b in node.bases]
+
+    def is_exception(name: str, seen: frozenset = frozenset()) -> bool:
+        builtin = getattr(builtins, name, None)
+        if isinstance(builtin, type) and issubclass(builtin, BaseException):
+            return True
+        return name in bases and name not in seen and any(
+            is_exception(b, seen | {name}) for b in bases[name])
+
+    return {n for n in bases if not n.startswith("_") and is_exception(n)}
+
+
+def test_troubleshooting_lists_every_public_exception_of_the_connector():
+    page = (REPO / "docs" / "troubleshooting.md").read_text()
+    classes = _exception_classes(REPO / "connector") | _exception_classes(
+        REPO / "python_datasource")
+    assert {"DataLossError", "TransactionLostError", "SavepointError"} <= classes  # the scan works
+    missing = sorted(c for c in classes if f"`{c}`" not in page)
+    assert not missing, f"docs/troubleshooting.md does not describe {missing}"
+
+
+# ---- links into a page go to a heading it has ------------------------------------------------
+
+def _anchors(doc: Path) -> set[str]:
+    """GitHub's heading anchors of a page."""
+    out = set()
+    in_fence = False
+    for line in doc.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            in_fence = not in_fence
+        m = re.match(r"#{1,6}\s+(.*)", line)
+        if m and not in_fence:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            out.add(slug)
+    return out
+
+
+def test_relative_links_to_headings_resolve():
+    dead = []
+    for doc in DOCS:
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
+            if "://" in target:
+                continue
+            page = (doc.parent / target) if target else doc
+            if page.suffix == ".md" and page.exists() and anchor not in _anchors(page):
+                dead.append(f"{doc.relative_to(REPO)} -> {target}#{anchor}")
+    assert not dead, dead

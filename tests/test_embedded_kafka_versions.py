@@ -98,6 +98,12 @@ def test_jars_and_logging_per_release(tmp_path, version):
     assert _log_options(c) == [f"{flag}{node_dir / config_name}",
                                f"-Dkafka.logs.dir={node_dir / 'logs'}"]
     assert log_file_line in c.release.log_config().splitlines()
+    # request_log: the request logger at DEBUG, to its own file, not to server.log
+    quiet, logged = c.release.log_config(), c.release.log_config(request_log=True)
+    assert "kafka-request.log" not in quiet and "kafka-request.log" in logged
+    assert ("logger.request.level = DEBUG" in logged.splitlines() if c.release.log4j2
+            else "log4j.logger.kafka.request.logger=DEBUG, requests" in logged.splitlines())
+    assert "WARN" not in "".join(line for line in logged.splitlines() if "request" in line)
 
 
 def test_one_node_quorum_is_dynamic_from_3_9_and_static_before(tmp_path):

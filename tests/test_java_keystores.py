@@ -15,10 +15,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from tests.test_keystore import PASSWORD, _peer_subject_over_tls, pki  # noqa: F401 - fixture
-from txkafka.connector import java_keystores
-from txkafka.connector.broker_connection import SecurityConfig
+from txkafka.connector.client import keystores as java_keystores
+from txkafka.connector.client.connection import SecurityConfig
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.kafka_config import check_client_config, kafka_client_config
+from txkafka.connector.client.config import check_client_config, kafka_client_config
 
 STORE_PW, KEY_PW, TRUST_PW = "store-Pw-81c2", "key-Pw-93de", "trust-Pw-2b7f"
 

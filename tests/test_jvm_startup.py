@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from txkafka import jvm_startup
+from txkafka.devtools import jvm_startup
 
 
 def test_a_failed_build_leaves_no_archive_and_no_jvm_options(tmp_path, monkeypatch):

@@ -3,7 +3,11 @@ import re
 import pytest
 
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.kafka_config import check_client_config, describe_config, kafka_client_config
+from txkafka.connector.client.config import (
+    check_client_config,
+    describe_config,
+    kafka_client_config,
+)
 
 
 def test_prefix_stripped_and_other_options_ignored():

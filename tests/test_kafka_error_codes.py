@@ -7,7 +7,7 @@ import sys
 
 from confluent_kafka import KafkaError
 
-from txkafka.connector import kafka_error_codes
+from txkafka.connector.client import error_codes as kafka_error_codes
 
 # Owner names that KafkaError spells differently, and codes it does not have.
 _KAFKAERROR_NAME = {"NONE": "NO_ERROR", "NOT_LEADER_OR_FOLLOWER": "NOT_LEADER_FOR_PARTITION",
@@ -38,6 +38,7 @@ def test_error_name_uses_librdkafkas_table() -> None:
 
 def test_commit_path_does_not_import_confluent_kafka() -> None:
     """Why the table holds numbers: the driver's commit path stays free of librdkafka's import."""
-    code = ("import sys, txkafka.connector.kafka_committer, txkafka.connector.client_errors; "
+    code = ("import sys, txkafka.connector.sink.committer, "
+            "txkafka.connector.client.librdkafka_errors; "
             "sys.exit(1 if 'confluent_kafka' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,6 +1,6 @@
 import pytest
 
-from txkafka.connector.kafka_wire import ProtocolError, Reader, Writer, request_header
+from txkafka.connector.client.protocol import ProtocolError, Reader, Writer, request_header
 
 
 @pytest.mark.parametrize("flexible", [False, True])

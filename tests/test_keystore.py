@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import pkcs12
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from txkafka.connector.broker_connection import SecurityConfig
+from txkafka.connector.client.connection import SecurityConfig
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.client.transactions import TransactionClient
 
 PASSWORD = "ks-Secret-4f1d2a"
 

@@ -13,11 +13,11 @@ import time
 import pyarrow as pa
 
 from tests.spark_checkpoint_files import write_commits
-from txkafka.connector import kafka_writer
-from txkafka.connector import late_transaction_sweeper as lts
-from txkafka.connector.kafka_committable import KafkaCommittable
-from txkafka.connector.kafka_writer import KafkaWriter, LateCheck
-from txkafka.connector.late_transaction_sweeper import (
+from txkafka.connector.sink import task_writer as kafka_writer
+from txkafka.connector.sink import late_transactions as lts
+from txkafka.connector.sink.committable import KafkaCommittable
+from txkafka.connector.sink.task_writer import KafkaWriter, LateCheck
+from txkafka.connector.sink.late_transactions import (
     FollowUpSweeps,
     LogProgress,
     late_transactions,
@@ -25,10 +25,10 @@ from txkafka.connector.late_transaction_sweeper import (
     sweep_offsets,
     sweep_once,
 )
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.transaction_client import TransactionDescription, TransactionListing
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.client.transactions import TransactionDescription, TransactionListing
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
 
 RUN = "a1b2c3"
 IDS = TransactionalIdFactory("txkafka", "ab12cd34")
@@ -45,7 +45,7 @@ def test_aborts_other_parity_and_legacy_ids_spares_the_running_batch_and_other_s
     late = (tid(4, 0, 1), 11, 0)             # batch 4's losing attempt: M = 4 committed
     running = (tid(5, 1), 12, 3)              # batch 5 is running
     older_same_parity = (tid(3, 0), 13, 2)    # batch 3 (parity of 5): spared, caught later
-    legacy = ("txkafka-ab12cd34-2-0", 14, 0)  # pre-0.2 id: never the running batch's
+    legacy = ("txkafka-ab12cd34-2-0", 14, 0)  # an id of the older shape: never the running batch's
     other_sink = (tid(4, ids=TransactionalIdFactory("txkafka", "ffffffff")), 15, 0)
     listed = [late, running, older_same_parity, legacy, other_sink]
     assert late_transactions(listed, IDS, LogProgress(4)) == [late, legacy]

@@ -24,13 +24,13 @@ from tests.test_coordinator_client_failures import (
     Writer,
 )
 from tests.tls_certs import self_signed
-from txkafka.connector.broker_connection import BrokerConnection, SecurityConfig
+from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
 from txkafka.connector.errors import (
     KafkaAuthenticationError,
     KafkaConfigError,
     KafkaProtocolError,
 )
-from txkafka.connector.oauthbearer_token import (
+from txkafka.connector.client.oauthbearer import (
     OidcClientCredentialsSource,
     UnsecuredJwtSource,
     client_first_message,
@@ -38,7 +38,7 @@ from txkafka.connector.oauthbearer_token import (
     parse_extensions,
     token_source_from_config,
 )
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.client.transactions import TransactionClient
 
 SECRET = "cl1ent-S3cret:with&odd=chars+"
 CLIENT_ID = "txkafka writer"

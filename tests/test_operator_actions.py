@@ -22,7 +22,7 @@ from tests.test_sink_core import (
     _spark_offsets,
 )
 from txkafka.cli import main
-from txkafka.connector import sink_commit_log
+from txkafka.connector.sink import commit_log as sink_commit_log
 from txkafka.connector.errors import (
     CheckpointMismatchError,
     CommitLogError,
@@ -32,11 +32,11 @@ from txkafka.connector.errors import (
     TransactionLostError,
     TransactionOutcomeUnknownError,
 )
-from txkafka.connector.kafka_committable import KafkaCommittable, TaskResult
-from txkafka.connector.kafka_committer import WritePlan
-from txkafka.connector.partition_input import InputDigest, PartitionInput
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.kafka_error_codes import INVALID_TXN_STATE
+from txkafka.connector.sink.committable import KafkaCommittable, TaskResult
+from txkafka.connector.sink.committer import WritePlan
+from txkafka.connector.sink.partition_input import InputDigest, PartitionInput
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.client.error_codes import INVALID_TXN_STATE
 
 OFFSETS_A = '{"in":{"0":400,"1":380}}'
 OFFSETS_B = '{"in":{"0":520,"1":380}}'
@@ -507,7 +507,7 @@ def test_commit_log_show_prints_each_batchs_source_offsets(tmp_path, capsys):
 
 
 def test_the_resume_option_drops_batch_0s_start():
-    from txkafka.connector.kafka_source_offset import resume_option
+    from txkafka.connector.checkpoint.savepoint import resume_option
 
     logged = '{"in":{"0":400,"1":380},"txkafka:start":{"in":{"0":0,"1":0}}}'
     assert resume_option(logged) == '{"in":{"0":400,"1":380}}'

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from txkafka.cli import main
-from txkafka.connector.sink_commit_log import SinkCommitLog
+from txkafka.connector.sink.commit_log import SinkCommitLog
 
 NO_BROKER = "127.0.0.1:1"  # nothing listens: a command that got this far would hang or fail
 

@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-import txkafka.connector.sink_commit_log as scl
-import txkafka.connector.transaction_client as tcm
+import txkafka.connector.sink.commit_log as scl
+import txkafka.connector.client.transactions as tcm
 from txkafka.cli import main
-from txkafka.connector.kafka_committable import KafkaCommittable
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.transaction_client import TransactionDescription, TransactionListing
+from txkafka.connector.sink.committable import KafkaCommittable
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.client.transactions import TransactionDescription, TransactionListing
 
 B = "127.0.0.1:1"
 
@@ -183,7 +183,7 @@ def test_a_setting_librdkafka_cannot_take_is_refused_naming_it(fake):
 def test_checkpoint_uri_credentials_never_printed(tmp_path, monkeypatch, command):
     import pyarrow.fs as pafs
 
-    from txkafka.connector import spark_checkpoint
+    from txkafka.connector.checkpoint import spark_checkpoint
 
     real = spark_checkpoint.checkpoint_filesystem
 

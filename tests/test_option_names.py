@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import logging
-import re
-from pathlib import Path
 
 import pytest
 
 from txkafka.connector.errors import KafkaConfigError
 from txkafka.connector.option_names import READER, READER_OPTIONS, WRITER, WRITER_OPTIONS
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.source_options import (
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.source.options import (
     EarliestOffsets,
     LatestOffsets,
     parse_source_options,
@@ -20,7 +18,6 @@ from txkafka.connector.source_options import (
 
 READ = {"kafka.bootstrap.servers": "h:9092", "subscribe": "t"}
 WRITE = {"kafka.bootstrap.servers": "h:9092", "topic": "out", "checkpointLocation": "/tmp/x"}
-DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def read(streaming=True, **extra):
@@ -114,7 +111,7 @@ def test_a_typo_of_the_other_sides_option_says_whose_it_is():
 
 
 def test_a_typo_inside_kafka_keys_is_left_to_librdkafka():
-    """kafka.* keys pass this check; librdkafka's own check (kafka_config) names unknown ones."""
+    """kafka.* keys pass this check; librdkafka's own check (client.config) names unknown ones."""
     o = read(**{"kafka.socket.timeout.ms": "1000"})
     assert o.client_conf["socket.timeout.ms"] == "1000"
 
@@ -261,23 +258,3 @@ def test_kafka_keys_cannot_be_listed():
     assert msg.startswith("option 'ignoreUnknownOptions' lists 'kafka.linger.ms': kafka.* keys go "
                           "to the Kafka client")
 
-
-# ---- the option tables of the user guide and the option space agree --------------------------
-
-
-def _documented(guide: str) -> set[str]:
-    """Option names in the first column of the guide's "## Options" table."""
-    text = (DOCS / guide).read_text()
-    section = text.split("\n## Options", 1)[1].split("\n## ", 1)[0]
-    names: set[str] = set()
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            names.update(re.findall(r"`([^`]+)`", line.split("|")[1]))
-    return names
-
-
-@pytest.mark.parametrize("guide, space", [("user-guide-reader.md", READER),
-                                          ("user-guide-writer.md", WRITER)])
-def test_the_user_guide_documents_every_option_and_no_other(guide, space):
-    documented = {n for n in _documented(guide) if not n.startswith("kafka.")}
-    assert documented == {*space.options, "ignoreUnknownOptions"}

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 from confluent_kafka.admin import ClusterMetadata, PartitionMetadata, TopicMetadata
 
-from txkafka.connector.arrow_fetcher import (
+from txkafka.connector.source.range_reader import (
     ConsumerPool,
     FetchTask,
     arrow_schema,
@@ -288,7 +288,7 @@ def test_records_read_before_a_stall_that_ends_the_range_are_not_dropped():
 def test_a_batch_over_arrows_2gib_binary_limit_is_split(monkeypatch):
     # pyarrow returns a ChunkedArray for a binary column past 2 GiB (values of ~215 KB average
     # reach it within one 10,000-row batch); simulated here for any column of more than 3 values.
-    import txkafka.connector.arrow_fetcher as af
+    import txkafka.connector.source.range_reader as af
 
     real = af.pa.array
 
@@ -349,7 +349,7 @@ def test_fatal_consumer_error_fails_the_range_with_secrets_redacted():
 
 
 def test_repeated_out_of_range_answers_are_bounded():
-    from txkafka.connector.arrow_fetcher import _MAX_RESETS
+    from txkafka.connector.source.range_reader import _MAX_RESETS
 
     def run(resets):
         # The broker answers out of range at 5 although its log holds [0, 100).
@@ -402,8 +402,8 @@ def test_decoded_records_become_spark_schema_batches_of_bounded_rows():
     import numpy as np
     import pyarrow as pa
 
-    from txkafka.connector.arrow_fetcher import SCHEMA, SCHEMA_WITH_HEADERS, decoded_batches
-    from txkafka.connector.record_batch_decoder import HEADERS_TYPE, DecodedRecords
+    from txkafka.connector.source.range_reader import SCHEMA, SCHEMA_WITH_HEADERS, decoded_batches
+    from txkafka.connector.client.record_batch_decoder import HEADERS_TYPE, DecodedRecords
 
     n = 25
     d = DecodedRecords(

@@ -7,8 +7,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from txkafka.connector.errors import KafkaConfigError, OffsetsUnavailableError
-from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
-from txkafka.connector.source_options import parse_source_options
+from txkafka.connector.source.offset_reader import KafkaOffsetReader
+from txkafka.connector.source.options import parse_source_options
 
 
 class _Topic:
@@ -331,7 +331,7 @@ def test_explicit_ending_offset_is_checked_against_what_the_isolation_level_reac
 
 def test_the_driver_s_admin_client_connects_quickly_unless_the_user_says_otherwise():
     """librdkafka pauses half of reconnect.backoff.ms before its first connection to an advertised
-    broker (kafka_config.RECONNECT_BACKOFF_MS): the query start's first look-up waits for it."""
+    broker (client.config.RECONNECT_BACKOFF_MS): the query start's first look-up waits for it."""
     seen: list[dict] = []
 
     def factory(conf):

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.kafka_source_offset import (
+from txkafka.connector.source.offsets import (
     batch_start_of,
     describe_offsets,
     from_offset_json,

@@ -5,7 +5,7 @@ import pickle
 import pytest
 
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.source_options import (
+from txkafka.connector.source.options import (
     DEFAULT_MAX_TRIGGER_DELAY_MS,
     Assign,
     EarliestOffsets,
@@ -202,8 +202,8 @@ def test_parsed_options_pickle_and_hide_secrets():
 
 
 def test_client_settings_librdkafka_rejects_fail_clearly_without_secrets():
-    from txkafka.connector.arrow_fetcher import ConsumerPool, FetchTask
-    from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
+    from txkafka.connector.source.range_reader import ConsumerPool, FetchTask
+    from txkafka.connector.source.offset_reader import KafkaOffsetReader
 
     o = parse(**{"kafka.sasl.password": "pw-secret-1", "kafka.no.such.setting": "1"})
     with pytest.raises(KafkaConfigError, match="no.such.setting") as err:

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from txkafka.connector.errors import DataLossError
-from txkafka.connector.range_planner import (
+from txkafka.connector.source.range_planner import (
     AdmissionControl,
     OffsetRange,
     plan_ranges,

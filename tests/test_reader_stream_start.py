@@ -16,8 +16,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, Read
 
 from python_datasource.kafka_reader import KafkaMicroBatchStream
 from txkafka.connector.errors import DataLossError
-from txkafka.connector.kafka_offset_reader import KafkaOffsetReader
-from txkafka.connector.kafka_source_offset import from_offset_json
+from txkafka.connector.source.offset_reader import KafkaOffsetReader
+from txkafka.connector.source.offsets import from_offset_json
 
 T0, T1 = ("t", 0), ("t", 1)
 

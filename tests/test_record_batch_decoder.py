@@ -1,4 +1,4 @@
-"""Unit tests of connector/record_batch_decoder.py: Kafka v2 record batches into numpy/Arrow.
+"""Unit tests of connector/client/record_batch_decoder.py: Kafka v2 record batches into numpy/Arrow.
 
 No broker, no Spark. Inputs come from tests/record_batch_encoding.py (an encoder written from the
 format spec); a plain per-record reference decoder below is the oracle on randomised inputs.
@@ -16,9 +16,9 @@ import pytest
 
 import cramjam
 
-from txkafka.connector import record_batch_decoder as rbd
+from txkafka.connector.client import record_batch_decoder as rbd
 from txkafka.connector.errors import KafkaProtocolError
-from txkafka.connector.record_batch_decoder import decode
+from txkafka.connector.client.record_batch_decoder import decode
 
 from tests.record_batch_encoding import (
     CODECS, DEFAULT_BASE_TIMESTAMP, GZIP, HEADER_SIZE, LZ4, NONE, SNAPPY, XERIAL_MAGIC, ZSTD,

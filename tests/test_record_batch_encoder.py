@@ -14,8 +14,8 @@ import pytest
 
 from tests.record_batch_encoding import crc32c
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.record_batch_decoder import BATCH_HEADER, HEADERS_TYPE, decode
-from txkafka.connector.record_batch_encoder import (
+from txkafka.connector.client.record_batch_decoder import BATCH_HEADER, HEADERS_TYPE, decode
+from txkafka.connector.client.record_batch_encoder import (
     BatchAccumulator,
     RecordTooLargeError,
     codec_from_config,
@@ -244,7 +244,7 @@ def test_a_header_without_a_key_is_refused():
 
 
 def test_lz4_frames_have_independent_blocks_and_a_valid_descriptor_checksum():
-    from txkafka.connector.record_batch_encoder import compress
+    from txkafka.connector.client.record_batch_encoder import compress
 
     data = bytes(range(256)) * 2000 + b"\x00" * 300_000
     frame = compress(3, data)
@@ -265,7 +265,7 @@ def test_large_records_sent_as_views_give_the_same_batches_as_copied_ones(monkey
     """Big records are not copied into partition order: a batch holds views of each record's
     fields, value and headers where the input columns hold them. The batches must be byte for
     byte the copying path's."""
-    import txkafka.connector.record_batch_encoder as enc
+    import txkafka.connector.client.record_batch_encoder as enc
 
     rnd = random.Random(5)
     n = 60

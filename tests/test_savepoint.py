@@ -16,8 +16,8 @@ from tests.test_sink_core import FakeCoordinator, _committer, _decide_then_crash
 from tests.spark_checkpoint_files import write_commits, write_metadata, write_offsets
 from txkafka.cli import main
 from txkafka.connector.errors import KafkaConfigError, SavepointError
-from txkafka.connector.kafka_source_offset import BATCH_START_KEY
-from txkafka.connector.savepoint import (
+from txkafka.connector.source.offsets import BATCH_START_KEY
+from txkafka.connector.checkpoint.savepoint import (
     BASIS_BATCH_0,
     BASIS_NONE,
     BASIS_SINK,
@@ -34,10 +34,10 @@ from txkafka.connector.savepoint import (
     starting_offsets,
     write_savepoint,
 )
-from txkafka.connector.source_options import parse_source_options
-from txkafka.connector.spark_checkpoint import OffsetLogEntry
-from txkafka.connector.kafka_error_codes import INVALID_PRODUCER_ID_MAPPING
-from txkafka.connector.transaction_client import TransactionDescription
+from txkafka.connector.source.options import parse_source_options
+from txkafka.connector.checkpoint.spark_checkpoint import OffsetLogEntry
+from txkafka.connector.client.error_codes import INVALID_PRODUCER_ID_MAPPING
+from txkafka.connector.client.transactions import TransactionDescription
 from txkafka.savepoint import Snapshot, TxnView, create, movements
 
 T0, T1 = ("t", 0), ("t", 1)

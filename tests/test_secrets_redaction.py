@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from txkafka.connector.arrow_fetcher import PooledConsumer
+from txkafka.connector.source.range_reader import PooledConsumer
 from txkafka.connector.errors import CommitLogError
 from txkafka.connector.secrets_redaction import REDACTED, redact_text, redact_uri
-from txkafka.connector.sink_commit_log import SinkCommitLog
+from txkafka.connector.sink.commit_log import SinkCommitLog
 
 
 def test_a_partly_echoed_oauthbearer_config_is_redacted():

@@ -11,8 +11,8 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from txkafka.connector.broker_connection import SecurityConfig
-from txkafka.connector.client_errors import (
+from txkafka.connector.client.connection import SecurityConfig
+from txkafka.connector.client.librdkafka_errors import (
     SecurityErrorProbe,
     is_security_error,
     translate_kafka_error,
@@ -23,7 +23,7 @@ from txkafka.connector.errors import (
     KafkaConfigError,
     KafkaProtocolError,
 )
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.client.transactions import TransactionClient
 
 SECRET = "hunter2-very-secret"
 CONF = {

@@ -5,7 +5,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 import pytest
 from confluent_kafka import KafkaError
 
-from txkafka.connector.client_errors import SecurityErrorProbe, wait_checking_security
+from txkafka.connector.client.librdkafka_errors import SecurityErrorProbe, wait_checking_security
 from txkafka.connector.errors import KafkaAuthenticationError
 
 

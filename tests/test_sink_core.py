@@ -24,12 +24,12 @@ from txkafka.connector.fault_injection import (
     parse_spec,
     read_marker,
 )
-from txkafka.connector.kafka_committable import KafkaCommittable, TaskResult
-from txkafka.connector.kafka_committer import KafkaCommitter, WritePlan
-from txkafka.connector.kafka_writer import validate_input_schema
-from txkafka.connector.sink_commit_log import SinkCommitLog
-from txkafka.connector.sink_options import DeliveryGuarantee, SinkConfig
-from txkafka.connector.kafka_error_codes import (
+from txkafka.connector.sink.committable import KafkaCommittable, TaskResult
+from txkafka.connector.sink.committer import KafkaCommitter, WritePlan
+from txkafka.connector.sink.task_writer import validate_input_schema
+from txkafka.connector.sink.commit_log import SinkCommitLog
+from txkafka.connector.sink.options import DeliveryGuarantee, SinkConfig
+from txkafka.connector.client.error_codes import (
     COORDINATOR_NOT_AVAILABLE,
     INVALID_PRODUCER_ID_MAPPING,
     INVALID_TXN_STATE,
@@ -37,11 +37,11 @@ from txkafka.connector.kafka_error_codes import (
     REQUEST_TIMED_OUT,
     TRANSACTIONAL_ID_NOT_FOUND,
 )
-from txkafka.connector.transaction_client import (
+from txkafka.connector.client.transactions import (
     TransactionDescription,
     TransactionListing,
 )
-from txkafka.connector.transactional_id_factory import (
+from txkafka.connector.sink.transactional_ids import (
     LEGACY_RUN,
     IdParts,
     TransactionalIdFactory,
@@ -142,7 +142,7 @@ def test_ids_are_bounded_and_parse_back():
     tid = f.transactional_id(3, 1, run=run, batch_id=7)
     assert tid == f"app-ab12cd34-{run}-1-3-1"
     assert f.parse(tid) == IdParts(run, 1, 3, 1)
-    assert f.parse("app-ab12cd34-3-1") == IdParts(LEGACY_RUN, -1, 3, 1)  # pre-0.2 checkpoints
+    assert f.parse("app-ab12cd34-3-1") == IdParts(LEGACY_RUN, -1, 3, 1)  # ids of the older shape
     assert f.parse("app-ab12cd34-3") is None
     assert f.parse(f"app-ab12cd34-{run}-2-3-0") is None  # parity is 0 or 1
     assert not f.owns("app-other-3-1")
@@ -315,7 +315,7 @@ def test_the_commit_log_is_pruned_when_data_batches_miss_the_multiples_of_50(tmp
 
 
 def test_prune_due_once_per_block_of_ids():
-    from txkafka.connector.kafka_committer import prune_due
+    from txkafka.connector.sink.committer import prune_due
     assert not prune_due(0, {}) and not prune_due(50, {})  # nothing logged before: nothing to prune
     assert prune_due(50, {49: {}}) and prune_due(51, {49: {}}) and prune_due(101, {1: {}, 49: {}})
     assert not prune_due(99, {50: {}, 99: {}}) and not prune_due(57, {51: {}})

@@ -10,14 +10,15 @@ import time
 
 import pytest
 
-from txkafka.connector import wire_writer
+from txkafka.connector.sink import task_writer_txkafka as wire_writer
 from txkafka.connector.errors import KafkaConfigError, TransactionError
-from txkafka.connector.kafka_error_codes import COORDINATOR_LOAD_IN_PROGRESS
-from txkafka.connector.kafka_wire import Reader, Writer
-from txkafka.connector.kafka_writer import validate_input_schema
-from txkafka.connector.sink_options import SinkConfig, delivery_timeout_ms
-from txkafka.connector.sink_validation import validate_at_start
-from txkafka.connector.wire_producer import WireProducer
+from txkafka.connector.client.error_codes import COORDINATOR_LOAD_IN_PROGRESS
+from txkafka.connector.client.protocol import Reader, Writer
+from txkafka.connector.sink.task_writer import validate_input_schema
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.client.config import delivery_timeout_ms
+from txkafka.connector.sink.start_checks import validate_at_start
+from txkafka.connector.client.producer import WireProducer
 
 # Nothing listens here: a check that contacted the broker would hang or fail differently.
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "out", "checkpointLocation": "/tmp/ck"}
@@ -86,7 +87,7 @@ def test_the_default_is_auto(guarantee):
 
 def test_auto_writes_with_txkafka_unless_a_setting_needs_librdkafka(caplog, monkeypatch):
     # A fresh process's state: another test in this worker may have logged the same choice.
-    monkeypatch.setattr("txkafka.connector.sink_options._AUTO_LOGGED", set())
+    monkeypatch.setattr("txkafka.connector.sink.options._AUTO_LOGGED", set())
     assert _cfg("auto").producer == "txkafka"
     assert _cfg("auto", **UNSECURED_JWT).producer == "txkafka"
     with caplog.at_level(logging.INFO, logger="txkafka.writer"):

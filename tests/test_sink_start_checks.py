@@ -7,8 +7,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 
 from txkafka.connector.errors import KafkaConfigError, KafkaProtocolError, UnsupportedBrokerError
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.sink_validation import check_producer_config, validate_at_start
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.sink.start_checks import check_producer_config, validate_at_start
 
 # Nothing listens here: a check that contacted the broker would hang or fail differently.
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "topic": "out", "checkpointLocation": "/tmp/ck"}
@@ -66,7 +66,7 @@ def test_the_start_check_does_not_create_a_missing_topic():
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
-    from txkafka.connector.sink_validation import _check_cluster
+    from txkafka.connector.sink.start_checks import _check_cluster
 
     mock = Producer({"test.mock.num.brokers": 1, "logger": _silent()})
     brokers = mock.list_topics(timeout=10).brokers
@@ -112,10 +112,10 @@ def test_oauthbearer_forms_the_commit_client_lacks_fail_at_start_before_any_conn
 def test_the_start_check_s_admin_client_connects_quickly_unless_the_user_says_otherwise(
         monkeypatch, opts, expected):
     """librdkafka pauses half of reconnect.backoff.ms before its first connection to an advertised
-    broker (kafka_config.RECONNECT_BACKOFF_MS); the start check's first request waits for it."""
+    broker (client.config.RECONNECT_BACKOFF_MS); the start check's first request waits for it."""
     import confluent_kafka.admin
 
-    from txkafka.connector import sink_validation
+    from txkafka.connector.sink import start_checks as sink_validation
 
     seen: list[dict] = []
 
@@ -213,7 +213,7 @@ def _addresses(ids):
 
 
 def _check(monkeypatch, answers, add_partitions_max=None, **options):
-    from txkafka.connector import kafka_committer, sink_validation
+    from txkafka.connector.sink import committer as kafka_committer, start_checks as sink_validation
 
     monkeypatch.setattr(kafka_committer, "shared_client",
                         lambda *a, **k: FakeVersions(add_partitions_max or {}))
@@ -294,7 +294,7 @@ def test_without_describe_configs_a_broker_down_is_asked_later(monkeypatch):
 def fake_cluster(monkeypatch):
     """validate_at_start against fake brokers: ``cluster.answers`` (DescribeConfigs by broker),
     ``cluster.admins`` counts the admin clients made (each start check makes one)."""
-    from txkafka.connector import kafka_committer, sink_validation
+    from txkafka.connector.sink import committer as kafka_committer, start_checks as sink_validation
 
     cluster = SimpleNamespace(answers={1: OK, 2: OK, 3: OK}, admins=0)
 
@@ -309,7 +309,7 @@ def fake_cluster(monkeypatch):
 
 
 def _query(tmp_path, **options):
-    from txkafka.connector.sink_commit_log import SinkCommitLog
+    from txkafka.connector.sink.commit_log import SinkCommitLog
 
     cfg = SinkConfig.from_options({"kafka.bootstrap.servers": "h:9092", "topic": "out",
                                    "checkpointLocation": str(tmp_path), **options},
@@ -318,7 +318,7 @@ def _query(tmp_path, **options):
 
 
 def _new_process(monkeypatch):
-    from txkafka.connector import sink_validation
+    from txkafka.connector.sink import start_checks as sink_validation
 
     monkeypatch.setattr(sink_validation, "_PASSED", {})
 
@@ -340,7 +340,7 @@ def test_a_query_that_passed_its_checks_is_not_failed_by_a_broker_down_later(
 
 def test_a_broker_that_could_not_be_asked_is_asked_when_it_answers(
         fake_cluster, monkeypatch, tmp_path):
-    from txkafka.connector import sink_validation
+    from txkafka.connector.sink import start_checks as sink_validation
 
     cfg, log = _query(tmp_path)
     fake_cluster.answers[2] = SILENT

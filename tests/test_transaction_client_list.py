@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 
 from txkafka.connector.errors import TransactionError
-from txkafka.connector.kafka_wire import Reader, Writer
-from txkafka.connector.kafka_error_codes import (
+from txkafka.connector.client.protocol import Reader, Writer
+from txkafka.connector.client.error_codes import (
     CLUSTER_AUTHORIZATION_FAILED,
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
 )
-from txkafka.connector.transaction_client import TransactionClient, TransactionListing
+from txkafka.connector.client.transactions import TransactionClient, TransactionListing
 
 
 def _answer(err: int, listings=()) -> Reader:
@@ -47,7 +47,7 @@ def _client(monkeypatch, answers, timeout=5.0):
     conn = _Conn(answers)
     monkeypatch.setattr(tc, "brokers", lambda: [(1, "broker", 9092)])
     monkeypatch.setattr(tc, "_conn", lambda host, port: conn)
-    monkeypatch.setattr("txkafka.connector.transaction_client.time.sleep", lambda s: None)
+    monkeypatch.setattr("txkafka.connector.client.transactions.time.sleep", lambda s: None)
     return tc, conn
 
 
@@ -75,7 +75,7 @@ def test_other_errors_are_not_retried(monkeypatch):
 def test_the_sweep_after_each_batch_reuses_the_broker_list_until_a_broker_fails(monkeypatch):
     """One Metadata request serves the sweeps of many batches (BROKER_LIST_MAX_AGE_S); a broker
     that stops answering makes the next attempt ask for the brokers afresh."""
-    from txkafka.connector import transaction_client as tcm
+    from txkafka.connector.client import transactions as tcm
     from txkafka.connector.errors import KafkaProtocolError
 
     tc = TransactionClient({"bootstrap.servers": "broker:9092"}, timeout=5.0)

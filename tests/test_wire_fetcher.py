@@ -9,11 +9,11 @@ import threading
 import pytest
 
 from tests.record_batch_encoding import batch, records_of
-from txkafka.connector import wire_fetcher
-from txkafka.connector.cluster_metadata import METADATA
+from txkafka.connector.client import fetcher as wire_fetcher
+from txkafka.connector.client.metadata import METADATA
 from txkafka.connector.errors import KafkaProtocolError
-from txkafka.connector.kafka_wire import Reader, Writer
-from txkafka.connector.wire_fetcher import WireRange, _Links, read_range
+from txkafka.connector.client.protocol import Reader, Writer
+from txkafka.connector.client.fetcher import WireRange, _Links, read_range
 
 TOPIC = "orders"
 CONFIG = (("bootstrap.servers", "seed:9092"), ("group.id", "g-1"),

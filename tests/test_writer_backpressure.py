@@ -5,10 +5,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from txkafka.connector import kafka_writer
+from txkafka.connector.sink import task_writer as kafka_writer
 from txkafka.connector.errors import TransactionError
-from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
-from txkafka.connector.sink_options import SinkConfig
+from txkafka.connector.sink.task_writer import KafkaWriter, validate_input_schema
+from txkafka.connector.sink.options import SinkConfig
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "topic": "out", "checkpointLocation": "/tmp/x"}
 

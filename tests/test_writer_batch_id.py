@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 from txkafka.connector.errors import TransactionError
-from txkafka.connector.kafka_committer import WritePlan
-from txkafka.connector.kafka_writer import validate_input_schema
-from txkafka.connector.sink_options import SinkConfig
-from txkafka.connector.transactional_id_factory import TransactionalIdFactory
+from txkafka.connector.sink.committer import WritePlan
+from txkafka.connector.sink.task_writer import validate_input_schema
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
 from txkafka.python_datasource import kafka_writer as adapter
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "topic": "out", "checkpointLocation": "/tmp/x"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaException
 
-from txkafka.connector import kafka_writer
-from txkafka.connector.sink_options import SinkConfig
+from txkafka.connector.sink import task_writer as kafka_writer
+from txkafka.connector.sink.options import SinkConfig
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "checkpointLocation": "/tmp/x",
         "kafka.sasl.password": "s3cret-pw"}

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import KafkaError
 
-from txkafka.connector import kafka_writer
+from txkafka.connector.sink import task_writer as kafka_writer
 from txkafka.connector.errors import KafkaAuthorizationError
-from txkafka.connector.kafka_writer import KafkaWriter, validate_input_schema
-from txkafka.connector.sink_options import SinkConfig
+from txkafka.connector.sink.task_writer import KafkaWriter, validate_input_schema
+from txkafka.connector.sink.options import SinkConfig
 
 OPTIONS = {"kafka.bootstrap.servers": "pooled-test:9092", "topic": "out",
            "deliveryGuarantee": "at_least_once"}

@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 
 from txkafka.connector.errors import KafkaConfigError
-from txkafka.connector.kafka_writer import KafkaWriter, producer_config, validate_input_schema, \
+from txkafka.connector.sink.task_writer import KafkaWriter, producer_config, validate_input_schema, \
     _ProducerProbe
-from txkafka.connector.sink_options import SinkConfig
+from txkafka.connector.sink.options import SinkConfig
 
 BASE = {"kafka.bootstrap.servers": "h:9092", "topic": "out", "checkpointLocation": "/tmp/x"}
 

@@ -1,4 +1,6 @@
-"""The ``txkafka`` command line: a local broker, the demo, and (for operators) the sink's transactions."""
+"""The txkafka command line: a local broker, the demo, the output's verification,
+and for operators the sink's transactions, its commit log, savepoints and the
+Python start-up aids; the developer tooling's commands (benchmarks) after them."""
 
 from __future__ import annotations
 
@@ -54,8 +56,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="txkafka", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(prog="txkafka", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
     b = sub.add_parser("broker", help="run a local Apache Kafka (KRaft) from Maven Central jars")
     b.add_argument("action", choices=["start", "stop", "status", "logs"])
@@ -74,11 +77,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     for register in _EXTENSIONS:
         register(sub)
+    developer = _DeveloperCommands(sub)
+    for register in _DEVELOPER_EXTENSIONS:
+        register(developer)
+    if developer.listed:
+        developer.list_in(p.add_argument_group("developer commands"))
     return p
 
 
-# Sub-commands defined in other modules register themselves here (demo, transactions, verify...).
+class _DeveloperCommands:
+    """What the developer tooling's ``register_cli`` adds its sub-commands through: they parse like
+    the user's, but ``--help`` lists them after the user's commands, under their own heading."""
+
+    def __init__(self, sub: argparse._SubParsersAction) -> None:
+        self.sub = sub
+        self.listed: list[tuple[str, str]] = []
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        # without its help, argparse leaves the command out of the user's list
+        self.listed.append((name, kwargs.pop("help", None) or ""))
+        return self.sub.add_parser(name, **kwargs)
+
+    def list_in(self, group: argparse._ArgumentGroup) -> None:
+        """One help line per command, as argparse lists the user's (indented as they are, in the
+        same column); help-only entries: they are not among the parser's arguments."""
+        for name, text in self.listed:
+            group._group_actions.append(
+                argparse.Action([], argparse.SUPPRESS, help=text, metavar=f"  {name}"))
+
+
+# Sub-commands defined in other modules register themselves here, the user's in the order --help
+# lists them (after `broker`), then the developer tooling's.
+_USER_COMMANDS = ("txkafka.demo", "txkafka.verify", "txkafka.operator_cli", "txkafka.savepoint",
+                  "txkafka.installed_pyspark", "txkafka.pyspark_home")
+_DEVELOPER_COMMANDS = ("txkafka.devtools.bench", "txkafka.devtools.bench_endurance")
 _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
+_DEVELOPER_EXTENSIONS: list[Callable[[_DeveloperCommands], None]] = []
 
 
 def _load_extensions() -> None:
@@ -86,15 +120,15 @@ def _load_extensions() -> None:
 
     if _EXTENSIONS:
         return  # main() may run more than once in a process (tests, embedding)
-    for mod in ("txkafka.demo", "txkafka.operator_cli", "txkafka.savepoint", "txkafka.verify",
-                "txkafka.bench", "txkafka.bench_endurance", "txkafka.pyspark_home", "txkafka.installed_pyspark"):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as e:
-            if e.name != mod:
-                raise
-            continue
-        _EXTENSIONS.append(m.register_cli)
+    for mods, into in ((_USER_COMMANDS, _EXTENSIONS), (_DEVELOPER_COMMANDS, _DEVELOPER_EXTENSIONS)):
+        for mod in mods:
+            try:
+                m = importlib.import_module(mod)
+            except ModuleNotFoundError as e:
+                if e.name != mod:
+                    raise
+                continue
+            into.append(m.register_cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

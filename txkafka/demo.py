@@ -112,8 +112,8 @@ def crash_verdict(rc: int, fault_fired: bool, open_txns: int) -> str | None:
 def _sink_open_transactions(bootstrap: str, checkpoint: str) -> list[str]:
     """Ongoing transactions of the sink that wrote under ``checkpoint`` (its ids start with
     ``{prefix}-{sinkId}-``, recorded in the checkpoint), not of any other sink on the cluster."""
-    from txkafka.connector.sink_commit_log import SINK_DIR
-    from txkafka.connector.transaction_client import TransactionClient
+    from txkafka.connector.sink.commit_log import SINK_DIR
+    from txkafka.connector.client.transactions import TransactionClient
 
     try:
         with open(os.path.join(checkpoint, SINK_DIR, "sink.json")) as fh:

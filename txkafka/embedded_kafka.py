@@ -102,6 +102,26 @@ logger.statechange.name = state.change.logger
 logger.statechange.level = WARN
 """
 
+# Every request the broker completes, one JSON line each (Kafka's request log at DEBUG), in
+# kafka-request.log: how benchmarks count a client's Produce requests as the broker saw them.
+_REQUEST_LOG4J2 = """logger.request.level = DEBUG
+logger.request.additivity = false
+logger.request.appenderRef.requests.ref = REQUESTS
+appender.requests.type = File
+appender.requests.name = REQUESTS
+appender.requests.fileName = ${sys:kafka.logs.dir}/kafka-request.log
+appender.requests.layout.type = PatternLayout
+appender.requests.layout.pattern = %m%n
+"""
+_REQUEST_LOG4J1 = """log4j.logger.kafka.request.logger=DEBUG, requests
+log4j.additivity.kafka.request.logger=false
+log4j.appender.requests=org.apache.log4j.FileAppender
+log4j.appender.requests.File=${kafka.logs.dir}/kafka-request.log
+log4j.appender.requests.layout=org.apache.log4j.PatternLayout
+log4j.appender.requests.layout.ConversionPattern=%m%n
+"""
+REQUEST_LOG = "kafka-request.log"
+
 _LOG4J1 = """log4j.rootLogger=INFO, file
 log4j.appender.file=org.apache.log4j.FileAppender
 log4j.appender.file.File=${kafka.logs.dir}/server.log
@@ -170,8 +190,12 @@ class KafkaRelease:
     def log_config_name(self) -> str:
         return "log4j2.properties" if self.log4j2 else "log4j.properties"
 
-    def log_config(self) -> str:
-        return _LOG4J2 if self.log4j2 else _LOG4J1
+    def log_config(self, request_log: bool = False) -> str:
+        if self.log4j2:
+            return _LOG4J2.replace("logger.request.level = WARN\n", _REQUEST_LOG4J2) \
+                if request_log else _LOG4J2
+        return _LOG4J1.replace("log4j.logger.kafka.request.logger=WARN\n", _REQUEST_LOG4J1) \
+            if request_log else _LOG4J1
 
     def log_jvm_options(self, node_dir: Path) -> list[str]:
         config = node_dir / self.log_config_name
@@ -312,6 +336,7 @@ class EmbeddedKafka:
     ``extra_config``. The PLAINTEXT listener always exists: it is the inter-broker
     listener and the one the readiness check uses. ``format_args`` are appended to StorageTool's
     ``format`` command (for example ``["--add-scram", "SCRAM-SHA-512=[name=u,password=p]"]``).
+    ``request_log``: each node logs every request it completes (:meth:`request_log_path`).
     """
 
     def __init__(
@@ -327,6 +352,7 @@ class EmbeddedKafka:
         format_args: list[str] | None = None,
         heap: str = "768m",
         progress: Progress = _stderr_progress,
+        request_log: bool = False,
     ) -> None:
         if nodes not in (1, 3):
             raise ValueError(f"nodes must be 1 or 3, got {nodes}")
@@ -348,6 +374,7 @@ class EmbeddedKafka:
         self.format_args = list(format_args or [])
         self.heap = heap
         self.progress = progress
+        self.request_log = request_log
         self.node_infos: list[NodeInfo] = []
         # The release that formatted the data on disk (restarting a node must use the same jars).
         self._state_version: str | None = None
@@ -418,7 +445,8 @@ class EmbeddedKafka:
     def start(self, timeout: float = 180.0) -> str:
         """Start the cluster (or return the running one) and wait until transactions work."""
         if (self.is_running() and len(self.node_infos) == self.nodes
-                and self._state_version == self.release.version):
+                and self._state_version == self.release.version
+                and (not self.request_log or self.request_log_path(1).exists())):
             self.progress(f"cluster '{self.name}' already running at {self.bootstrap_servers}")
             self.wait_ready(timeout)
             return self.bootstrap_servers
@@ -454,7 +482,7 @@ class EmbeddedKafka:
         for node in self.node_infos:
             node.config_path.write_text(self._server_properties(node))
             (Path(node.directory) / self.release.log_config_name).write_text(
-                self.release.log_config())
+                self.release.log_config(self.request_log))
         self.progress(f"formatting KRaft storage for {self.nodes} node(s) "
                       f"(Apache Kafka {self.release.version})")
         formats = [self._format(lib, node, cluster_id) for node in self.node_infos]
@@ -635,6 +663,10 @@ class EmbeddedKafka:
             f"Kafka cluster '{self.name}' not ready after {timeout:.0f}s: {last_err}\n"
             + "\n".join(self.log_tail(n) for n in self.node_infos)
         )
+
+    def request_log_path(self, node_id: int) -> Path:
+        """Where node ``node_id`` logs its requests (with ``request_log``)."""
+        return Path(self._node(node_id).directory) / "logs" / REQUEST_LOG
 
     def log_tail(self, node: NodeInfo, lines: int = 40) -> str:
         chunks = []

@@ -168,7 +168,7 @@ def scan_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 120.0,
 
     # librdkafka's default fetch.queue.backoff.ms idles a second per 100k queued records, however
     # fast they are taken: the value txkafka's reader uses; a caller's own value wins.
-    from .connector.source_options import FETCH_QUEUE_BACKOFF_MS
+    from .connector.source.options import FETCH_QUEUE_BACKOFF_MS
 
     c = Consumer({"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, **conf,
                   "group.id": f"{VERIFY_GROUP_PREFIX}{uuid.uuid4().hex[:8]}",

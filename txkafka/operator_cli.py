@@ -18,10 +18,10 @@ import time
 
 from .connector.secrets_redaction import redact_uri
 from .connector.errors import KafkaConfigError
-from .connector.kafka_config import kafka_client_config
-from .connector.kafka_source_offset import resume_option
-from .connector.sink_commit_log import SinkCommitLog, SinkIdentity
-from .connector.transactional_id_factory import TransactionalIdFactory
+from .connector.client.config import kafka_client_config
+from .connector.checkpoint.savepoint import resume_option
+from .connector.sink.commit_log import SinkCommitLog, SinkIdentity
+from .connector.sink.transactional_ids import TransactionalIdFactory
 
 
 def _client_conf(args: argparse.Namespace) -> dict[str, str]:
@@ -140,7 +140,7 @@ def _listed(tc, sel: _Selection, states: list[str]):
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from .connector.transaction_client import TransactionClient
+    from .connector.client.transactions import TransactionClient
 
     sel = _select(args)
     pending = sel.pending
@@ -173,7 +173,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_abort(args: argparse.Namespace) -> int:
-    from .connector.transaction_client import TransactionClient
+    from .connector.client.transactions import TransactionClient
 
     sel = _select(args)
     pending = sel.pending
@@ -289,7 +289,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     the output can tell; the operator checks it and records the answer here. ``--committed``:
     nothing is written again; ``--lost``: the restart writes those task partitions again.
     """
-    from .connector.kafka_committer import known_verdicts
+    from .connector.sink.committer import known_verdicts
 
     log, _ident = _open_log(args.checkpoint)
     state = log.batch_state(args.batch)

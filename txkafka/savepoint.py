@@ -33,9 +33,9 @@ from .connector.errors import (
     TransactionError,
     TransactionOutcomeUnknownError,
 )
-from .connector.kafka_committer import KafkaCommitter
-from .connector.kafka_source_offset import describe_offsets
-from .connector.savepoint import (
+from .connector.sink.committer import KafkaCommitter
+from .connector.source.offsets import describe_offsets
+from .connector.checkpoint.savepoint import (
     BASIS_BATCH_0,
     Savepoint,
     committed_batch,
@@ -46,15 +46,15 @@ from .connector.savepoint import (
     write_savepoint,
 )
 from .connector.secrets_redaction import redact_uri
-from .connector.sink_commit_log import SINK_DIR, SinkCommitLog
-from .connector.sink_options import SinkConfig
-from .connector.spark_checkpoint import (
+from .connector.sink.commit_log import SINK_DIR, SinkCommitLog
+from .connector.sink.options import SinkConfig
+from .connector.checkpoint.spark_checkpoint import (
     BATCH_FOLDERS,
     OffsetLogEntry,
     checkpoint_filesystem,
     same_source_offsets,
 )
-from .connector.transactional_id_factory import TransactionalIdFactory
+from .connector.sink.transactional_ids import TransactionalIdFactory
 
 log = logging.getLogger(__name__)
 
@@ -292,7 +292,7 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
             "only: the query must read with format('txkafka') (or Spark's 'kafka').")
 
     from .operator_cli import _prefixes_in_log
-    from .connector.transaction_client import TransactionClient
+    from .connector.client.transactions import TransactionClient
 
     names = [prefix] if prefix else list(dict.fromkeys(
         [*_prefixes_in_log(commit_log, ident.sink_id), ident.prefix]))

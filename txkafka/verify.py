@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 from .connector.errors import TxKafkaError
-from .connector.spark_checkpoint import SparkCheckpoint
+from .connector.checkpoint.spark_checkpoint import SparkCheckpoint
 from .kafka_admin import scan_topic
 
 

@@ -69,11 +69,11 @@ from integration_tests.chaos.summary import (
 from integration_tests.kafka_helpers import KafkaTarget
 from txkafka import savepoint as savepoints
 from txkafka.connector.fault_injection import ENV_VAR, read_marker
-from txkafka.connector.kafka_source_offset import BATCH_START_KEY, from_offset_json
-from txkafka.connector.savepoint import kafka_offsets, read_savepoint
-from txkafka.connector.sink_commit_log import BatchState, SinkCommitLog
-from txkafka.connector.spark_checkpoint import SparkCheckpoint
-from txkafka.connector.transaction_client import TransactionClient
+from txkafka.connector.source.offsets import BATCH_START_KEY, from_offset_json
+from txkafka.connector.checkpoint.savepoint import kafka_offsets, read_savepoint
+from txkafka.connector.sink.commit_log import BatchState, SinkCommitLog
+from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
+from txkafka.connector.client.transactions import TransactionClient
 from txkafka.verify import verify, verify_windowed_counts
 
 TASK_POINTS = ("before_precommit", "after_precommit", "read_partition")
@@ -256,7 +256,7 @@ class Campaign:
                  final_timeout: float = 420.0, records_per_txn: int = 50,
                  feed_interval_s: float = 0.3, transaction_timeout_ms: int = 0,
                  input_partitions: int = 3, output_partitions: int = 3,
-                 batch_deltas: tuple[int, ...] = (1, 2, 3), producer: str = "librdkafka",
+                 batch_deltas: tuple[int, ...] = (1, 2, 3), producer: str = "txkafka",
                  sink_conf: tuple[str, ...] = (), outage_s: float = 40.0,
                  log: Callable[[str], None] = _stderr) -> None:
         if mode not in ("map", "aggregate"):
@@ -287,7 +287,7 @@ class Campaign:
         brokers = len(kafka.cluster.node_infos) if kafka.cluster is not None else 1
         self.result = CampaignResult(name, mode, transaction_version, brokers, self.spark.kind,
                                      producer=producer)
-        self.producer = producer  # the sink's producer option (librdkafka or txkafka's own)
+        self.producer = producer  # the sink's producer option (txkafka, the default; librdkafka)
         # kafka.* settings of the sink only (key=value), e.g. a shorter request.timeout.ms
         self.sink_conf = tuple(sink_conf)
         # How long a rolling restart's sigstop freezes a broker: longer than the request

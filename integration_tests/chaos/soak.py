@@ -288,9 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", help="where clusters, checkpoints and logs go (default: a temp dir)")
     p.add_argument("--keep", action="store_true", help="keep clusters and every campaign's logs")
     p.add_argument("--round-timeout", type=float, default=300.0)
-    p.add_argument("--producer", choices=["librdkafka", "txkafka", "both"], default="librdkafka",
-                   help="the sink's producer option in every campaign; both: alternating by "
-                        "campaign number (the crash draws do not depend on it)")
+    p.add_argument("--producer", choices=["librdkafka", "txkafka", "both"], default="both",
+                   help="the sink's producer option in every campaign; both (the default): "
+                        "alternating by campaign number (the crash draws do not depend on it)")
     p.add_argument("--max-hours", type=float, default=0.0, help="stop starting campaigns after")
     p.add_argument("--resume", action="store_true",
                    help="keep the campaigns already in --out (same seed) and add rounds until "

@@ -385,9 +385,8 @@ class ChaosSummary:
         for c in self.campaigns:
             lines.append(
                 f"  - {c.name}: {'ok' if c.ok else 'FAILED'} {c.mode} tv{c.transaction_version} "
-                f"{c.brokers} broker(s) {c.spark}"
-                + (f" producer={c.producer}" if c.producer != "librdkafka" else "")
-                + f": {len(c.rounds)} rounds, "
+                f"{c.brokers} broker(s) {c.spark} producer={c.producer}: {len(c.rounds)} "
+                f"rounds, "
                 f"{c.records_verified} records, {c.batches} batches, {c.seconds:.0f}s")
             lines += [f"      {p}" for p in t["campaign_problems"].get(c.name, [])]
         return "\n".join(lines)

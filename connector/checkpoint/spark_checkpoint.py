@@ -1,0 +1,214 @@
+"""Spark's streaming checkpoint as txkafka reads it: the one owner of its layout.
+
+Layout (Spark 3.x/4.x, ``MicroBatchExecution``), under ``checkpointLocation``:
+
+    metadata          {"id": "<query id>"}: written when a query first starts
+    offsets/<N>       line 1 "v1", line 2 the batch metadata (batchWatermarkMs, batchTimestampMs,
+                      conf), then one line per source: that source's end offset for batch N
+                      (JSON for Kafka-like sources; "-" for a source that has none yet)
+    commits/<N>       written after batch N's sink commit; its presence means "batch N is done"
+    sources/, state/  per-source and state-store data (not read here)
+
+Spark writes ``offsets/N`` before it plans batch N (so before the sink's ``streamWriter()`` for
+batch N runs) and ``commits/N`` after the sink's ``commit(N)`` returned. Files are written once,
+atomically; ``.crc`` and temporary files sit beside them and are ignored here.
+
+Paths go through pyarrow.fs, so HDFS, S3 and GCS checkpoints read like local ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from ..errors import CommitLogError
+from ..secrets_redaction import redact_uri, redact_uri_text
+
+METADATA = "metadata"
+OFFSETS = "offsets"
+COMMITS = "commits"
+# The folders Spark adds a file to at every batch.
+BATCH_FOLDERS = (OFFSETS, COMMITS)
+
+# Hadoop's names for its S3 connectors; pyarrow's S3 filesystem answers to s3 only.
+_SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
+
+
+def checkpoint_filesystem(location: str, *, error: type[Exception] = CommitLogError,
+                          name: str = "checkpoint location") -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem and path of a checkpoint URI or local path.
+
+    A URI's credentials never reach the error (pyarrow echoes the URI). ``error``/``name`` let a
+    command line say which of its arguments was wrong.
+    """
+    if "://" in location or location.startswith("file:"):
+        scheme, sep, rest = location.partition("://")
+        uri = f"{_SCHEME_ALIASES.get(scheme.lower(), scheme)}{sep}{rest}" if sep else location
+        try:
+            return pafs.FileSystem.from_uri(uri)
+        except Exception as e:  # noqa: BLE001 - pyarrow raises several types
+            raise error(
+                f"cannot open {name} {redact_uri(location)!r}: "
+                f"{redact_uri_text(str(e), location)}") from None
+    return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+@dataclass(frozen=True)
+class OffsetLogEntry:
+    """One ``offsets/N`` file: the batch's metadata and each source's end offset, as logged."""
+
+    batch_id: int
+    metadata: dict[str, Any]
+    sources: tuple[str, ...]  # one raw line per source, in the query's source order
+
+    @property
+    def watermark_ms(self) -> int:
+        try:
+            return int(self.metadata.get("batchWatermarkMs", 0))
+        except (TypeError, ValueError):
+            return 0
+
+    def source_offsets(self) -> list[Any]:
+        """Each source's offset parsed from JSON (a line that is not JSON stays a string)."""
+        out: list[Any] = []
+        for line in self.sources:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                out.append(line)
+        return out
+
+    def topic_offsets(self, topic: str) -> dict[int, int]:
+        """{partition: end offset} of ``topic`` from the (last) Kafka-shaped source that reads it."""
+        ends: dict[int, int] = {}
+        for src in self.source_offsets():
+            if isinstance(src, dict) and isinstance(src.get(topic), dict):
+                ends = {int(p): int(o) for p, o in src[topic].items()}
+        return ends
+
+
+def same_source_offsets(a: list[Any] | tuple[Any, ...], b: list[Any] | tuple[Any, ...]) -> bool:
+    """Whether two batches read the same offsets, compared as parsed JSON (key order and the
+    int/str form of partition keys after a restart do not matter; values do)."""
+    return _canonical(list(a)) == _canonical(list(b))
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    if isinstance(value, dict):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+@dataclass
+class SparkCheckpoint:
+    """Read-only view of one query's checkpoint. Never writes: Spark owns these files."""
+
+    location: str
+    error: type[Exception] = CommitLogError
+    name: str = "checkpoint location"
+    fs: pafs.FileSystem = field(init=False, repr=False)
+    root: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.fs, root = checkpoint_filesystem(self.location, error=self.error, name=self.name)
+        self.root = root.rstrip("/")
+
+    def _path(self, *parts: str) -> str:
+        return "/".join((self.root, *parts))
+
+    @property
+    def metadata_path(self) -> str:
+        return self._path(METADATA)
+
+    def offsets_path(self, batch_id: int) -> str:
+        return self._path(OFFSETS, str(batch_id))
+
+    def commit_path(self, batch_id: int) -> str:
+        return self._path(COMMITS, str(batch_id))
+
+    def has_metadata(self) -> bool:
+        """Whether Spark's ``metadata`` file is here (Spark writes it when the query starts)."""
+        try:
+            return self.fs.get_file_info(self.metadata_path).type != pafs.FileType.NotFound
+        except OSError as e:
+            raise self.error(f"cannot read {redact_uri(self.metadata_path)}: {e}") from None
+
+    def query_id(self) -> str | None:
+        raw = self._read_text(self.metadata_path)
+        if raw is None:
+            return None
+        try:
+            return str(json.loads(raw.splitlines()[0]).get("id")) or None
+        except (ValueError, IndexError, AttributeError):
+            return None
+
+    def batch_ids(self, folder: str) -> list[int]:
+        """Batch ids with a file in ``offsets`` or ``commits`` (sorted; .crc and temp files skipped)."""
+        try:
+            infos = self.fs.get_file_info(pafs.FileSelector(self._path(folder), allow_not_found=True))
+        except OSError as e:
+            raise self.error(f"cannot list {redact_uri(self._path(folder))}: {e}") from None
+        return sorted(int(i.base_name) for i in infos if i.base_name.isdigit())
+
+    def offsets_batch_ids(self) -> list[int]:
+        """Batches Spark planned (logged in ``offsets/``), sorted."""
+        return self.batch_ids(OFFSETS)
+
+    def committed_batch_ids(self) -> list[int]:
+        """Batches Spark finished (``commits/``), sorted."""
+        return self.batch_ids(COMMITS)
+
+    def latest_offsets_batch(self) -> int | None:
+        return max(self.offsets_batch_ids(), default=None)
+
+    def latest_committed_batch(self) -> int | None:
+        return max(self.committed_batch_ids(), default=None)
+
+    def has_commit(self, batch_id: int) -> bool:
+        """Whether Spark wrote ``commits/N``: batch N is done, and any task of it still running
+        is a loser or a zombie."""
+        path = self.commit_path(batch_id)
+        try:
+            return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        except OSError as e:
+            raise self.error(f"cannot read {redact_uri(path)}: {e}") from None
+
+    def read_offsets(self, batch_id: int) -> OffsetLogEntry | None:
+        """``offsets/N`` parsed, or None if Spark has not logged batch N (or it was removed)."""
+        raw = self._read_text(self.offsets_path(batch_id))
+        if raw is None:
+            return None
+        lines = raw.splitlines()
+        try:
+            metadata = json.loads(lines[1]) if len(lines) > 1 else {}
+        except ValueError:
+            metadata = {}
+        return OffsetLogEntry(batch_id, metadata if isinstance(metadata, dict) else {},
+                              tuple(lines[2:]))
+
+    def describe_offsets(self, batch_id: int) -> str | None:
+        """The sources' offsets of batch N on one line, for error messages."""
+        entry = self.read_offsets(batch_id)
+        return " | ".join(entry.sources) if entry is not None and entry.sources else None
+
+    def _read_text(self, path: str) -> str | None:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return f.read().decode(errors="replace")
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            if "not found" in str(e).lower() or "no such file" in str(e).lower():
+                return None
+            raise self.error(f"cannot read {redact_uri(path)}: {e}") from None

@@ -1,0 +1,243 @@
+"""txkafka's own producer (the sink's default) through broker faults on a real 3-node cluster
+(replication factor 3, min.insync.replicas 2): the leader of a written partition SIGKILLed
+mid-transaction (directly and under a Spark write), the leader SIGSTOPped past the request
+timeout, min.insync.replicas unmet and restored before the delivery limit, or not. Each ends with
+every record exactly once and in order (read_committed), or in a typed failure with nothing of
+the transaction visible; no transaction is left open, at its coordinator (ListTransactions) or at
+a partition's leader (DescribeProducers)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pytest
+
+from integration_tests.kafka_helpers import KafkaTarget, unique
+from integration_tests.pipeline_helpers import wait_until
+from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
+from txkafka.connector.errors import TransactionError
+from txkafka.connector.client.protocol import Writer
+from txkafka.connector.client.transactions import TransactionClient
+from txkafka.connector.client.producer import ClusterLink, WireProducer
+
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster3]
+
+RETRIED = "will be retried"
+
+
+def _rows(start: int, n: int) -> tuple[pa.Array, pa.Array]:
+    keys = pa.array([b"k%d" % (i % 997) for i in range(start, start + n)], pa.binary())
+    values = pa.array([b"%09d" % i for i in range(start, start + n)], pa.binary())
+    return keys, values
+
+
+def _signal(cluster, node_id: int, sig: int) -> None:
+    """SIGSTOP / SIGCONT one node (kill_node would wait for an exit)."""
+    os.kill(next(n.pid for n in cluster.node_infos if n.node_id == node_id), sig)
+
+
+def _leader(kafka: KafkaTarget, topic: str, partition: int) -> int:
+    return kafka.admin().list_topics(topic, timeout=30).topics[topic].partitions[partition].leader
+
+
+def _full_isr(kafka: KafkaTarget, topics: list[str]) -> bool:
+    md = kafka.admin().list_topics(timeout=30)
+    return all(len(p.isrs) == 3 for t in topics for p in md.topics[t].partitions.values())
+
+
+def _heal(kafka: KafkaTarget, topics: list[str]) -> None:
+    """Every node up again and back in every replica set (the next test needs all three)."""
+    cluster = kafka.cluster
+    for node in cluster.node_infos:
+        if node.node_id not in cluster.alive_nodes():
+            cluster.start_node(node.node_id)
+    wait_until(lambda: _full_isr(kafka, topics + ["__transaction_state"]), 120,
+               "every replica back in sync")
+
+
+def _producer(kafka: KafkaTarget, tid: str, **conf: str) -> WireProducer:
+    full = {**kafka.conf, "batch.size": "16384", **conf}
+    p = WireProducer(full, transactional_id=tid, link=ClusterLink(full), where="failover test")
+    p.begin()
+    return p
+
+
+def _commit(kafka: KafkaTarget, p: WireProducer) -> None:
+    res = p.flush()
+    p.close()
+    with TransactionClient(kafka.conf, timeout=60) as tc:
+        assert tc.end_txn(res.transactional_id, res.producer_id, res.producer_epoch, True) == 0
+
+
+def _exactly_once(kafka: KafkaTarget, topic: str, expected: range, ordered: bool = True) -> None:
+    """Every id once (read_committed); ``ordered``: each partition's ids in the order sent (one
+    writer per partition)."""
+    got = kafka.read_committed_count(topic, len(expected), timeout=90)
+    ids = [int(r.value) for r in got]
+    assert len(set(ids)) == len(ids), "duplicates"
+    assert sorted(ids) == list(expected), "gaps"
+    for part in {r.partition for r in got} if ordered else ():
+        mine = [int(r.value) for r in got if r.partition == part]
+        assert mine == sorted(mine), f"partition {part} out of order"
+
+
+DESCRIBE_PRODUCERS = 61
+
+
+def _hanging(kafka: KafkaTarget, topic: str) -> list[tuple[int, int]]:
+    """(partition, producer id) of every transaction a partition's leader still holds open
+    (DescribeProducers: CurrentTxnStartOffset set), whatever the coordinator says: what a
+    Produce handled after its transaction's markers leaves behind (a hanging transaction)."""
+    md = kafka.admin().list_topics(topic, timeout=30)
+    open_txns = []
+    for part, pm in sorted(md.topics[topic].partitions.items()):
+        broker = md.brokers[pm.leader]
+        conn = BrokerConnection(broker.host, broker.port, SecurityConfig())
+        try:
+            body = (Writer(True).array([(topic, [part])], lambda w, tp: w.string(tp[0]).array(
+                tp[1], lambda ww, p: ww.int32(p)).tags()).tags().build())
+            r = conn.request(DESCRIBE_PRODUCERS, 0, body, flexible=True)
+            r.int32()
+            for _ in range(r.uvarint() - 1):
+                r.string()
+                for _ in range(r.uvarint() - 1):
+                    index, err = r.int32(), r.int16()
+                    r.string()
+                    assert err == 0, f"DescribeProducers {topic}[{index}]: error {err}"
+                    for _ in range(r.uvarint() - 1):
+                        pid = r.int64()
+                        r.int32(), r.int32(), r.int64(), r.int32()
+                        if r.int64() >= 0:
+                            open_txns.append((index, pid))
+                        r.tags()
+                    r.tags()
+                r.tags()
+        finally:
+            conn.close()
+    return open_txns
+
+
+def _retried(caplog, what: str) -> bool:
+    return any(RETRIED in r.getMessage() and what in r.getMessage() for r in caplog.records)
+
+
+def test_leader_sigkilled_mid_transaction_then_sigstopped_past_the_request_timeout(kafka3,
+                                                                                   caplog):
+    """Two faults in one transaction: the leader of partition 0 is SIGKILLed between sends
+    (Produce requests in flight are cut: resent to the new leader, whose producer state finds
+    the duplicates); later the new leader of partition 1 is SIGSTOPped for longer than
+    request.timeout.ms (no answer at all: the producer gives up on the connection at the
+    request's deadline, the controller moves the leadership, the batches go again)."""
+    caplog.set_level(logging.INFO, logger="txkafka.writer")
+    topic = kafka3.create_topic(partitions=3)
+    cluster = kafka3.cluster
+    tid = unique("wire-failover")
+    p = _producer(kafka3, tid, **{"request.timeout.ms": "4000"})
+    n, chunk = 80_000, 4_000
+    stopped: list[int] = []
+    try:
+        for i, start in enumerate(range(0, n, chunk)):
+            p.send(topic, _rows(start, chunk)[1], keys=_rows(start, chunk)[0])
+            if i == 4:
+                cluster.kill_node(_leader(kafka3, topic, 0), signal.SIGKILL)
+            if i == 10:
+                victim = _leader(kafka3, topic, 1)
+                _signal(cluster, victim, signal.SIGSTOP)
+                stopped.append(victim)
+                threading.Timer(12.0, _signal, (cluster, victim, signal.SIGCONT)).start()
+        _commit(kafka3, p)
+        assert _retried(caplog, "did not answer"), "no request outlived its timeout"
+        assert _retried(caplog, ""), "the kill never reached the producer"
+        _exactly_once(kafka3, topic, range(n))
+        assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
+    finally:
+        for node in stopped:
+            _signal(cluster, node, signal.SIGCONT)
+        _heal(kafka3, [topic])
+
+
+def _isr(kafka: KafkaTarget, topic: str) -> int:
+    return len(kafka.admin().list_topics(topic, timeout=30).topics[topic].partitions[0].isrs)
+
+
+def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
+    """A topic of min.insync.replicas 3 loses a follower (SIGSTOPped, fenced, out of the ISR):
+    its leader answers NOT_ENOUGH_REPLICAS. A transaction whose follower comes back before
+    message.timeout.ms delivers everything once; one whose follower does not fails typed, is
+    aborted, and shows nothing."""
+    caplog.set_level(logging.INFO, logger="txkafka.writer")
+    cluster = kafka3.cluster
+    topic = kafka3.create_topic(partitions=1, config={"min.insync.replicas": "3"})
+    meta = kafka3.admin().list_topics(topic, timeout=30).topics[topic].partitions[0]
+    follower = next(r for r in meta.replicas if r != meta.leader)
+    first = _producer(kafka3, unique("wire-isr-ok"), **{"message.timeout.ms": "90000"})
+    first.send(topic, _rows(0, 5000)[1], keys=_rows(0, 5000)[0])
+    first.flush()
+    assert _hanging(kafka3, topic) == [(0, first.producer_id)]  # open: the check sees it
+    tid = unique("wire-isr-lost")
+    lost = _producer(kafka3, tid, **{"message.timeout.ms": "8000"})
+    try:
+        _signal(cluster, follower, signal.SIGSTOP)
+        wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
+        first.send(topic, _rows(5000, 5000)[1], keys=_rows(5000, 5000)[0])
+        with ThreadPoolExecutor(1) as pool:
+            done = pool.submit(_commit, kafka3, first)
+            wait_until(lambda: _retried(caplog, "NOT_ENOUGH_REPLICAS"), 30,
+                       "the producer meeting NOT_ENOUGH_REPLICAS")
+            _signal(cluster, follower, signal.SIGCONT)
+            done.result(120)
+
+        _signal(cluster, follower, signal.SIGSTOP)
+        wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
+        lost.send(topic, _rows(10_000, 3000)[1], keys=_rows(10_000, 3000)[0])
+        with pytest.raises(TransactionError, match="not delivered within 8s.*NOT_ENOUGH_REPLICAS"):
+            lost.flush()
+        lost.abort()
+        lost.close()
+    finally:
+        _signal(cluster, follower, signal.SIGCONT)
+    _exactly_once(kafka3, topic, range(10_000))
+    assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
+    _heal(kafka3, [topic])
+
+
+@pytest.mark.spark
+def test_a_spark_write_survives_its_leader_sigkilled(spark, kafka3):
+    """A df.write with the default producer, the leader of a written partition SIGKILLed once
+    the write has records in the log: the write succeeds, every row once."""
+    topic = kafka3.create_topic(partitions=3)
+    prefix = unique("wire-spark-kill")
+    n = 400_000
+    df = spark.range(n).selectExpr("CAST(id % 1000 AS STRING) AS key",
+                                   "lpad(CAST(id AS STRING), 9, '0') AS value").repartition(2)
+    victim = _leader(kafka3, topic, 0)
+    killed = threading.Event()
+
+    def kill_when_writing() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if sum(kafka3.end_offsets(topic).values()) > 0:
+                kafka3.cluster.kill_node(victim, signal.SIGKILL)
+                killed.set()
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_when_writing, daemon=True)
+    killer.start()
+    try:
+        df.write.format("txkafka").option("kafka.bootstrap.servers", kafka3.bootstrap) \
+            .option("topic", topic).option("transactionalIdPrefix", prefix) \
+            .mode("append").save()
+        killer.join(10)
+        assert killed.is_set(), "the write finished before the kill"
+        _exactly_once(kafka3, topic, range(n), ordered=False)  # two tasks share partitions
+        assert kafka3.open_transactions(f"{prefix}-") == [] and _hanging(kafka3, topic) == []
+    finally:
+        killer.join(10)
+        _heal(kafka3, [topic])

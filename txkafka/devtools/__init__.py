@@ -1,0 +1,10 @@
+"""Developer tooling: the benchmarks and the tests' JVM start-up archive.
+
+Owns: ``txkafka bench`` (``bench``, with its ``tasks`` suite in ``bench_tasks`` and what the
+suites share in ``bench_runs``), ``txkafka bench-endurance`` (``bench_endurance``),
+``python -m txkafka.devtools.bench_produce`` (one task's transaction on each producer, without
+Spark) and the class-data-sharing archive of Spark's JVM (``jvm_startup``).
+
+May import anything of txkafka. Nothing else imports it: the command line loads its commands by
+name and lists them after the user's, under their own heading.
+"""
