@@ -30,7 +30,7 @@ import pytest
 from integration_tests.chaos.campaign import OUTAGE_WAYS, Campaign, Crash, SparkTarget
 from integration_tests.chaos.summary import ChaosSummary
 
-pytestmark = [pytest.mark.kafka]
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster3]
 
 SINK_CONF = ("request.timeout.ms=5000",)
 OUTAGE_S = 12.0
