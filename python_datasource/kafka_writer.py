@@ -140,12 +140,15 @@ class _KafkaWrite:
         self.plan = WritePlan()
         self.ids: TransactionalIdFactory | None = None
         self._committer: KafkaCommitter | None = None
-        validate_at_start(self.cfg, self.sink_schema)
+        commit_log = (SinkCommitLog(self.cfg.checkpoint_location or "")
+                      if streaming and self.cfg.exactly_once else None)
+        if commit_log is not None:
+            _require_spark_checkpoint(commit_log)
+        # Keeps what the checks found beside the commit log: a broker down later never fails them.
+        validate_at_start(self.cfg, self.sink_schema, commit_log=commit_log)
         if not self.cfg.exactly_once:
             return
-        if streaming:
-            commit_log = SinkCommitLog(self.cfg.checkpoint_location or "")
-            _require_spark_checkpoint(commit_log)
+        if commit_log is not None:
             identity = commit_log.identity(self.cfg.transactional_id_prefix)
             self.ids = TransactionalIdFactory(self.cfg.transactional_id_prefix, identity.sink_id)
             self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)

@@ -40,8 +40,9 @@ from txkafka.connector.client.transactions import TransactionClient
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 FIND_COORDINATOR, END_TXN, DESCRIBE_TRANSACTIONS = 10, 26, 65
 # (api key, min, max) the fake offers, and whether the version the client picks is flexible.
-OFFERED = [(18, 0, 3), (17, 0, 1), (36, 0, 2), (10, 0, 4), (26, 0, 4), (65, 0, 0)]
-FLEXIBLE = {18: True, 17: False, 36: True, 10: True, 26: True, 65: True}
+OFFERED = [(18, 0, 3), (17, 0, 1), (36, 0, 2), (10, 0, 4), (26, 0, 4), (65, 0, 0), (3, 0, 12)]
+FLEXIBLE = {18: True, 17: False, 36: True, 10: True, 26: True, 65: True, 3: True}
+METADATA = 3
 LOADING, CONCURRENT = COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS
 
 
@@ -73,6 +74,7 @@ class FakeBroker:
             FIND_COORDINATOR: self.find_coordinator,
             END_TXN: lambda n, body: end_txn_answer(0),
             DESCRIBE_TRANSACTIONS: lambda n, body: describe_answer(body, 0),
+            METADATA: lambda n, body: metadata_answer(self.port),
         }
         self._srv = socket.socket()
         self._srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -180,6 +182,14 @@ def api_versions_answer() -> bytes:
 
 def end_txn_answer(code: int) -> bytes:
     return Writer(True).int32(0).int16(code).tags().build()
+
+
+def metadata_answer(port: int) -> bytes:
+    """Metadata v12: this broker alone (node 1), no topics."""
+    return (Writer(True).int32(0)
+            .array([(1, "127.0.0.1", port)], lambda w, b: w.int32(b[0]).string(b[1]).int32(b[2])
+                   .string(None).tags())
+            .string("cluster").int32(1).array([], lambda w, t: None).tags().build())
 
 
 def describe_answer(body: Reader, code: int) -> bytes:
@@ -423,6 +433,15 @@ def test_end_txn_waits_for_a_restarting_coordinator_and_bootstrap_broker(brokers
     with TransactionClient({"bootstrap.servers": f"127.0.0.1:{port}"}, timeout=10) as tc:
         tc._coordinators["t"] = ("127.0.0.1", port)  # learnt before the broker went down
         assert tc.end_txn("t", 7, 0, True) == 0
+
+
+def test_the_broker_list_waits_for_a_restarting_bootstrap_broker(brokers):
+    """The sweeps list transactions on every broker of a Metadata answer; asked while the only
+    bootstrap broker restarted, the list was tried twice at once and the sweep failed."""
+    port = _free_port()
+    _later(0.5, lambda: brokers(port))
+    with TransactionClient({"bootstrap.servers": f"127.0.0.1:{port}"}, timeout=10) as tc:
+        assert tc.brokers() == [(1, "127.0.0.1", port)]
 
 
 def test_find_coordinators_asks_a_known_broker_when_the_bootstrap_one_is_gone(brokers):

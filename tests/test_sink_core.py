@@ -557,6 +557,9 @@ def test_a_failed_sweep_does_not_fail_a_committed_batch(tmp_path, caplog):
     assert "orphan sweep failed" in caplog.text
     # The re-run of a batch the log says is complete is not failed by its sweep either.
     assert committer.commit(1, [TaskResult(0, 0, 1, None, 0, True)]).skipped
+    # Nor a batch without rows whose task was retried (a broker down during the sweep).
+    report = committer.commit(2, [TaskResult(0, 1, 2, None, 0, True)])
+    assert report.transactions == 0 and log.batch_state(2).complete
 
 
 # ------------------------------------------------------------------------- batch ids (item 5)

@@ -1,10 +1,12 @@
 """The sink's options fail at query start, naming the option, when every task would fail later."""
 
+from types import SimpleNamespace
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 
-from txkafka.connector.errors import KafkaConfigError, UnsupportedBrokerError
+from txkafka.connector.errors import KafkaConfigError, KafkaProtocolError, UnsupportedBrokerError
 from txkafka.connector.sink.options import SinkConfig
 from txkafka.connector.sink.start_checks import check_producer_config, validate_at_start
 
@@ -151,33 +153,63 @@ class _Future:
 
 
 class FakeAdmin:
-    """DescribeConfigs answers per broker id: {name: value}, or an exception for all."""
+    """DescribeConfigs answers per broker id: {name: value}, an exception (for that broker, or for
+    all), or ``SILENT`` (a broker that never answers: its future times out)."""
 
-    def __init__(self, answers):
+    def __init__(self, answers, brokers=None):
         self.answers = answers
+        self.brokers = brokers or (sorted(answers) if isinstance(answers, dict) else [])
+        self.calls = 0
 
-    def describe_configs(self, resources):
+    def describe_configs(self, resources, request_timeout=None):
         if sum(r.restype_int == ConfigResource.Type.BROKER.value for r in resources) > 1:
             # librdkafka's rule (seen on a 3-node cluster): one BROKER resource per call.
             raise KafkaException(KafkaError(KafkaError._CONFLICT,
                                             "Only one ConfigResource of type BROKER is allowed "
                                             "per call"))
-        self.calls = getattr(self, "calls", 0) + 1
+        self.calls += 1
         if isinstance(self.answers, Exception):
             return {r: _Future(self.answers) for r in resources}
-        return {r: _Future({k: _Entry(v) for k, v in self.answers[int(r.name)].items()})
-                for r in resources}
+        out = {}
+        for r in resources:
+            a = self.answers[int(r.name)]
+            out[r] = (_Future(TimeoutError()) if a is SILENT else _Future(a)
+                      if isinstance(a, Exception) else _Future({k: _Entry(v) for k, v in a.items()}))
+        return out
+
+    # What validate_at_start's own checks ask besides DescribeConfigs.
+    def list_topics(self, topic=None, timeout=None):
+        brokers = {b: SimpleNamespace(host=f"h{b}", port=9092) for b in self.brokers}
+        return SimpleNamespace(brokers=brokers, topics={topic: SimpleNamespace(error=None)})
+
+    def describe_topics(self, topics, include_authorized_operations=False, request_timeout=None):
+        return {t: _Future(SimpleNamespace(authorized_operations=None)) for t in topics.topic_names}
+
+    def poll(self, timeout=0):
+        return 0
+
+
+SILENT = object()
 
 
 class FakeVersions:
-    def __init__(self, add_partitions_max: dict[int, int]):
+    """The driver's protocol client: API versions per broker (``None``: the broker is down)."""
+
+    def __init__(self, add_partitions_max: dict[int, int | None]):
         self.top = add_partitions_max
 
-    def brokers(self):
-        return [(b, f"h{b}", 9092) for b in self.top]
-
     def api_versions(self, host, port):
-        return {24: (0, self.top[int(host[1:])])}
+        top = self.top[int(host[1:])]
+        if top is None:
+            raise KafkaProtocolError(f"cannot connect to broker {host}:{port}")
+        return {24: (0, top)}
+
+    def describe(self, ids):
+        return {}
+
+
+def _addresses(ids):
+    return {b: (f"h{b}", 9092) for b in ids}
 
 
 def _check(monkeypatch, answers, add_partitions_max=None, **options):
@@ -188,7 +220,7 @@ def _check(monkeypatch, answers, add_partitions_max=None, **options):
     cfg = SinkConfig.from_options({"kafka.bootstrap.servers": "h:9092", "topic": "out",
                                    "checkpointLocation": "/tmp/x", **options}, streaming=True)
     ids = sorted(answers) if isinstance(answers, dict) else sorted(add_partitions_max)
-    sink_validation.check_broker_settings(cfg, FakeAdmin(answers), ids, 5.0)
+    return sink_validation.check_broker_settings(cfg, FakeAdmin(answers), _addresses(ids), 5.0)
 
 
 V = "transaction.partition.verification.enable"
@@ -210,12 +242,10 @@ def test_a_broker_that_hides_the_setting_is_judged_by_its_version(monkeypatch, c
     with pytest.raises(UnsupportedBrokerError, match="broker 1: no such setting"):
         _check(monkeypatch, {1: {M: "900000"}}, {1: 3})  # AddPartitionsToTxn v3: Kafka 3.5
     _check(monkeypatch, {1: {M: "900000"}}, {1: 5})  # v5: Kafka 4.x hiding it; warned
-    assert "cannot check transaction.partition.verification.enable" in caplog.text
+    assert "cannot be read, so txkafka cannot check it" in caplog.text
 
 
 def test_without_describe_configs_the_version_decides(monkeypatch):
-    from confluent_kafka import KafkaError, KafkaException
-
     denied = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
     _check(monkeypatch, denied, {1: 4, 2: 5})
     with pytest.raises(UnsupportedBrokerError, match="broker 2: no such setting"):
@@ -223,7 +253,136 @@ def test_without_describe_configs_the_version_decides(monkeypatch):
 
 
 def test_the_timeout_cap_is_the_lowest_broker_s(monkeypatch):
-    from txkafka.connector.errors import KafkaConfigError, UnsupportedBrokerError
-
     with pytest.raises(KafkaConfigError, match="transaction.max.timeout.ms=30000"):
         _check(monkeypatch, {1: {V: "true", M: "900000"}, 2: {V: "true", M: "30000"}})
+
+
+# ------------------------------------------------------------------- brokers that do not answer
+
+OK = {V: "true", M: "900000"}
+
+
+@pytest.mark.parametrize("silence", [
+    SILENT,  # the future never completes (a SIGSTOPped broker): TimeoutError
+    KafkaException(KafkaError(KafkaError._TIMED_OUT)),   # librdkafka's request time-out
+    KafkaException(KafkaError(KafkaError._TRANSPORT)),   # the connection broke (SIGKILL)
+])
+def test_a_broker_that_does_not_answer_never_fails_the_checks(monkeypatch, caplog, silence):
+    """A broker down (or restarting) made its DescribeConfigs time out, and the TimeoutError failed
+    the query ("Failed to initialize Python data source writer ... TimeoutError") although the
+    cluster was fine: the brokers that answer are checked, the others named in the log."""
+    result = _check(monkeypatch, {1: OK, 2: silence, 3: OK})
+    assert result.unasked == {2} and sorted(result.brokers) == [1, 3]
+    assert "broker(s) [2] did not answer the sink's start checks" in caplog.text
+
+
+def test_a_broker_that_answers_unsafe_is_refused_while_another_is_down(monkeypatch):
+    with pytest.raises(UnsupportedBrokerError, match="broker 3: transaction.partition"):
+        _check(monkeypatch, {1: OK, 2: SILENT, 3: {V: "false", M: "900000"}})
+
+
+def test_without_describe_configs_a_broker_down_is_asked_later(monkeypatch):
+    denied = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+    result = _check(monkeypatch, denied, {1: 4, 2: None})
+    assert result.unasked == {2} and result.brokers[1].verifies
+
+
+# ------------------------------------------------------------ what the query remembers
+
+
+@pytest.fixture
+def fake_cluster(monkeypatch):
+    """validate_at_start against fake brokers: ``cluster.answers`` (DescribeConfigs by broker),
+    ``cluster.admins`` counts the admin clients made (each start check makes one)."""
+    from txkafka.connector.sink import committer as kafka_committer, start_checks as sink_validation
+
+    cluster = SimpleNamespace(answers={1: OK, 2: OK, 3: OK}, admins=0)
+
+    def admin(cfg, probe):
+        cluster.admins += 1
+        return FakeAdmin(cluster.answers, brokers=sorted(cluster.answers))
+
+    monkeypatch.setattr(sink_validation, "_admin", admin)
+    monkeypatch.setattr(kafka_committer, "shared_client", lambda *a, **k: FakeVersions({}))
+    monkeypatch.setattr(sink_validation, "_PASSED", {})
+    return cluster
+
+
+def _query(tmp_path, **options):
+    from txkafka.connector.sink.commit_log import SinkCommitLog
+
+    cfg = SinkConfig.from_options({"kafka.bootstrap.servers": "h:9092", "topic": "out",
+                                   "checkpointLocation": str(tmp_path), **options},
+                                  streaming=True)
+    return cfg, SinkCommitLog(str(tmp_path))
+
+
+def _new_process(monkeypatch):
+    from txkafka.connector.sink import start_checks as sink_validation
+
+    monkeypatch.setattr(sink_validation, "_PASSED", {})
+
+
+def test_a_query_that_passed_its_checks_is_not_failed_by_a_broker_down_later(
+        fake_cluster, monkeypatch, tmp_path):
+    """Spark creates the writer again at every batch, maybe in a new process, and a restarted
+    driver does too: the record beside the commit log is trusted, no broker is asked again."""
+    cfg, log = _query(tmp_path)
+    validate_at_start(cfg, None, timeout_s=1.0, commit_log=log)
+    assert fake_cluster.admins == 1
+    assert log.read_start_checks()["unasked"] == []
+    validate_at_start(cfg, None, timeout_s=1.0, commit_log=log)  # the same process: cached
+    fake_cluster.answers[2] = SILENT
+    _new_process(monkeypatch)
+    validate_at_start(cfg, None, timeout_s=1.0, commit_log=log)  # the record: nothing asked
+    assert fake_cluster.admins == 1
+
+
+def test_a_broker_that_could_not_be_asked_is_asked_when_it_answers(
+        fake_cluster, monkeypatch, tmp_path):
+    from txkafka.connector.sink import start_checks as sink_validation
+
+    cfg, log = _query(tmp_path)
+    fake_cluster.answers[2] = SILENT
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    assert log.read_start_checks()["unasked"] == [2]
+    # A later call within ASK_AGAIN_S asks nothing; once it is due, broker 2 is asked again.
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.admins == 1
+    fake_cluster.answers[2] = OK
+    for passed in sink_validation._PASSED.values():
+        passed.ask_at = 0.0
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.admins == 2 and log.read_start_checks()["unasked"] == []
+    assert sorted(log.read_start_checks()["brokers"]) == ["1", "2", "3"]
+    # A new process of the query: nothing left to ask.
+    _new_process(monkeypatch)
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.admins == 2
+
+
+def test_a_broker_asked_later_that_proves_unsafe_stops_the_query(
+        fake_cluster, monkeypatch, tmp_path):
+    cfg, log = _query(tmp_path)
+    fake_cluster.answers[3] = SILENT
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    _new_process(monkeypatch)  # a restarted driver reads the record and asks broker 3
+    fake_cluster.answers[3] = {V: "false", M: "900000"}
+    with pytest.raises(UnsupportedBrokerError, match="broker 3: transaction.partition"):
+        validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+
+
+def test_the_record_is_judged_against_todays_options(fake_cluster, monkeypatch, tmp_path):
+    """A transaction timeout raised above a cap the brokers told before is checked afresh."""
+    cfg, log = _query(tmp_path)
+    fake_cluster.answers = {1: {V: "true", M: "60000"}, 2: {V: "true", M: "60000"}}
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    _new_process(monkeypatch)
+    higher, _ = _query(tmp_path, **{"kafka.transaction.timeout.ms": "90000"})
+    with pytest.raises(KafkaConfigError, match="transaction.max.timeout.ms=60000"):
+        validate_at_start(higher, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.admins == 2  # asked afresh, not refused on the record alone
+    other, log2 = _query(tmp_path, topic="another")  # another sink's record is not trusted
+    _new_process(monkeypatch)
+    validate_at_start(other, None, timeout_s=0.5, commit_log=log2)
+    assert fake_cluster.admins == 3

@@ -105,6 +105,7 @@ class ScriptedLinks(_Links):
 @pytest.fixture(autouse=True)
 def no_backoff(monkeypatch):
     monkeypatch.setattr(wire_fetcher, "_BACKOFF_S", 0.0)
+    monkeypatch.setattr(wire_fetcher, "_RETRY_BUDGET_S", 0.0)  # the count of retries decides
 
 
 def run(script, start=0, end=10):
@@ -196,3 +197,52 @@ def test_connections_are_kept_per_broker_and_capped():
     assert links.connection(CONFIG, "h2", 9092) is made[2]
     links.close_all()
     assert made[2].closed
+
+
+def test_a_leader_down_longer_than_the_retries_is_retried_within_the_budget(monkeypatch):
+    """A crashed leader stays in the metadata until the controller fences it (9 s by default):
+    eight quick retries ran out in about 4 s, and the range went to the slower librdkafka reader
+    although the new leader was about to answer."""
+    clock = [0.0]
+    monkeypatch.setattr(wire_fetcher, "time", type("VirtualTime", (), {
+        "monotonic": staticmethod(lambda: clock[0]),
+        "sleep": staticmethod(lambda s: clock.__setitem__(0, clock[0] + s))}))
+    monkeypatch.setattr(wire_fetcher, "_BACKOFF_S", 0.1)
+    monkeypatch.setattr(wire_fetcher, "_RETRY_BUDGET_S", 15.0)
+    down = KafkaProtocolError("cannot connect to broker leader:9093: connection refused")
+    data = batch(0, records_of([b"a"] * 10))
+    wr, conn, _, offsets = run([down] * (wire_fetcher._RETRIES + 4) + [fetch_response(data)])
+    assert offsets == list(range(10)) and wr.handoff is None
+    # Retried past the count, within the budget.
+    assert len(conn.fetch_offsets) == wire_fetcher._RETRIES + 5 and clock[0] < 15.0
+
+
+class TwoHosts(_Links):
+    """The bootstrap server "seed" answers Metadata once, then is down; "leader" answers both."""
+
+    def __init__(self, script: list) -> None:
+        super().__init__()
+        self.seed = ScriptedConn([], "seed")
+        self.leader = ScriptedConn(script, "leader")
+        self.seed_down = False
+        self.asked: list[str] = []
+
+    def connection(self, config, host, port):
+        self.asked.append(host)
+        conn = self.seed if host == "seed" else self.leader
+        if host == "seed" and self.seed_down:
+            raise KafkaProtocolError("cannot connect to broker seed:9092: connection refused")
+        if host == "seed":
+            self.seed_down = True  # down after its first answer (a rolling restart)
+        return conn
+
+
+def test_the_leader_is_looked_up_at_a_broker_seen_when_the_bootstrap_one_is_down():
+    data = batch(0, records_of([b"a"] * 10))
+    links = TwoHosts([fetch_response(None, error=6), fetch_response(data)])
+    wr = WireRange(TOPIC, 0, 0, 10, CONFIG, links=links)
+    assert [int(o) for d in read_range(wr) for o in d.offsets] == list(range(10))
+    assert wr.handoff is None
+    # The second look-up: the bootstrap server failed, the broker its answer named was asked.
+    assert links.asked[:2] == ["seed", "leader"] and links.asked.count("seed") == 2
+    assert links.leader.metadata_calls == 1

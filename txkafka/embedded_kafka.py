@@ -684,6 +684,20 @@ class EmbeddedKafka:
             os.kill(node.pid, sig)
             self._wait_exit(node, 30)
 
+    def pause_node(self, node_id: int) -> None:
+        """Freeze one node (SIGSTOP): its sockets stay open and nothing answers, as on a host
+        that hangs or a JVM in a long pause. ``resume_node`` continues it."""
+        node = self._node(node_id)
+        if not _pid_alive(node.pid, self._marker(node)):
+            raise EmbeddedKafkaError(f"node {node_id} is not running")
+        os.kill(node.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+
+    def resume_node(self, node_id: int) -> None:
+        node = self._node(node_id)
+        if node.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(node.pid, signal.SIGCONT)
+
     def start_node(self, node_id: int, timeout: float = 120.0) -> None:
         """Restart a stopped node on its old ports and data."""
         node = self._node(node_id)

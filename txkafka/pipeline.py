@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
                                       args.input) if args.until_done else None)
     q = writer.start()
     print(f"PIPELINE-STARTED query={q.id} target={json.dumps(target)}", flush=True)
+    until_stop_file = bool(args.stop_file) and target is None
     deadline = time.monotonic() + args.timeout
     last_batch = -1
     caught_up_at: tuple[float, int] | None = None
@@ -109,6 +110,11 @@ def run(args: argparse.Namespace) -> int:
                     last_batch = p["batchId"]
                     print(f"BATCH {p['batchId']} rows={p['numInputRows']} "
                           f"ms={p['durationMs'].get('triggerExecution')}", flush=True)
+            if until_stop_file and target is None and os.path.exists(args.stop_file):
+                # Told to finish: what the input holds now is the pipeline's target.
+                target = kafka_admin.end_offsets({"bootstrap.servers": args.bootstrap,
+                                                  **kafka_conf}, args.input)
+                print(f"PIPELINE-STOPPING target={json.dumps(target)}", flush=True)
             if args.available_now and not q.isActive:
                 if q.exception() is not None:
                     continue  # reported at the top of the loop
@@ -134,9 +140,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def sink_options(args: argparse.Namespace, kafka_conf: dict[str, str]) -> dict[str, str]:
+    sink_conf = dict(kv.split("=", 1) for kv in (args.sink_conf or []))
     opts = {"kafka.bootstrap.servers": args.bootstrap, "topic": args.output,
             "deliveryGuarantee": args.guarantee, "producer": args.producer,
-            **{f"kafka.{k}": v for k, v in kafka_conf.items()}}
+            **{f"kafka.{k}": v for k, v in {**kafka_conf, **sink_conf}.items()}}
     if args.transaction_timeout_ms:
         opts["kafka.transaction.timeout.ms"] = str(args.transaction_timeout_ms)
     return opts
@@ -230,8 +237,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fault", default="", help="fault-injection spec (testing only)")
     p.add_argument("--until-done", action="store_true",
                    help="stop once the input's current end offsets are committed")
+    p.add_argument("--stop-file", default="",
+                   help="once this file exists, stop when the input's end offsets at that moment "
+                   "are committed (like --until-done, with the target taken then)")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--kafka-conf", action="append", help="extra kafka.* setting key=value")
+    p.add_argument("--sink-conf", action="append",
+                   help="extra kafka.* setting key=value of the sink only")
     p.add_argument("--spark-conf", action="append", help="extra Spark setting key=value")
     return p
 

@@ -4,7 +4,9 @@ into Arrow by :mod:`record_batch_decoder`.
 Why: through librdkafka most of a record's CPU in the Python worker goes into creating a
 ``Message`` per record; decoded from the Fetch response it costs a fraction of that
 (docs/benchmarks.md).
-The happy path only lives here: Fetch from the leader, leader moves retried. A thread fetches and
+The happy path only lives here: Fetch from the leader, leader moves retried (for ``_RETRY_BUDGET_S``
+at least: a dead leader is replaced once the controller fences it), leaders looked up at the
+bootstrap servers or any broker seen since (one may be down for a restart). A thread fetches and
 decodes up to two responses ahead of what Spark takes (socket waits and numpy release the GIL), so
 the broker's answer is coming while the previous one goes to Spark. Anything else (offset
 out of range, a deleted topic, authorization, no progress) hands the rest of the range to the
@@ -48,6 +50,9 @@ _LEADER_MOVED = {LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, REPLICA_NOT_AVAIL
                  KAFKA_STORAGE_ERROR, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH}
 _RETRIES = 8
 _BACKOFF_S = 0.1
+# A leader that dies is replaced once the controller fences it (broker.session.timeout.ms, 9 s by
+# default): retries go on at least this long before the range is handed over.
+_RETRY_BUDGET_S = 15.0
 
 
 @dataclass
@@ -71,6 +76,9 @@ class _Links:
         self.lock = threading.Lock()
         self.conns: OrderedDict[tuple, BrokerConnection] = OrderedDict()
         self.leaders: dict[tuple, tuple[str, int]] = {}
+        # Brokers of Metadata answers, per client config: asked for leaders when the bootstrap
+        # servers do not answer (a rolling restart takes each of them down in turn).
+        self.seen: dict[tuple, dict[tuple[str, int], None]] = {}
 
     def connection(self, config: tuple, host: str, port: int) -> BrokerConnection:
         key = (config, host, port)
@@ -100,6 +108,7 @@ class _Links:
             conns = list(self.conns.values())
             self.conns.clear()
             self.leaders.clear()
+            self.seen.clear()
         for c in conns:
             c.close()
 
@@ -146,10 +155,11 @@ class WireRange:
             if hit is not None:
                 return hit
         errors = []
-        for server in str(self.conf.get("bootstrap.servers", "")).split(","):
-            if not server.strip():
-                continue
-            host, port = split_host_port(server)
+        hosts = [split_host_port(s) for s in str(self.conf.get("bootstrap.servers", "")).split(",")
+                 if s.strip()]
+        with self.links.lock:
+            hosts += [a for a in self.links.seen.get(self.config, {}) if a not in hosts]
+        for host, port in hosts:
             try:
                 found = self._metadata(self.links.connection(self.config, host, port).connect())
             except KafkaProtocolError as e:
@@ -164,6 +174,8 @@ class WireRange:
 
     def _metadata(self, conn: BrokerConnection) -> tuple[str, int] | None:
         md = request_metadata(conn, [self.topic])
+        with self.links.lock:
+            self.links.seen.setdefault(self.config, {}).update(dict.fromkeys(md.brokers.values()))
         node = md.leaders.get((self.topic, self.partition))
         return md.brokers.get(node) if node is not None else None
 
@@ -207,6 +219,19 @@ class WireRange:
         pos = self.start
         retries = 0
         refresh = False
+        give_up_at = 0.0  # once retries ran out: retried on until then (set at the first retry)
+
+        def retry() -> bool:
+            nonlocal retries, refresh, give_up_at
+            if retries == 0:
+                give_up_at = time.monotonic() + _RETRY_BUDGET_S
+            if retries >= _RETRIES and time.monotonic() >= give_up_at:
+                return False
+            retries += 1
+            refresh = True
+            time.sleep(min(_BACKOFF_S * retries, 1.0))
+            return True
+
         while pos < self.end and not stop.is_set():
             try:
                 host, port = self._leader(refresh)
@@ -219,17 +244,11 @@ class WireRange:
                 yield _Response(None, pos, f"a Fetch response did not parse: {e}")
                 return
             except KafkaProtocolError as e:
-                if isinstance(e, KafkaAuthenticationError) or retries >= _RETRIES:
+                if isinstance(e, KafkaAuthenticationError) or not retry():
                     yield _Response(None, pos, str(e))
                     return
-                retries += 1
-                refresh = True
-                time.sleep(_BACKOFF_S * retries)
                 continue
-            if err in _LEADER_MOVED and retries < _RETRIES:
-                retries += 1
-                refresh = True
-                time.sleep(_BACKOFF_S * retries)
+            if err in _LEADER_MOVED and retry():
                 continue
             if err:
                 yield _Response(None, pos, f"the broker answered {error_name(err)}")

@@ -228,6 +228,12 @@ def translate_kafka_error(
 # ------------------------------------------------------------------ waiting and access checks
 
 
+def no_answer(e: BaseException) -> bool:
+    """librdkafka's error for a request no broker answered (a time-out, a broken connection, every
+    broker down): it says nothing about the cluster's settings."""
+    return _parts(e)[0] in _WAITING
+
+
 def wait_checking_security(call: Callable[[float], T], *, timeout_s: float, client: Any,
                            probe: SecurityErrorProbe, action: str, slice_s: float = 1.0) -> T:
     """``call(t)`` (a blocking librdkafka call or ``future.result``, given a timeout) in slices.

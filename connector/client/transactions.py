@@ -254,13 +254,19 @@ class TransactionClient:
 
     @_within_timeout
     def brokers(self) -> list[tuple[int, str, int]]:
-        """(node id, host, port) of every live broker, from a Metadata request."""
-        try:
-            found = self._brokers_once()
-        except KafkaAuthenticationError:
-            raise
-        except KafkaProtocolError:
-            found = self._brokers_once()  # a stale pooled connection was dropped: retry once
+        """(node id, host, port) of every live broker, from a Metadata request; asked again (a
+        stale pooled connection dropped, another broker tried) until the client's timeout."""
+        deadline = self._deadline()
+        backoff = 0.05
+        while True:
+            try:
+                found = self._brokers_once()
+                break
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError as e:
+                self._pause(e, deadline, backoff)  # every broker down (a restart): wait for one
+                backoff = min(backoff * 2, 1.0)
         self._remember((host, port) for _, host, port in found)
         self._live = (time.monotonic(), found)
         return found

@@ -5,6 +5,8 @@ Why pyarrow.fs: HDFS, S3 and GCS work as well as local disk.
 
 Layout (``<checkpoint>/txkafka-sink/``):
     sink.json                               the sink's identity (sink id, prefix)
+    start-checks.json                       what the start checks found (start_checks):
+                                            rewritten as brokers that did not answer do
     log/<batch>-<round>.decision.json       "commit these transactions" (written before any EndTxn),
                                             with the batch's source offsets and task layout
     log/<batch>-<round>.outcome.json        which were committed, which the broker had aborted
@@ -321,6 +323,16 @@ class SinkCommitLog:
             rec = self._record(path, SINK_JSON) or rec
         return SinkIdentity(str(rec["sink_id"]), str(rec.get("prefix", prefix)),
                             int(rec.get("created_ms", 0)))
+
+    # ------------------------------------------------------------- start checks
+
+    def read_start_checks(self) -> dict[str, Any] | None:
+        """What the sink's start checks found for this query (start_checks), if recorded."""
+        return self._read(f"{self.root}/start-checks.json")
+
+    def write_start_checks(self, record: dict[str, Any]) -> None:
+        """Replaced as the checks learn more; never part of the commit protocol."""
+        self._write(f"{self.root}/start-checks.json", record, exclusive=False)
 
     # ------------------------------------------------------------- records
 

@@ -392,7 +392,8 @@ class KafkaCommitter:
                 self.log.write_empty(batch_id, offsets, all_partitions)
                 if prune_due(batch_id, listing):
                     self.log.prune()
-            report.orphans_aborted = self.sweep_orphans() if self._needs_sweep(results) else 0
+            report.orphans_aborted = (self._sweep_after_commit(batch_id)
+                                      if self._needs_sweep(results) else 0)
             report.seconds = time.monotonic() - started
             self.last_report = report
             return report

@@ -4,7 +4,8 @@ Why: lag tools (``kafka-consumer-groups.sh``, Burrow, Cruise Control, cloud cons
 group offsets; the reader's real offsets live in Spark's checkpoint and are never read back from
 Kafka. Like Flink's "commit offsets on checkpoint", the reader commits the end offsets of every batch
 Spark has committed (option ``commitOffsetsToGroup=true`` with ``kafka.group.id``). A failure here is
-logged and never fails the query: it cannot affect what the query reads.
+logged and never fails the query: it cannot affect what the query reads. An answer that the group's
+coordinator moved or is loading (a broker restart) is retried within the call's short timeout.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import time
 from typing import Callable, Mapping
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from .offsets import PartitionOffsets
@@ -21,6 +22,17 @@ from ..secrets_redaction import redact_text
 from .options import SourceOptions, TopicPartitionKey
 
 log = logging.getLogger("txkafka.reader")
+
+# Answers after which the commit is sent again (to the group's coordinator as looked up anew).
+_RETRIABLE = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+              KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.REQUEST_TIMED_OUT,
+              KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+_RETRY_BACKOFF_S = 0.5
+
+
+def _retriable(e: BaseException) -> bool:
+    err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+    return isinstance(err, KafkaError) and (err.code() in _RETRIABLE or err.retriable())
 
 
 class ConsumerGroupCommitter:
@@ -44,16 +56,18 @@ class ConsumerGroupCommitter:
         if self._clock() < self._retry_at:
             return False  # backing off after a failure: monitoring must not slow every trigger
         group = self.options.group_id
+        request = ConsumerGroupTopicPartitions(
+            group, [TopicPartition(t, p, int(off)) for (t, p), off in sorted(offsets.items())])
+        deadline = self._clock() + self.timeout_s
         try:
-            request = ConsumerGroupTopicPartitions(
-                group, [TopicPartition(t, p, int(off)) for (t, p), off in sorted(offsets.items())])
-            futures = self._admin().alter_consumer_group_offsets(
-                [request], request_timeout=self.timeout_s)
-            for fut in futures.values():
-                result = fut.result(timeout=self.timeout_s + 5)
-                for tp in result.topic_partitions or []:
-                    if tp.error is not None:
-                        raise RuntimeError(f"{tp.topic}-{tp.partition}: {tp.error}")
+            while True:
+                try:
+                    self._commit_once(request, max(0.5, deadline - self._clock()))
+                    break
+                except KafkaException as e:
+                    if not _retriable(e) or self._clock() + _RETRY_BACKOFF_S >= deadline:
+                        raise
+                    time.sleep(_RETRY_BACKOFF_S)
         except Exception as e:  # noqa: BLE001 - monitoring only: never fail the query
             self._failures += 1
             wait = min(300.0, 15.0 * 2 ** (self._failures - 1))
@@ -65,3 +79,12 @@ class ConsumerGroupCommitter:
         self._failures = 0
         self.last_committed = dict(offsets)
         return True
+
+    def _commit_once(self, request: ConsumerGroupTopicPartitions, timeout_s: float) -> None:
+        futures = self._admin().alter_consumer_group_offsets([request], request_timeout=timeout_s)
+        for fut in futures.values():
+            result = fut.result(timeout=timeout_s + 5)
+            for tp in result.topic_partitions or []:
+                if tp.error is not None:
+                    # A partition's own answer, e.g. NOT_COORDINATOR: classified like the call's.
+                    raise KafkaException(tp.error)

@@ -7,6 +7,14 @@ A round is one driver run that ends in a crash:
 - ``broker``: one node of the 3-node cluster, up until then, is SIGKILLed mid-run, the pipeline
   must keep committing, the node is restarted (and must be up again), then the driver is killed at
   a random moment;
+- ``rolling``: a rolling restart under the running query, as an operator does it: every broker of
+  the 3-node cluster (or ``brokers`` of them) goes down once in turn, for each way in ``how``
+  (``sigterm``: a controlled shutdown, then a restart; ``sigkill``: a crash, then a restart;
+  ``sigstop``: frozen for ``outage_s``, longer than the request timeouts in force, then continued),
+  waiting between two outages until the cluster is whole again (every replica in sync). The query
+  must commit a batch while each node is down (not for sigstop) and after it is back; a query
+  failure is counted, never retried away. Then the driver is killed at random, or (``last``) the
+  run finishes the input as the final run;
 - ``executor`` (Spark standalone): a task sleeps in its pre-commit; the executor JVM running it
   (found from the pid its fault-injection marker records) is SIGKILLed before the sleep ends, then
   the driver is killed (at a point, or at random).
@@ -80,6 +88,8 @@ EXECUTOR_SLEEP_MS = 15000
 # timeout and is killed after its decision; the broker then aborts the batch within about this
 # long. Long enough that a batch on a busy machine still reaches its decision with time left.
 LOSS_TIMEOUT_MS = 30000
+# The ways a rolling restart takes a broker down (Crash("rolling", how=...)).
+OUTAGE_WAYS = ("sigterm", "sigkill", "sigstop")
 # ``savepoint create`` watches a stopped query this long before resolving its sink.
 SAVEPOINT_QUIET_S = 5.0
 SKIP_LOGGED = "the sink committed this batch already"
@@ -135,7 +145,8 @@ class CampaignError(AssertionError):
 class Crash:
     """How a round ends."""
 
-    # "point" | "random" | "broker" | "executor" | "relayout" | "rollback" | "savepoint"
+    # "point" | "random" | "broker" | "rolling" | "executor" | "relayout" | "rollback" |
+    # "savepoint"
     kind: str
     # point: where; executor: the driver point killed after it (or random); relayout: "redo" to
     # lose a decided batch first; rollback: "same" to replay the same offsets (else other ones);
@@ -152,6 +163,17 @@ class Crash:
     # rollback with "restore": the run after the restore also switches to this layout (LAYOUTS
     # name), so that one run shows both rollback-restored and relayout (a round each)
     layout: str | None = None
+    # rolling: how many brokers go down in turn (0: every one; else the leaders of the output's
+    # first partitions first); ``how`` names the ways, comma-separated (OUTAGE_WAYS)
+    brokers: int = 0
+
+    @property
+    def ways(self) -> list[str]:
+        ways = [w.strip() for w in (self.how or ",".join(OUTAGE_WAYS)).split(",") if w.strip()]
+        unknown = [w for w in ways if w not in OUTAGE_WAYS]
+        if unknown:
+            raise ValueError(f"unknown outage ways {unknown}; known: {OUTAGE_WAYS}")
+        return ways
 
     def label(self) -> str:
         if self.kind == "point":
@@ -163,6 +185,10 @@ class Crash:
         elif self.kind == "savepoint":
             text = "savepoint" + ("" if self.how == "stopped" else
                                   f"+{'point:' + self.point if self.point else 'random'}")
+        elif self.kind == "rolling":
+            text = (f"rolling:{'+'.join(self.ways)}"
+                    + (f":{self.brokers}-broker(s)" if self.brokers else "")
+                    + ("" if self.last else "+random"))
         else:
             text = self.kind
         return text + (f"+task-exit:{self.task_exit}" if self.task_exit else "")
@@ -176,6 +202,8 @@ class Crash:
             out = ["random"]
         elif self.kind == "broker":
             out = ["broker", "random"]
+        elif self.kind == "rolling":
+            out = [f"broker:{w}" for w in self.ways] + ([] if self.last else ["random"])
         elif self.kind in ("relayout", "rollback"):
             # the runs that lose a batch and that catch up are killed; the outcomes of the
             # others depend on the state they meet, checked as each round's expected outcome
@@ -229,6 +257,7 @@ class Campaign:
                  feed_interval_s: float = 0.3, transaction_timeout_ms: int = 0,
                  input_partitions: int = 3, output_partitions: int = 3,
                  batch_deltas: tuple[int, ...] = (1, 2, 3), producer: str = "txkafka",
+                 sink_conf: tuple[str, ...] = (), outage_s: float = 40.0,
                  log: Callable[[str], None] = _stderr) -> None:
         if mode not in ("map", "aggregate"):
             raise ValueError(f"mode must be map or aggregate, got {mode!r}")
@@ -259,6 +288,12 @@ class Campaign:
         self.result = CampaignResult(name, mode, transaction_version, brokers, self.spark.kind,
                                      producer=producer)
         self.producer = producer  # the sink's producer option (txkafka, the default; librdkafka)
+        # kafka.* settings of the sink only (key=value), e.g. a shorter request.timeout.ms
+        self.sink_conf = tuple(sink_conf)
+        # How long a rolling restart's sigstop freezes a broker: longer than the request
+        # timeouts in force (librdkafka's request.timeout.ms is 30 s by default, txkafka's own
+        # connections wait 10 s per attempt) and than broker.session.timeout.ms.
+        self.outage_s = outage_s
         self.input_partitions = input_partitions
         self.output_partitions = output_partitions
         self.records_per_txn = records_per_txn
@@ -335,7 +370,8 @@ class Campaign:
     # ------------------------------------------------------------------ drivers
 
     def driver_args(self, fault: str = "", until_done: bool = False,
-                    timeout: float | None = None, transaction_timeout_ms: int = 0) -> list[str]:
+                    timeout: float | None = None, transaction_timeout_ms: int = 0,
+                    stop_file: Path | None = None) -> list[str]:
         args = ["--bootstrap", self.kafka.bootstrap, "--input", self.source, "--output", self.sink,
                 "--checkpoint", str(self.ck), "--mode", self.query, "--trigger-ms",
                 str(self.trigger_ms), "--max-offsets", str(self.max_offsets), "--master",
@@ -355,19 +391,25 @@ class Campaign:
                      str(transaction_timeout_ms or self.transaction_timeout_ms)]
         if self.mode == "aggregate":
             args += ["--window-ms", str(self.window_ms), "--watermark-ms", str(self.watermark_ms)]
+        for kv in self.sink_conf:
+            args += ["--sink-conf", kv]
         if fault:
             args += ["--fault", fault]
         if until_done:
             args.append("--until-done")
+        if stop_file is not None:
+            args += ["--stop-file", str(stop_file)]
         return args
 
     def launch(self, fault: str = "", env: dict[str, str] | None = None, until_done: bool = False,
-               timeout: float | None = None, transaction_timeout_ms: int = 0) -> PipelineDriver:
+               timeout: float | None = None, transaction_timeout_ms: int = 0,
+               stop_file: Path | None = None) -> PipelineDriver:
         self._runs += 1
         self._executor_faults = (env or {}).get(ENV_VAR, "")
         log_path = self.logs / f"run{self._runs:03d}.log"
         self._driver = PipelineDriver(
-            self.driver_args(fault, until_done, timeout, transaction_timeout_ms), log_path, env)
+            self.driver_args(fault, until_done, timeout, transaction_timeout_ms, stop_file),
+            log_path, env)
         return self._driver.start()
 
     def launch_final(self) -> PipelineDriver:
@@ -466,6 +508,8 @@ class Campaign:
             return int(marker.stat().st_mtime * 1000)
 
     def round(self, crash: Crash) -> RoundRecord:
+        if crash.kind == "rolling":
+            return self.rolling_step(crash)
         if crash.kind == "relayout":
             return self.relayout_step(crash)
         if crash.kind == "rollback":
@@ -633,6 +677,141 @@ class Campaign:
         self.wait_progress(driver, at, self.round_timeout, f"{what}, node {node} back")
         time.sleep(self.rng.uniform(0.0, 2.0))
         return self._kill_unless_ended(driver), bounced
+
+    # -- rolling restart
+
+    def _rolling_order(self, crash: Crash) -> list[int]:
+        """The brokers a rolling restart takes down, in turn: every node in order, or the first
+        ``crash.brokers`` leaders of the output's partitions (the nodes whose loss matters)."""
+        every = [n.node_id for n in self.kafka.cluster.node_infos]
+        if not crash.brokers:
+            return every
+        md = self.kafka.admin().list_topics(self.sink, timeout=10)
+        t = md.topics.get(self.sink)
+        leaders = [t.partitions[p].leader for p in sorted(t.partitions)] if t else []
+        order = [b for b in dict.fromkeys(leaders + every) if b in every]
+        return order[:crash.brokers]
+
+    def _wait_whole(self, what: str) -> None:
+        """What an operator waits for before the next node goes down: every node up and
+        registered, a transaction commits, and every partition's replicas in sync again."""
+        cluster = self.kafka.cluster
+        every = sorted(n.node_id for n in cluster.node_infos)
+        if sorted(cluster.alive_nodes()) != every:
+            raise self._fail(f"{what}: broker nodes {sorted(set(every) - set(cluster.alive_nodes()))}"
+                             " are down before the next outage")
+        cluster.wait_ready(timeout=180)
+        admin = self.kafka.admin()
+        deadline = time.monotonic() + 180
+        while True:
+            md = admin.list_topics(timeout=10)
+            lagging = [f"{t}-{p}" for t, tm in md.topics.items()
+                       for p, pm in tm.partitions.items() if set(pm.isrs) != set(pm.replicas)]
+            if not lagging:
+                return
+            if time.monotonic() > deadline:
+                raise self._fail(f"{what}: partitions still under-replicated after 180s: "
+                                 f"{lagging[:10]}")
+            time.sleep(0.5)
+
+    def _progress_or_end(self, driver: PipelineDriver, past: int, what: str) -> int | None:
+        """The newest batch this run committed after ``past`` once there is one, or None when
+        the run ended by itself first (a query failure)."""
+        got = self._watch(driver, lambda: [b for b, _rows in driver.batches() if b > past], what,
+                          f"no batch after {past} committed")
+        return max(got) if got else None
+
+    def _outage(self, driver: PipelineDriver, node: int, way: str, at: int,
+                what: str) -> tuple[int | None, str]:
+        """Take ``node`` down ``way`` and bring it back; (the newest batch committed once it is
+        back, None if the run ended; what happened)."""
+        cluster = self.kafka.cluster
+        down_at = time.monotonic()
+        during: int | None = at
+        if way == "sigstop":
+            cluster.pause_node(node)
+            try:
+                end = down_at + self.outage_s
+                while time.monotonic() < end and driver.alive() and \
+                        not self._ended_by_itself(driver):
+                    time.sleep(0.2)
+            finally:
+                cluster.resume_node(node)
+            during = max([at] + [b for b, _rows in driver.batches()])
+        else:
+            cluster.kill_node(node, signal.SIGTERM if way == "sigterm" else signal.SIGKILL)
+            try:
+                if node in cluster.alive_nodes():
+                    raise self._fail(f"{what}: broker node {node} survived its {way}", driver)
+                # The query keeps committing with one node of three down.
+                during = self._progress_or_end(driver, at, f"{what}, node {node} down ({way})")
+            finally:
+                cluster.start_node(node)
+        down_s = time.monotonic() - down_at
+        self.result.broker_bounces += 1
+        self.result.broker_outages[way] = self.result.broker_outages.get(way, 0) + 1
+        note = (f"node {node} {way} {down_s:.0f}s, batches {at}->{during}"
+                if during is not None else f"node {node} {way}: the query ended while it was down")
+        self.log(f"[{self.name}] {what}: {note}")
+        if during is None:
+            return None, note
+        self._wait_whole(what)
+        back = self._progress_or_end(driver, during, f"{what}, node {node} back")
+        return back, note + (f", {back} once back" if back is not None else
+                             ", the query ended once it was back")
+
+    def rolling_step(self, crash: Crash) -> RoundRecord:
+        """A rolling restart under one running query (Crash docs, ``rolling``); any query failure
+        is recorded as the round's outcome."""
+        cluster = self.kafka.cluster
+        if cluster is None or len(cluster.node_infos) < 3:
+            raise ValueError("rolling restarts need the 3-node cluster")
+        n = len(self.result.rounds) + 1
+        started, before = time.monotonic(), self.commit_ids()
+        committed_before = max(before, default=-1)
+        what = f"round {n} ({crash.label()})"
+        order = self._rolling_order(crash)
+        ways = crash.ways
+        stop_file = self.markers / f"round{n:03d}.stop"
+        # The run lasts for every outage (each waits at most a round timeout for progress).
+        run_timeout = self.round_timeout * (1 + 2 * len(order) * len(ways)) + self.final_timeout
+        driver = self.launch(timeout=run_timeout, stop_file=stop_file if crash.last else None)
+        notes: list[str] = []
+        landed: list[str] = []
+        try:
+            at = self._progress_or_end(driver, committed_before, f"{what}, first batch")
+            for way in ways:
+                for node in order:
+                    if at is None:
+                        break
+                    self._wait_whole(what)
+                    at, note = self._outage(driver, node, way, at, what)
+                    notes.append(note)
+                    if f"broker:{way}" not in landed:
+                        landed.append(f"broker:{way}")
+        finally:
+            for node in order:  # never leave a node frozen or down, whatever failed
+                cluster.resume_node(node)
+                if node not in cluster.alive_nodes():
+                    cluster.start_node(node)
+        outcome = f"{len(notes)} outages under one run: " + "; ".join(notes)
+        killed, code, final_ms = 0, None, 0
+        if at is None:
+            code = self.wait_exit(driver, self.round_timeout, what)
+        elif crash.last:
+            # The feeder stops; the run finishes what the input holds then and ends by itself.
+            self.feeder.stop()  # type: ignore[union-attr]
+            stop_file.touch()
+            driver, final_ms = self._end_final(driver, what)
+        else:
+            killed = self._end_randomly(driver, landed)
+            code = self.wait_exit(driver, self.round_timeout, what)
+        outcome, crash_ms = self._run_ended(driver, what, outcome, killed, code, final_ms)
+        rec = self._step_round(crash.label(), started, committed_before, before, crash_ms,
+                               outcome, asked=crash.targets(), landed=landed)
+        if crash.last:
+            self.close_rounds(before, driver)
+        return rec
 
     @staticmethod
     def _ended_by_itself(driver: PipelineDriver) -> bool:

@@ -6,7 +6,10 @@ Why a separate command: CI runs a bounded set of rounds (integration_tests/test_
 runs the same campaigns many times with random crash choices, on clusters started once and
 reused (a 3-node transaction.version=2 cluster, a 1-node transaction.version=0 broker, a Spark
 standalone cluster of two single-core workers). Each campaign is a fresh pipeline (topics and
-checkpoint) of ``--rounds-per-campaign`` rounds, verified at its end; the JSON is rewritten after
+checkpoint) of ``--rounds-per-campaign`` rounds, verified at its end; every campaign on the 3-node
+cluster has one rolling restart among its rounds (every broker down in turn under the running
+query, the ways taking turns: sigterm, sigkill, sigstop), whose query failures its verdict counts
+(campaign.py, ``rolling``); the JSON is rewritten after
 every campaign, so an interrupted soak still leaves its results. Exit code 0 only if every
 campaign's verdict is ok (summary.py: its planned rounds ran, the crashes it asked for landed,
 records verified exactly once, nothing left open, no unexpected query failure); a campaign cut
@@ -29,6 +32,7 @@ from pathlib import Path
 
 from integration_tests.chaos.campaign import (
     DRIVER_POINTS,
+    OUTAGE_WAYS,
     TASK_POINTS,
     Campaign,
     Crash,
@@ -207,6 +211,7 @@ def run_soak(args: argparse.Namespace) -> int:
         out.write_text(json.dumps(payload, indent=1) + "\n")
 
     running: tuple[Campaign, CampaignResult] | None = None  # the campaign under way, if any
+    rolling_steps = sum(len(c.broker_outages) for c in summary.campaigns)
     try:
         clusters.start()
         n = len(summary.campaigns)
@@ -231,10 +236,18 @@ def run_soak(args: argparse.Namespace) -> int:
             left = args.rounds - _verified_rounds(summary)
             rounds = min(args.rounds_per_campaign, max(1, left))
             campaign.plan(rounds, TASK_EXIT_OPTIONAL)
+            nodes = len(kafka.cluster.node_infos)
+            # A regular step on the 3-node cluster: one rolling restart per campaign.
+            rolling_at = rng.randrange(rounds) if nodes == 3 else -1
             try:
                 campaign.start()
-                for _ in range(rounds):
-                    campaign.round(choose_crash(rng, campaign, len(kafka.cluster.node_infos)))
+                for i in range(rounds):
+                    if i == rolling_at:
+                        crash = Crash("rolling", how=OUTAGE_WAYS[rolling_steps % len(OUTAGE_WAYS)])
+                        rolling_steps += 1
+                    else:
+                        crash = choose_crash(rng, campaign, nodes)
+                    campaign.round(crash)
                 campaign.finish()
                 campaign.close()
                 if campaign.result.ok and not args.keep:

@@ -29,6 +29,8 @@ ALL_POINTS = WRITER_POINTS + ("read_partition",)
 #   "random"       the driver SIGKILLed by the campaign while it was running
 #   "executor"     the executor JVM running the task that sat in pre-commit SIGKILLed
 #   "broker"       a broker node that was up SIGKILLed, and up again afterwards
+#   "broker:WAY"   a rolling restart took a broker down that way (sigterm, sigkill, sigstop)
+#                  under the running query, and it was back (campaign.py, ``rolling``)
 #   "op:STEP"      an operator action showed the outcome it must show (OPERATOR_STEPS)
 DESIGNED_FAILURE = "so none is"  # the sink's deliberate failure of an uncommittable batch
 
@@ -96,7 +98,8 @@ class CampaignResult:
     kills_by_point: dict[str, int] = field(default_factory=dict)
     random_kills: int = 0
     executor_kills: int = 0
-    broker_bounces: int = 0
+    broker_bounces: int = 0                      # broker outages of every kind
+    broker_outages: dict[str, int] = field(default_factory=dict)  # rolling restarts: by way
     task_crashes: int = 0                        # Python workers killed at a task-side point
     task_crashes_by_point: dict[str, int] = field(default_factory=dict)
     operator_steps: dict[str, int] = field(default_factory=dict)  # outcomes shown, with evidence
@@ -145,6 +148,7 @@ class CampaignResult:
             if n:
                 out.add(target)
         out |= {f"op:{step}" for step, n in self.operator_steps.items() if n}
+        out |= {f"broker:{way}" for way, n in self.broker_outages.items() if n}
         return out
 
     def unexpected_failures(self) -> list[str]:
@@ -302,7 +306,11 @@ class ChaosSummary:
             "task_crashes": sum(c.task_crashes for c in cs),
             "task_crashes_by_point": task_kills,
             "operator_steps": _merge([c.operator_steps for c in cs]),
+            "broker_outages": _merge([c.broker_outages for c in cs]),
             "query_failures": sum(len(c.query_failures) for c in cs),
+            # Failures that are neither the sink's designed one nor provoked on purpose: each
+            # fails its campaign (a broker outage must never stop the query).
+            "unexpected_query_failures": sum(len(c.unexpected_failures()) for c in cs),
             "points_not_hit": [p for p in ALL_POINTS if not kills.get(p) and not task_kills.get(p)],
             "records_verified": sum(c.records_verified for c in cs),
             "output_records_checked": sum(c.updates_verified for c in cs),
@@ -350,8 +358,12 @@ class ChaosSummary:
             f"  rounds {t['rounds']} ({t['verified_rounds']} in verified campaigns), crash points "
             f"{t['crash_points']} (driver kills "
             f"{t['driver_kills']}: injected {sum(t['kills_by_point'].values())}, random-time "
-            f"{t['random_time_kills']}; executor kills {t['executor_kills']}; broker kill+restart "
-            f"{t['broker_bounces']}; task crashes {t['task_crashes']})",
+            f"{t['random_time_kills']}; executor kills {t['executor_kills']}; broker outages "
+            f"{t['broker_bounces']}"
+            + (" (rolling restarts: " + ", ".join(f"{w}={n}" for w, n in
+                                                  t["broker_outages"].items()) + ")"
+               if t["broker_outages"] else "")
+            + f"; task crashes {t['task_crashes']})",
             f"  injection points hit: {kills}"
             + (f"; NOT hit: {', '.join(t['points_not_hit'])}" if t["points_not_hit"] else ""),
             f"  records verified {t['records_verified']} (output records checked "
@@ -363,7 +375,8 @@ class ChaosSummary:
             f"  operator steps: "
             + (", ".join(f"{k}={n}" for k, n in t["operator_steps"].items()) or "none"),
             f"  modes {'/'.join(t['modes'])}; transaction.version {t['transaction_versions']}; "
-            f"spark {'/'.join(t['spark'])}; query failures {t['query_failures']}; sink re-run "
+            f"spark {'/'.join(t['spark'])}; query failures {t['query_failures']} "
+            f"({t['unexpected_query_failures']} unexpected); sink re-run "
             f"rounds {t['sink_rerun_rounds']}",
         ]
         if not self.campaigns:
