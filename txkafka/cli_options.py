@@ -54,7 +54,7 @@ def add_kafka_options(parser: argparse.ArgumentParser, *, required: bool = True,
     """``-b/--bootstrap-servers``, ``--command-config`` and ``-X``, in a group of their own.
 
     ``required=False``: a command that starts a local broker without ``-b`` (then the client
-    settings are refused, see ``KafkaConnection.from_args``)."""
+    settings are refused, see ``KafkaConnection.optional_from_args``)."""
     if not required and "(default" not in cluster:
         cluster += " (default: a local broker started for the run)"
     g = parser.add_argument_group("Kafka connection")
