@@ -77,6 +77,14 @@ def test_every_option_and_every_command_has_help():
     assert not missing, f"no help text: {missing}"
 
 
+def test_version(capsys):
+    from txkafka import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out == f"txkafka {__version__}\n"
+
+
 def test_defaults_are_shown_in_the_help():
     text = dict(_leaves(_tree()))["verify"].format_help()
     assert "(default: 2000)" in text and "(default: key)" in text

@@ -58,7 +58,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     p = CommandParser(prog="txkafka", description=__doc__)
+    p.add_argument("--version", action="version", version=f"txkafka {__version__}")
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
     b = sub.add_parser("broker", help="run a local Apache Kafka (KRaft) from Maven Central jars")
