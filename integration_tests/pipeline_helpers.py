@@ -38,7 +38,7 @@ def make_input(kafka: KafkaTarget, records: int = 3000, partitions: int = 3,
 
 
 def pipeline_args(kafka: KafkaTarget, topics: PipelineTopics, checkpoint: str, *extra: str) -> list[str]:
-    return ["-m", "txkafka.pipeline", "--bootstrap", kafka.bootstrap, "--input", topics.source,
+    return ["-m", "txkafka.pipeline", "-b", kafka.bootstrap, "--input", topics.source,
             "--output", topics.sink, "--checkpoint", checkpoint, "--until-done",
             "--trigger-ms", "300", *extra]
 

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.kafka]
 def test_bench_writes_json_and_charts(kafka, tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--rows", "20000",
+        [sys.executable, "-m", "txkafka", "bench", "-b", kafka.bootstrap, "--rows", "20000",
          "--repeats", "2", "--suites", "ceiling", "core", "--skip-builtin", "--pyspark-home",
          "--out", str(out)],
         capture_output=True, text=True, timeout=300)
@@ -38,10 +38,10 @@ def test_bench_writes_json_and_charts(kafka, tmp_path):
     assert (Path(home) / ".txkafka-pyspark-home").is_file(), home
     assert result["machine"]["spark_python_imports_pyspark_from"] == str(
         Path(home) / "python" / "lib" / "pyspark.zip" / "pyspark" / "__init__.pyc")
-    assert "version unknown" in result["machine"]["kafka"]  # --bootstrap: not the embedded one's
+    assert "version unknown" in result["machine"]["kafka"]  # -b: not the embedded one's
     assert "warming up the plain producer" in proc.stdout
     assert "warming up txkafka's writer without Spark" in proc.stdout
-    assert not _bench_topics(kafka.bootstrap)  # --bootstrap: its topics are deleted at the end
+    assert not _bench_topics(kafka.bootstrap)  # -b: its topics are deleted at the end
 
 
 def _bench_topics(bootstrap: str) -> list[str]:
@@ -59,7 +59,7 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     out = tmp_path / "bench"
     rate, seconds = 500, 4
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--rows", "4000",
+        [sys.executable, "-m", "txkafka", "bench", "-b", kafka.bootstrap, "--rows", "4000",
          "--repeats", "1", "--suites", "read", "write", "sink", "latency", "--skip-builtin",
          "--wire-producer", "--latency-seconds", str(seconds), "--latency-rate", str(rate),
          "--no-warmup", "--out", str(out)],
@@ -91,7 +91,7 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
     write stages are found in Spark's event log and the report, JSON and chart are written."""
     out = tmp_path / "bench"
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka", "bench", "--bootstrap", kafka.bootstrap, "--suites",
+        [sys.executable, "-m", "txkafka", "bench", "-b", kafka.bootstrap, "--suites",
          "tasks", "--tasks-partitions", "2", "6", "--tasks-batches", "1", "--tasks-batch-rows",
          "2000", "--repeats", "1", "--skip-builtin", "--trace", "--pyspark-home", "--wire-producer",
          "--out", str(out)],
@@ -127,7 +127,7 @@ def test_bench_produce_checks_both_paths(kafka, tmp_path):
     written and its topics are deleted."""
     out = tmp_path / "produce"
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka.devtools.bench_produce", "--bootstrap", kafka.bootstrap,
+        [sys.executable, "-m", "txkafka.devtools.bench_produce", "-b", kafka.bootstrap,
          "--rows", "3000", "--sizes", "100", "--partitions", "1", "3", "--repeats", "1",
          "--startup-runs", "2", "--out", str(out)],
         capture_output=True, text=True, timeout=600)
@@ -145,7 +145,7 @@ def test_bench_endurance_samples_resources_and_checks_every_record(kafka, tmp_pa
     and transactional ids included) and the JSON, chart and report are written."""
     out = tmp_path / "endurance"
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka", "bench-endurance", "--bootstrap", kafka.bootstrap,
+        [sys.executable, "-m", "txkafka", "bench-endurance", "-b", kafka.bootstrap,
          "--minutes", "0.5", "--rate", "200", "--trigger-s", "1", "--partitions", "2",
          "--sample-s", "5", "--pyspark-home", "--producer", "txkafka", "--out", str(out)],
         capture_output=True, text=True, timeout=600)

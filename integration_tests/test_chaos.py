@@ -123,7 +123,7 @@ def test_id_verifier_reports_an_injected_duplicate_and_a_gap(kafka, tmp_path):
     assert (gap.duplicates, gap.missing) == (1, 1), gap.text()
     assert "id-late" in gap.examples["missing"] and "id-00017" in gap.examples["duplicates"]
 
-    out = _cli("verify", "-b", kafka.bootstrap, "--input", src, "--output", dst, "--json",
+    out = _cli("verify", "-b", kafka.bootstrap, "--input", src, "--output", dst, "--json-out",
                str(tmp_path / "r.json"))
     assert out.returncode == 1, out.stdout + out.stderr
     assert "FAILED" in out.stdout

@@ -310,7 +310,7 @@ def test_a_second_live_driver_on_one_checkpoint_fails_loudly(spark, kafka, drive
                    "the first driver's first batch")
         assert first.alive(), first.tail()
         second = driver_processes(
-            "-m", "txkafka.pipeline", "--bootstrap", kafka.bootstrap, "--input", topics.source,
+            "-m", "txkafka.pipeline", "-b", kafka.bootstrap, "--input", topics.source,
             "--output", topics.sink, "--checkpoint", ck, "--trigger-ms", "300",
             "--max-offsets", "100", "--timeout", "800",
             # No task retries: a refusal is deterministic, retries only cost time.

@@ -412,4 +412,4 @@ def test_compose_file_is_valid():
     assert spark["profiles"] == ["spark"]
     assert (REPO / "docker" / spark["build"]["context"] / spark["build"]["dockerfile"]).is_file()
     assert spark["depends_on"] == {n: {"condition": "service_healthy"} for n in brokers}
-    assert spark["command"] == ["txkafka", "demo", "--bootstrap", ",".join(sorted(internal))]
+    assert spark["command"] == ["txkafka", "demo", "--bootstrap-servers", ",".join(sorted(internal))]

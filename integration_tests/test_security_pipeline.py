@@ -450,6 +450,14 @@ def _txkafka_cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120, cwd=REPO)
 
 
+def _properties(sk: SecureKafka, path: Path, user: str) -> str:
+    """``user``'s client settings as the --command-config file of the txkafka commands."""
+    path.write_text("".join(f"{k}={v}\n" for k, v in
+                            sk.client_config(user, PROTO, MECH).items() if k != "bootstrap.servers"))
+    path.chmod(0o600)
+    return str(path)
+
+
 def _write_spec(path: Path, spec: dict) -> str:
     path.write_text(json.dumps(spec))
     path.chmod(0o600)  # it holds the credentials, like a secret store would
@@ -496,11 +504,14 @@ def test_driver_crash_recovery_and_no_secret_anywhere(secure_kafka, driver_proce
     state = SinkCommitLog(str(ck)).latest()
     assert state.batch_id == 2 and state.pending is not None  # decided, partly committed
 
-    # 2. The operator CLI over SASL_SSL (-X settings): the decided batch's open transactions.
+    # 2. The operator CLI over SASL_SSL (-X settings, or the same in a --command-config file):
+    #    the decided batch's open transactions.
     xargs = [a for k, v in sk.client_config("writer", PROTO, MECH).items()
              if k != "bootstrap.servers" for a in ("-X", f"{k}={v}")]
     conn = ["-b", sk.bootstrap(PROTO), "--checkpoint", str(ck), *xargs]
-    calls = [["transactions", "list", *conn, "--json"], ["transactions", "list", *conn],
+    by_file = ["-b", sk.bootstrap(PROTO), "--checkpoint", str(ck), "--command-config",
+               _properties(sk, tmp_path / "writer.properties", "writer")]
+    calls = [["transactions", "list", *by_file, "--json"], ["transactions", "list", *conn],
              ["transactions", "abort", *conn, "--yes"],
              ["commit-log", "show", "--checkpoint", str(ck)]]
     with ThreadPoolExecutor(len(calls)) as pool:
@@ -526,6 +537,14 @@ def test_driver_crash_recovery_and_no_secret_anywhere(secure_kafka, driver_proce
     assert code == 0 and "PIPELINE-DONE" in restarted, _shown(proc.tail(), sk)
     assert "rolling forward batch 2" in restarted
     s.assert_exactly_once()
+    # txkafka verify as the reader, its settings in a --command-config file: the same verdict.
+    checked = _txkafka_cli("verify", "-b", sk.bootstrap(PROTO), "--input", s.src, "--output",
+                           s.dst, "--command-config",
+                           _properties(sk, tmp_path / "reader.properties", "reader"), "--json")
+    captured.append(("txkafka verify", f"{checked.stdout}\n{checked.stderr}"))
+    assert checked.returncode == 0, _shown(checked.stdout + checked.stderr, sk)
+    report = json.loads(checked.stdout)
+    assert report["ok"] and report["expected"] == s.topics.expected_ids, report
     rounds = SinkCommitLog(str(ck)).batch_state(2).rounds
     assert len(rounds) == 1 and not rounds[0].lost, rounds  # committed by recovery, none lost
     failed = restarted[restarted.index("PIPELINE-DONE"):]

@@ -244,7 +244,7 @@ def test_cli_exit_code_printed_verdict_and_json_agree_on_an_empty_run(monkeypatc
     _topics(monkeypatch, src=[], dst=[])
     report = tmp_path / "r.json"
     args = ["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst", *check,
-            "--json", str(report)]
+            "--json-out", str(report)]
     assert main(args) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and "nothing verified" in out, out

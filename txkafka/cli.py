@@ -9,6 +9,8 @@ import json
 import sys
 from typing import Callable, Sequence
 
+from .cli_options import CommandParser
+
 Handler = Callable[[argparse.Namespace], int]
 _COMMANDS: dict[str, Handler] = {}
 
@@ -58,24 +60,26 @@ def cmd_broker(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    p = argparse.ArgumentParser(prog="txkafka", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="txkafka", description=__doc__)
     p.add_argument("--version", action="version", version=f"txkafka {__version__}")
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
 
     b = sub.add_parser("broker", help="run a local Apache Kafka (KRaft) from Maven Central jars")
-    b.add_argument("action", choices=["start", "stop", "status", "logs"])
-    b.add_argument("--name", default="default", help="cluster name (several can run at once)")
-    b.add_argument("--nodes", type=int, choices=[1, 3], default=1)
+    b.add_argument("action", choices=["start", "stop", "status", "logs"],
+                   help="start (prints the bootstrap servers), stop, status (exit status 3 when "
+                        "not running) or logs (each node's log tail)")
+    b.add_argument("--name", default="default", help="cluster name, so several can run at once")
+    b.add_argument("--nodes", type=int, choices=[1, 3], default=1, help="with start: brokers")
     b.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
-                   help="KRaft feature transaction.version at format time (default: Kafka's; "
-                        "Kafka 4.0+)")
+                   help="with start: KRaft feature transaction.version at format time (default: "
+                        "Kafka's; Kafka 4.0+)")
     b.add_argument("--kafka-version", default=None, metavar="X.Y.Z",
-                   help="Apache Kafka release to fetch and run (default: $TXKAFKA_KAFKA_VERSION, "
-                        "else the newest release the test suite runs on)")
-    b.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for readiness")
+                   help="with start: Apache Kafka release to fetch and run (default: "
+                        "$TXKAFKA_KAFKA_VERSION, else the newest release the test suite runs on)")
+    b.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
+                   help="with start: how long to wait for readiness")
     b.add_argument("--clean", action="store_true", help="with stop: also delete the data")
-    b.add_argument("--lines", type=int, default=40, help="with logs: lines per node")
+    b.add_argument("--lines", type=int, default=40, metavar="N", help="with logs: lines per node")
     b.set_defaults(func=cmd_broker)
 
     for register in _EXTENSIONS:

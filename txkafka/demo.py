@@ -23,17 +23,20 @@ import sys
 import tempfile
 import time
 import uuid
+from typing import Mapping
 
 from txkafka import kafka_admin
+from txkafka.cli_options import KafkaConnection, add_kafka_options
 
 
 def say(msg: str) -> None:
     print(f"[demo {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def _produce_input(bootstrap: str, topic: str, total: int, per_txn: int) -> tuple[int, int]:
+def _produce_input(conf: Mapping[str, str], topic: str, total: int, per_txn: int
+                   ) -> tuple[int, int]:
     committed = aborted = 0
-    p = kafka_admin.producer({"bootstrap.servers": bootstrap}, f"demo-feeder-{uuid.uuid4()}")
+    p = kafka_admin.producer(conf, f"demo-feeder-{uuid.uuid4()}")
     p.init_transactions(30)
     seq = 0
     n_txn = 0
@@ -109,7 +112,7 @@ def crash_verdict(rc: int, fault_fired: bool, open_txns: int) -> str | None:
     return None
 
 
-def _sink_open_transactions(bootstrap: str, checkpoint: str) -> list[str]:
+def _sink_open_transactions(conf: Mapping[str, str], checkpoint: str) -> list[str]:
     """Ongoing transactions of the sink that wrote under ``checkpoint`` (its ids start with
     ``{prefix}-{sinkId}-``, recorded in the checkpoint), not of any other sink on the cluster."""
     from txkafka.connector.sink.commit_log import SINK_DIR
@@ -121,7 +124,7 @@ def _sink_open_transactions(bootstrap: str, checkpoint: str) -> list[str]:
     except (OSError, ValueError):
         return []
     prefix = f"{rec['prefix']}-{rec['sink_id']}-"
-    with TransactionClient({"bootstrap.servers": bootstrap}) as tc:
+    with TransactionClient(conf) as tc:
         return [t.transactional_id for t in tc.list_transactions(prefix=prefix)
                 if t.state == "Ongoing"]
 
@@ -143,38 +146,43 @@ def run_demo(ns: argparse.Namespace) -> int:
     from txkafka.embedded_kafka import EmbeddedKafka
     from txkafka.verify import verify
 
+    given = KafkaConnection.optional_from_args(ns)  # bad settings refused before anything starts
     workdir = tempfile.mkdtemp(prefix="txkafka-demo-")
     cluster = None
-    if ns.bootstrap:
-        bootstrap = ns.bootstrap
-        say(f"step 1/5: using the Kafka cluster at {bootstrap}")
+    if given is not None:
+        conn = given
+        say(f"step 1/5: using the Kafka cluster at {conn.bootstrap}")
     else:
         say("step 1/5: starting a local Apache Kafka broker")
         cluster = EmbeddedKafka("demo", 1, progress=lambda m: say("  " + m))
-        bootstrap = cluster.start()
+        conn = KafkaConnection.create(cluster.start(), {})
+    bootstrap, conf = conn.bootstrap, conn.client_conf
     try:
         run_id = uuid.uuid4().hex[:6]
         src, dst = f"demo-input-{run_id}", f"demo-output-{run_id}"
-        conf = {"bootstrap.servers": bootstrap}
         rf = min(3, len(kafka_admin.admin(conf).list_topics(timeout=30).brokers))
         for topic in (src, dst):
             kafka_admin.create_topic(conf, topic, 3, rf)
         say(f"step 2/5: writing {ns.records} committed records to '{src}' (every 5th "
             "transaction aborted)")
-        committed, aborted = _produce_input(bootstrap, src, ns.records, 500)
+        committed, aborted = _produce_input(conf, src, ns.records, 500)
         say(f"  input: {committed} committed records, {aborted} aborted records")
 
         ckpt = os.path.join(workdir, "checkpoint")
         marker = os.path.join(workdir, "crash-marker")
-        common = ["--bootstrap", bootstrap, "--input", src, "--output", dst, "--checkpoint", ckpt,
+        # The pipeline reads the same settings: the file by its name (no secret on its command
+        # line), -X's as given (on the demo's own command line already).
+        common = ["-b", bootstrap, "--input", src, "--output", dst, "--checkpoint", ckpt,
                   "--max-offsets", str(max(1000, ns.records // 6)), "--trigger-ms", "500",
-                  "--until-done", "--timeout", "600"]
+                  "--until-done", "--timeout", "600",
+                  *(["--command-config", ns.command_config] if ns.command_config else []),
+                  *(a for kv in ns.conf or [] for a in ("--kafka-conf", kv))]
         fault = f"point=between_endtxn,batch={ns.crash_batch},action=kill,once={marker}"
         log_path = os.path.join(workdir, "pipeline.log")
         say(f"step 3/5: running the pipeline; its driver will be SIGKILLed between two EndTxn "
             f"calls of batch {ns.crash_batch}")
         rc = _run_pipeline(common + ["--fault", fault], log_path)
-        open_now = _sink_open_transactions(bootstrap, ckpt)
+        open_now = _sink_open_transactions(conf, ckpt)
         problem = crash_verdict(rc, os.path.exists(marker), len(open_now))
         if problem:
             return _failed(problem, log_path)
@@ -187,9 +195,9 @@ def run_demo(ns: argparse.Namespace) -> int:
             return _failed(f"the restarted pipeline exited with {rc}", log_path)
 
         say("step 5/5: verifying the output with read_committed consumers")
-        report = verify({"bootstrap.servers": bootstrap}, src, dst, id_in="key", id_out="key")
+        report = verify(dict(conf), src, dst, id_in="key", id_out="key")
         print(report.text(), flush=True)
-        still = _sink_open_transactions(bootstrap, ckpt)
+        still = _sink_open_transactions(conf, ckpt)
         say(f"open transactions of the sink after the run: {len(still)}")
         ok = report.ok and report.expected == committed and not still
         say("RESULT: exactly once across a driver crash" if ok else "RESULT: FAILED")
@@ -205,8 +213,11 @@ def run_demo(ns: argparse.Namespace) -> int:
 
 def register_cli(sub) -> None:
     p = sub.add_parser("demo", help="exactly-once Kafka -> Spark -> Kafka across a driver crash")
-    p.add_argument("--records", type=int, default=20000, help="committed input records")
-    p.add_argument("--crash-batch", type=int, default=2, help="batch whose commit is interrupted")
-    p.add_argument("--keep", action="store_true", help="leave the broker and files for inspection")
-    p.add_argument("--bootstrap", help="use this Kafka cluster instead of starting a local broker")
+    add_kafka_options(p, required=False, cluster="run on this Kafka cluster")
+    p.add_argument("--records", type=int, default=20000, metavar="N",
+                   help="committed input records")
+    p.add_argument("--crash-batch", type=int, default=2, metavar="N",
+                   help="the batch whose commit the driver crash interrupts")
+    p.add_argument("--keep", action="store_true",
+                   help="leave the broker and the work files for inspection")
     p.set_defaults(func=run_demo)

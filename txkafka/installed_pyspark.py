@@ -222,5 +222,8 @@ def register_cli(sub) -> None:
         "pyspark-bytecode",
         help="let the Python processes Spark starts import the installed pyspark's bytecode instead "
              "of compiling pyspark.zip again (faster streaming query starts); off by default")
-    p.add_argument("action", choices=["enable", "disable", "status"])
+    p.add_argument("action", choices=["enable", "disable", "status"],
+                   help="enable: install the import hook beside pyspark; disable: remove it; "
+                        "status: whether it is on, and where Spark's Python processes import "
+                        "pyspark from")
     p.set_defaults(func=cmd_pyspark_bytecode)

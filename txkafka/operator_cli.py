@@ -5,8 +5,8 @@
     txkafka commit-log show    --checkpoint DIR [--last N] [--json]
     txkafka commit-log resolve --checkpoint DIR --batch N (--committed | --lost) [--id ID ...] [--yes]
 
-Security settings are librdkafka's (``-X security.protocol=SASL_SSL -X sasl.mechanism=...``) or a
-properties file (``--command-config``); secret values are never printed.
+Client settings (security) come from a properties file (``--command-config``) and ``-X key=value``
+(cli_options.py); secret values are never printed.
 """
 
 from __future__ import annotations
@@ -16,51 +16,11 @@ import json
 import sys
 import time
 
+from .cli_options import CommandLineError, KafkaConnection, add_kafka_options
 from .connector.secrets_redaction import redact_uri
-from .connector.errors import KafkaConfigError
-from .connector.client.config import kafka_client_config
 from .connector.checkpoint.savepoint import resume_option
 from .connector.sink.commit_log import SinkCommitLog, SinkIdentity
 from .connector.sink.transactional_ids import TransactionalIdFactory
-
-
-def _client_conf(args: argparse.Namespace) -> dict[str, str]:
-    """Client settings from ``--command-config`` then ``-X``. A malformed setting is refused, never
-    skipped (a dropped ``security.protocol`` would mean PLAINTEXT); its value is never shown.
-
-    They go through the same translation as a query's ``kafka.*`` options, so the properties file
-    Kafka's own tools take (``sasl.jaas.config``, JKS or PEM trust stores...) works here too."""
-    conf: dict[str, str] = {"bootstrap.servers": args.bootstrap_servers}
-    if getattr(args, "command_config", None):
-        with open(args.command_config) as fh:
-            for n, line in enumerate(fh, 1):
-                line = line.strip()
-                if not line or line.startswith(("#", "!")):
-                    continue
-                k, sep, v = line.partition("=")
-                if not sep or not k.strip():
-                    raise OperatorError(
-                        f"--command-config {args.command_config} line {n}: not a key=value line "
-                        "(librdkafka names, one key=value a line)")
-                conf[k.strip()] = v.strip()
-    for n, item in enumerate(getattr(args, "conf", None) or [], 1):
-        k, sep, v = item.partition("=")
-        if not sep or not k.strip():
-            # Not echoed: "sasl.password:secret" would print the secret.
-            raise OperatorError(f"-X setting number {n} is not key=value")
-        conf[k.strip()] = v.strip()
-    try:
-        return kafka_client_config({f"kafka.{k}": v for k, v in conf.items()})
-    except KafkaConfigError as e:
-        raise OperatorError(f"client settings (-X / --command-config; the names below without "
-                            f"the 'kafka.' prefix): {e}") from None
-
-
-class OperatorError(SystemExit):
-    """A command line that cannot be acted on: the message goes to stderr, the exit status is 1."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"error: {message}")
 
 
 def _open_log(checkpoint: str) -> tuple[SinkCommitLog, SinkIdentity]:
@@ -68,7 +28,7 @@ def _open_log(checkpoint: str) -> tuple[SinkCommitLog, SinkIdentity]:
     log = SinkCommitLog(checkpoint)
     ident = log.existing_identity()
     if ident is None:
-        raise OperatorError(
+        raise CommandLineError(
             f"--checkpoint {redact_uri(checkpoint)}: no txkafka sink there ({log.root}/sink.json "
             "does not exist). Give the checkpointLocation of a query that writes with format('txkafka').")
     return log, ident
@@ -126,7 +86,7 @@ def _select(args: argparse.Namespace) -> _Selection:
         factories = [TransactionalIdFactory(p, ident.sink_id) for p in names]
         return _Selection([f.sink_prefix for f in factories], factories, pending)
     if not args.prefix:
-        raise OperatorError("give --checkpoint (the query's checkpointLocation) or --prefix")
+        raise CommandLineError("give --checkpoint (the query's checkpointLocation) or --prefix")
     return _Selection([args.prefix], None, set())
 
 
@@ -142,9 +102,10 @@ def _listed(tc, sel: _Selection, states: list[str]):
 def cmd_list(args: argparse.Namespace) -> int:
     from .connector.client.transactions import TransactionClient
 
+    conn = KafkaConnection.from_args(args)
     sel = _select(args)
     pending = sel.pending
-    with TransactionClient(_client_conf(args)) as tc:
+    with TransactionClient(conn.client_conf) as tc:
         listed = _listed(tc, sel, [] if args.all else ["Ongoing"])
         descs = tc.describe(t.transactional_id for t in listed) if listed else {}
     now = time.time() * 1000
@@ -175,22 +136,22 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_abort(args: argparse.Namespace) -> int:
     from .connector.client.transactions import TransactionClient
 
+    conn = KafkaConnection.from_args(args)
     sel = _select(args)
     pending = sel.pending
     by_prefix_alone = not args.checkpoint and not args.force
     if by_prefix_alone and args.yes:
-        raise OperatorError(
+        raise CommandLineError(
             "refusing to abort by --prefix alone: without --checkpoint txkafka cannot tell which "
             "transactions belong to a batch that is decided but not yet committed (aborting those "
             "loses the batch). Give --checkpoint, or add --force if the query is abandoned.")
     named = list(dict.fromkeys(args.id or []))
     foreign = [tid for tid in named if not sel.owns(tid)]
     if foreign:
-        raise OperatorError(
+        raise CommandLineError(
             f"--id {', '.join(foreign)}: not a transactional id of "
             f"{'this sink' if args.checkpoint else 'the --prefix'} (ids start with {sel.label})")
-    conf = _client_conf(args)
-    with TransactionClient(conf) as tc:
+    with TransactionClient(conn.client_conf) as tc:
         listed = [t for t in _listed(tc, sel, ["Ongoing"])
                   if not named or t.transactional_id in named]
         not_open = [tid for tid in named if tid not in {t.transactional_id for t in listed}]
@@ -296,13 +257,13 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     if state is None or state.pending is None:
         shown = "has no records" if state is None else (
             "is complete" if state.complete else "has an outcome already")
-        raise OperatorError(
+        raise CommandLineError(
             f"batch {args.batch} {shown} in {log.log_dir}: nothing to resolve (only a decided "
             "round without an outcome can be resolved; see `txkafka commit-log show`)")
     rnd = state.pending
     note = log.read_unresolved(args.batch, rnd.number)
     if note is None:
-        raise OperatorError(
+        raise CommandLineError(
             f"batch {args.batch} round {rnd.number} is decided but its outcome was never found "
             "unknown: restart the query and it completes the commit itself. Resolve only a batch "
             "that stopped the query with TransactionOutcomeUnknownError.")
@@ -312,7 +273,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     chosen = list(dict.fromkeys(args.id)) if args.id else undetermined
     wrong = [tid for tid in chosen if tid not in undetermined]
     if wrong:
-        raise OperatorError(
+        raise CommandLineError(
             f"--id {', '.join(wrong)}: not an undetermined transaction of batch {args.batch} round "
             f"{rnd.number}; undetermined: {', '.join(undetermined) or 'none'}")
     verdict = "committed" if args.committed else "lost"
@@ -351,13 +312,12 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
 def register_cli(sub) -> None:
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--bootstrap-servers", "-b", required=True)
-        p.add_argument("--checkpoint", help="the query's checkpointLocation (finds the sink's ids)")
+        add_kafka_options(p, cluster="the sink's Kafka cluster")
+        p.add_argument("--checkpoint", metavar="DIR",
+                       help="the query's checkpointLocation (finds the sink's ids)")
         p.add_argument("--prefix", help="without --checkpoint: the start of the transactional ids "
                        "(e.g. txkafka-1a2b3c4d-); with --checkpoint: the query's "
                        "transactionalIdPrefix option (default: the ones its commit log used)")
-        p.add_argument("--conf", "-X", action="append", help="librdkafka setting key=value")
-        p.add_argument("--command-config", help="properties file with client settings")
 
     t = sub.add_parser("transactions", help="list or abort the sink's open transactions")
     tsub = t.add_subparsers(dest="action", required=True)
@@ -369,22 +329,25 @@ def register_cli(sub) -> None:
     ta = tsub.add_parser("abort", help="abort open transactions (never a decided batch's)")
     common(ta)
     ta.add_argument("--id", action="append", help="only this transactional id (repeatable)")
-    ta.add_argument("--yes", action="store_true", help="really abort (default: dry run)")
-    ta.add_argument("--force", action="store_true", help="abort a decided batch's transactions too (and, "
-                    "with --prefix alone, whatever matches)")
+    ta.add_argument("--yes", action="store_true", help="really abort (default: a dry run)")
+    ta.add_argument("--force", action="store_true", help="abort a decided batch's transactions "
+                    "too (and, with --prefix alone, whatever matches)")
     ta.set_defaults(func=cmd_abort)
 
     c = sub.add_parser("commit-log", help="show the sink's commit log, or resolve an unknown outcome")
     csub = c.add_subparsers(dest="action", required=True)
-    cs = csub.add_parser("show")
-    cs.add_argument("--checkpoint", required=True)
-    cs.add_argument("--last", type=int, default=20)
-    cs.add_argument("--json", action="store_true")
+    cs = csub.add_parser("show", help="the newest batches: status, rounds, source offsets")
+    cs.add_argument("--checkpoint", required=True, metavar="DIR",
+                    help="the query's checkpointLocation")
+    cs.add_argument("--last", type=int, default=20, metavar="N", help="how many batches")
+    cs.add_argument("--json", action="store_true", help="print the batches as JSON")
     cs.set_defaults(func=cmd_log)
     cr = csub.add_parser("resolve", help="record whether a batch's unknown-outcome transactions "
                          "committed (after checking the output), so the query can continue")
-    cr.add_argument("--checkpoint", required=True)
-    cr.add_argument("--batch", type=int, required=True)
+    cr.add_argument("--checkpoint", required=True, metavar="DIR",
+                    help="the query's checkpointLocation")
+    cr.add_argument("--batch", type=int, required=True, metavar="N",
+                    help="the batch whose outcome is unknown (commit-log show marks it)")
     verdict = cr.add_mutually_exclusive_group(required=True)
     verdict.add_argument("--committed", action="store_true",
                          help="their records are in the output: nothing is written again")
@@ -392,6 +355,5 @@ def register_cli(sub) -> None:
                          help="their records are missing: the restart writes those task partitions again")
     cr.add_argument("--id", action="append", help="only this transactional id (repeatable; default: "
                     "every undetermined one)")
-    cr.add_argument("--yes", action="store_true", help="really write (default: dry run)")
+    cr.add_argument("--yes", action="store_true", help="really write (default: a dry run)")
     cr.set_defaults(func=cmd_resolve)
-

@@ -4,7 +4,7 @@ Used by the demo, the tests and the chaos suite, which run it in its own process
 it (SIGKILL: a driver crash) and restart it from the same checkpoint. Stops by itself once every
 input record up to the input's end offsets (taken at start) has been committed, or after --timeout.
 
-    python -m txkafka.pipeline --bootstrap HOST:PORT --input in --output out --checkpoint DIR
+    python -m txkafka.pipeline -b HOST:PORT --input in --output out --checkpoint DIR
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from txkafka.spark_session import session_builder
 def run(args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
-    kafka_conf = dict(kv.split("=", 1) for kv in (args.kafka_conf or []))
+    kafka_conf = client_settings(args)
     spark_conf = dict(kv.split("=", 1) for kv in (args.spark_conf or []))
     if args.fault:
         # Faults are armed from the environment only: this process's (Spark's JVM and its local
@@ -139,6 +139,18 @@ def run(args: argparse.Namespace) -> int:
         spark.stop()
 
 
+def client_settings(args: argparse.Namespace) -> dict[str, str]:
+    """--command-config's settings, then --kafka-conf's, in librdkafka's names (the reader and
+    the sink take them as kafka.* options, the pipeline's own clients as they are)."""
+    from txkafka.cli_options import KafkaConnection, read_command_config
+
+    settings = read_command_config(args.command_config) if args.command_config else {}
+    settings.update(kv.split("=", 1) for kv in (args.kafka_conf or []))
+    conf = dict(KafkaConnection.create(args.bootstrap, settings).client_conf)
+    del conf["bootstrap.servers"]
+    return conf
+
+
 def sink_options(args: argparse.Namespace, kafka_conf: dict[str, str]) -> dict[str, str]:
     sink_conf = dict(kv.split("=", 1) for kv in (args.sink_conf or []))
     opts = {"kafka.bootstrap.servers": args.bootstrap, "topic": args.output,
@@ -202,7 +214,10 @@ def _caught_up(q, topic: str, target: dict[int, int]) -> bool:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--bootstrap", required=True)
+    p.add_argument("-b", "--bootstrap-servers", dest="bootstrap", required=True,
+                   metavar="HOST:PORT[,...]")
+    p.add_argument("--command-config", metavar="FILE",
+                   help="client properties file (security settings), as txkafka's commands take it")
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--checkpoint", required=True)

@@ -184,7 +184,8 @@ def register_cli(sub) -> None:
         help="build a SPARK_HOME whose pyspark.zip has bytecode (faster Python worker and "
              "streaming-source starts with a Spark distribution; with pip's pyspark, "
              "`txkafka pyspark-bytecode enable` does the same); prints the export line")
-    p.add_argument("--spark-home", help="the Spark home to mirror (default: $SPARK_HOME, else "
-                                        "the installed pyspark)")
-    p.add_argument("--out", help="where to build it (default: ~/.cache/txkafka/spark-home-...)")
+    p.add_argument("--spark-home", metavar="DIR", help="the Spark home to mirror (default: "
+                   "$SPARK_HOME, else the installed pyspark)")
+    p.add_argument("--out", metavar="DIR",
+                   help="where to build it (default: ~/.cache/txkafka/spark-home-...)")
     p.set_defaults(func=cmd_pyspark_home)

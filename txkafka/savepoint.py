@@ -359,16 +359,17 @@ def _sink_offsets(commit_log: SinkCommitLog, batch: int) -> Optional[tuple[str, 
 # ---------------------------------------------------------------------------------- CLI
 
 def cmd_create(args: argparse.Namespace) -> int:
-    from .operator_cli import OperatorError, _client_conf
+    from .cli_options import CommandLineError, KafkaConnection
 
     if args.quiet_period < 0:
-        raise OperatorError("--quiet-period must be >= 0 seconds")
+        raise CommandLineError("--quiet-period must be >= 0 seconds")
+    conf = KafkaConnection.from_args(args).client_conf
     try:
-        out = create(args.checkpoint, args.out, _client_conf(args), prefix=args.prefix,
+        out = create(args.checkpoint, args.out, conf, prefix=args.prefix,
                      quiet_period_s=args.quiet_period)
         sp = read_savepoint(out)
     except SavepointError as e:
-        raise OperatorError(str(e)) from None
+        raise CommandLineError(str(e)) from None
     if args.json:
         print(json.dumps(sp.to_json(), indent=1))
     else:
@@ -378,38 +379,39 @@ def cmd_create(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .operator_cli import OperatorError
+    from .cli_options import CommandLineError
 
     try:
         sp = read_savepoint(args.savepoint)
     except SavepointError as e:
-        raise OperatorError(str(e)) from None
+        raise CommandLineError(str(e)) from None
     print(json.dumps(sp.to_json(), indent=1) if args.json else sp.text(args.savepoint))
     return 0
 
 
 def register_cli(sub) -> None:
+    from .cli_options import add_kafka_options
+
     s = sub.add_parser("savepoint", help="move a stopped pipeline to a new checkpoint or a "
                        "changed query, exactly once")
     ssub = s.add_subparsers(dest="action", required=True)
     c = ssub.add_parser("create", help="resolve the sink of a stopped query and write the source "
                         "positions matching its output")
-    c.add_argument("--checkpoint", required=True, help="the stopped query's checkpointLocation")
-    c.add_argument("--out", required=True, help="the savepoint file to create (a path or a "
-                   "pyarrow.fs URI); never overwritten")
-    c.add_argument("--bootstrap-servers", "-b", required=True, help="the sink's Kafka cluster")
-    c.add_argument("--conf", "-X", action="append", help="librdkafka setting key=value")
-    c.add_argument("--command-config", help="properties file with client settings")
+    add_kafka_options(c, cluster="the sink's Kafka cluster")
+    c.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help="the stopped query's checkpointLocation")
+    c.add_argument("--out", required=True, metavar="FILE", help="the savepoint file to create (a "
+                   "path or a pyarrow.fs URI); never overwritten")
     c.add_argument("--prefix", help="the query's transactionalIdPrefix (default: the ones its "
                    "commit log used)")
-    c.add_argument("--quiet-period", type=float, default=DEFAULT_QUIET_PERIOD_S,
-                   help="seconds to watch the checkpoint and the sink's transactions; anything "
-                   "moving means the query is alive (0: skip the check)")
+    c.add_argument("--quiet-period", type=float, default=DEFAULT_QUIET_PERIOD_S, metavar="SECONDS",
+                   help="how long to watch the checkpoint and the sink's transactions; anything "
+                   "moving means the query is alive; 0 skips the check")
     c.add_argument("--json", action="store_true", help="print the savepoint as JSON")
     c.set_defaults(func=cmd_create)
     sh = ssub.add_parser("show", help="print what a savepoint holds")
     sh.add_argument("savepoint", help="the savepoint file (a path or a pyarrow.fs URI)")
-    sh.add_argument("--json", action="store_true", help="print it as JSON")
+    sh.add_argument("--json", action="store_true", help="print the savepoint as JSON")
     sh.set_defaults(func=cmd_show)
 
 

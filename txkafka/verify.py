@@ -637,24 +637,19 @@ def _show(rid: bytes) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    conf = {"bootstrap.servers": args.bootstrap_servers}
-    for item in args.conf or []:
-        k, _, v = item.partition("=")
-        conf[k] = v
+    from .cli_options import KafkaConnection
+
+    conf = dict(KafkaConnection.from_args(args).client_conf)
     try:
         rep = _run_check(conf, args)
     except CheckpointError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.json:
-        payload = {**asdict(rep), "ok": rep.ok, "nothing_checked": rep.nothing_checked}
-        if args.json == "-":
-            print(json.dumps(payload, indent=2))
-        else:
-            with open(args.json, "w") as fh:
-                json.dump(payload, fh, indent=2)
-    if args.json != "-":
-        print(rep.text())
+    payload = {**asdict(rep), "ok": rep.ok, "nothing_checked": rep.nothing_checked}
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump(payload, fh, indent=2)
+    print(json.dumps(payload, indent=2) if args.json else rep.text())
     return 0 if rep.ok else 1
 
 
@@ -676,35 +671,41 @@ def _run_check(conf: dict, args: argparse.Namespace
 
 
 def register_cli(sub) -> None:
+    from .cli_options import add_kafka_options
+
     p = sub.add_parser("verify", help="check an output topic holds each input record exactly once")
-    p.add_argument("--bootstrap-servers", "-b", required=True)
-    p.add_argument("--input", required=True, help="input topic")
-    p.add_argument("--output", required=True, help="output topic")
-    p.add_argument("--id", default="key", help="where the unique id is: key, value or header:NAME")
-    p.add_argument("--id-in", help="id location in the input, if it differs")
-    p.add_argument("--id-out", help="id location in the output, if it differs")
-    p.add_argument("--no-order", action="store_true", help="skip the per-partition order check")
+    add_kafka_options(p, cluster="the cluster of both topics")
+    p.add_argument("--input", required=True, metavar="TOPIC", help="the input topic")
+    p.add_argument("--output", required=True, metavar="TOPIC", help="the output topic")
+    p.add_argument("--check", choices=["ids", "windowed-counts", "counts"], default="ids",
+                   help="ids: each input id once in the output; windowed-counts: a count per "
+                        "(key, event-time window) in append mode (key KEY@WINDOWSTARTMS, value "
+                        "the count); counts: groupBy(key).count() in update mode")
+    p.add_argument("--id", default="key", metavar="WHERE",
+                   help="ids: where the unique id is: key, value or header:NAME")
+    p.add_argument("--id-in", metavar="WHERE", help="ids: the id's place in the input, if it "
+                   "differs (default: --id)")
+    p.add_argument("--id-out", metavar="WHERE", help="ids: the id's place in the output, if it "
+                   "differs (default: --id)")
+    p.add_argument("--no-order", action="store_true", help="ids: skip the per-partition order check")
+    p.add_argument("--checkpoint", metavar="DIR",
+                   help="counts and windowed-counts: the query's checkpointLocation (Spark's "
+                        "offset log makes the check exact)")
+    p.add_argument("--window-ms", type=int, default=2000, metavar="MS",
+                   help="windowed-counts: the window length")
+    p.add_argument("--watermark-ms", type=int, default=None, metavar="MS",
+                   help="windowed-counts without --checkpoint: the query's watermark delay")
     p.add_argument("--allow-empty", action="store_true",
                    help="pass a run that verified nothing (an empty input or output, no id or "
                         "key, no closed window, no committed batch) when that is expected; "
                         "without it such a run fails. Output records no input explains still fail")
-    p.add_argument("--check", choices=["ids", "windowed-counts", "counts"], default="ids",
-                   help="ids: each input id once in the output (default); windowed-counts: a "
-                        "count per (key, event-time window) in append mode (key KEY@WINDOWSTARTMS, "
-                        "value the count); counts: groupBy(key).count() in update mode")
-    p.add_argument("--checkpoint", help="counts and windowed-counts: the query's checkpointLocation "
-                                        "(Spark's offset log makes the check exact)")
-    p.add_argument("--window-ms", type=int, default=2000, help="windowed-counts: window length")
-    p.add_argument("--watermark-ms", type=int, default=None,
-                   help="windowed-counts without --checkpoint: the query's watermark delay")
-    p.add_argument("--json", help="write the report as JSON to this file ('-' for stdout)")
-    p.add_argument("--conf", "-X", action="append",
-                   help="extra librdkafka setting key=value (security settings)")
+    p.add_argument("--json", action="store_true",
+                   help="print the report as JSON instead of text")
+    p.add_argument("--json-out", metavar="FILE", help="also write the report as JSON to FILE")
     p.set_defaults(func=cmd_verify)
 
 
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    register_cli(ap.add_subparsers(dest="command", required=True))
-    a = ap.parse_args()
-    sys.exit(a.func(a))
+if __name__ == "__main__":  # pragma: no cover
+    from .cli import main
+
+    sys.exit(main(["verify", *sys.argv[1:]]))

@@ -372,7 +372,7 @@ class Campaign:
     def driver_args(self, fault: str = "", until_done: bool = False,
                     timeout: float | None = None, transaction_timeout_ms: int = 0,
                     stop_file: Path | None = None) -> list[str]:
-        args = ["--bootstrap", self.kafka.bootstrap, "--input", self.source, "--output", self.sink,
+        args = ["-b", self.kafka.bootstrap, "--input", self.source, "--output", self.sink,
                 "--checkpoint", str(self.ck), "--mode", self.query, "--trigger-ms",
                 str(self.trigger_ms), "--max-offsets", str(self.max_offsets), "--master",
                 self.spark.master, "--timeout", str(int(timeout or self.round_timeout + 60)),

@@ -40,9 +40,10 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Mapping
 
 from .. import kafka_admin
+from ..cli_options import KafkaConnection, add_kafka_options
 from ..kafka_admin import QUIET
 from ..spark_session import session_builder
 from .bench_runs import (
@@ -64,9 +65,10 @@ def say(msg: str) -> None:
 # ----------------------------------------------------------------------------- Kafka helpers
 
 class BenchKafka:
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.conf = {"bootstrap.servers": bootstrap}
+    def __init__(self, conn: KafkaConnection) -> None:
+        self.bootstrap = conn.bootstrap
+        self.conf = dict(conn.client_conf)     # the plain clients'
+        self.options = conn.query_options      # the queries' kafka.* options
         self.admin = kafka_admin.admin(self.conf)
         self.created: list[str] = []  # deleted at the end on a cluster the bench did not start
 
@@ -131,7 +133,7 @@ class BenchKafka:
 
         md = self.admin.list_topics(topic, timeout=30)
         parts = sorted(md.topics[topic].partitions)
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"bench-{uuid.uuid4()}",
+        c = Consumer({**self.conf, "group.id": f"bench-{uuid.uuid4()}",
                       "enable.partition.eof": True, "enable.auto.commit": False,
                       "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
                       # As txkafka's reader: without it librdkafka idles a second per 100k
@@ -178,7 +180,7 @@ class BenchKafka:
         from confluent_kafka import Consumer, TopicPartition
 
         def consumer(isolation: str):
-            return Consumer({"bootstrap.servers": self.bootstrap, "logger": QUIET,
+            return Consumer({**self.conf, "logger": QUIET,
                              "group.id": f"bench-{uuid.uuid4()}", "isolation.level": isolation})
 
         committed, raw = consumer("read_committed"), consumer("read_uncommitted")
@@ -244,7 +246,7 @@ def core_write_run(k: BenchKafka, batches: list, rows: int, workdir: str) -> flo
 
     topic = k.topic("bench-core-out", 4)
     ck = tempfile.mkdtemp(dir=workdir)
-    cfg = SinkConfig.from_options({"kafka.bootstrap.servers": k.bootstrap, "topic": topic,
+    cfg = SinkConfig.from_options({**k.options, "topic": topic,
                                    "checkpointLocation": ck}, streaming=True)
     log = SinkCommitLog(ck)
     ids = TransactionalIdFactory(cfg.transactional_id_prefix,
@@ -269,7 +271,7 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
     from ..connector.source.range_reader import ConsumerPool, FetchTask, fetch_range
     from ..connector.source.options import parse_source_options
 
-    options = parse_source_options({"kafka.bootstrap.servers": k.bootstrap, "subscribe": topic,
+    options = parse_source_options({**k.options, "subscribe": topic,
                                     **TXKAFKA_READ_OPTIONS}, streaming=True)
     conf = tuple(sorted(options.consumer_config().items()))
     ends = kafka_admin.end_offsets(k.conf, topic, "read_uncommitted")
@@ -331,15 +333,17 @@ def _data_batch_rate(q: Any) -> float:
     return sum(p["numInputRows"] for p in progress) / (ms / 1000.0) if ms else float("nan")
 
 
-def read_run(spark, fmt: str, bootstrap: str, topic: str, rows: int, workdir: str) -> float:
-    return read_run_detailed(spark, fmt, bootstrap, topic, rows, workdir)[0]
+def read_run(spark, fmt: str, kafka: Mapping[str, str], topic: str, rows: int,
+             workdir: str) -> float:
+    return read_run_detailed(spark, fmt, kafka, topic, rows, workdir)[0]
 
 
-def read_run_detailed(spark, fmt: str, bootstrap: str, topic: str, rows: int,
+def read_run_detailed(spark, fmt: str, kafka: Mapping[str, str], topic: str, rows: int,
                       workdir: str) -> tuple[float, float]:
-    """(rows/s over the whole query, rows/s inside its data batches)."""
+    """(rows/s over the whole query, rows/s inside its data batches); ``kafka``: the query's
+    kafka.* options."""
     def start():
-        src = (spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
+        src = (spark.readStream.format(fmt).options(**kafka)
                .option("subscribe", topic).option("startingOffsets", "earliest")
                .options(**(TXKAFKA_READ_OPTIONS if fmt == "txkafka" else {})).load())
         return (src.writeStream.format("noop").trigger(availableNow=True)
@@ -353,7 +357,7 @@ def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdi
     out = k.topic("bench-out", partitions) if sink != "noop" else None
 
     def start():
-        src = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
+        src = (spark.readStream.format("txkafka").options(**k.options)
                .option("subscribe", src_topic).option("startingOffsets", "earliest")
                .option("maxOffsetsPerTrigger", str(per_batch)).options(**TXKAFKA_READ_OPTIONS)
                .load())
@@ -363,7 +367,7 @@ def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdi
             w = w.format("noop")
         else:
             fmt, options = _SINKS[sink]
-            w = (w.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
+            w = (w.format(fmt).options(**k.options).option("topic", out)
                  .options(**options))
         q = w.start()
         return _StopWhenDone(q, rows)
@@ -417,7 +421,7 @@ def sink_run(k: BenchKafka, sink: str, df, rows: int, partitions: int = 4,
     before = meter.snapshot() if meter is not None else None
     log_from = request_log.stat().st_size if request_log is not None else 0
     started = time.monotonic()
-    w = df.write.format(fmt).option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
+    w = df.write.format(fmt).options(**k.options).option("topic", out)
     if big:
         w = w.option("kafka.max.request.size" if fmt == "kafka" else "kafka.message.max.bytes",
                      str(4 * value_bytes))
@@ -536,11 +540,11 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
 
     what = f"latency at a {trigger_s} s trigger"
     src, out = k.topic("lat-in", 2), k.topic("lat-out", 2)
-    q = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
+    q = (spark.readStream.format("txkafka").options(**k.options)
          .option("subscribe", src).option("startingOffsets", "earliest")
          .options(**TXKAFKA_READ_OPTIONS).load()
          .selectExpr("key", "value").writeStream.format("txkafka")
-         .option("kafka.bootstrap.servers", k.bootstrap).option("topic", out)
+         .options(**k.options).option("topic", out)
          .option("checkpointLocation", tempfile.mkdtemp(dir=workdir))
          .trigger(processingTime=f"{trigger_s} seconds").start())
     stop = threading.Event()
@@ -549,7 +553,7 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
     fed = {"in_window": 0, "last_stamp": 0.0}  # written by the feeder thread only
 
     def feed():
-        p = Producer({"bootstrap.servers": k.bootstrap, "linger.ms": 1, "logger": QUIET})
+        p = Producer({**k.conf, "linger.ms": 1, "logger": QUIET})
         i = 0
         t0 = time.monotonic()
         while not stop.is_set():
@@ -567,7 +571,7 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
         p.flush(30)
 
     feeder = threading.Thread(target=feed, daemon=True)
-    c = Consumer({"bootstrap.servers": k.bootstrap, "group.id": f"lat-{uuid.uuid4()}",
+    c = Consumer({**k.conf, "group.id": f"lat-{uuid.uuid4()}",
                   "isolation.level": "read_committed", "logger": QUIET})
     c.assign([TopicPartition(out, p, 0) for p in range(2)])
     samples: list[float] = []
@@ -644,8 +648,9 @@ def _median(xs: list[float]) -> float:
 def run_bench(ns: argparse.Namespace) -> int:
     from ..embedded_kafka import EmbeddedKafka
 
-    # Checked before anything starts: a bad --spark-conf must not leave a broker running.
+    # Checked before anything starts: bad settings must not leave a broker running.
     spark_conf = spark_conf_pairs(getattr(ns, "spark_conf", None) or [])
+    given = KafkaConnection.optional_from_args(ns)
     wire = [WIRE] if getattr(ns, "wire_producer", False) else []
 
     os.makedirs(ns.out, exist_ok=True)
@@ -654,19 +659,19 @@ def run_bench(ns: argparse.Namespace) -> int:
         TXKAFKA_READ_OPTIONS["fetcher"] = ns.fetcher
     workdir = tempfile.mkdtemp(prefix="txkafka-bench-")
     cluster = None
-    if ns.bootstrap:
-        bootstrap = ns.bootstrap
-        say(f"using the Kafka cluster at {bootstrap}; the topics the benchmark creates are "
+    if given is not None:
+        conn = given
+        say(f"using the Kafka cluster at {conn.bootstrap}; the topics the benchmark creates are "
             "deleted at the end")
     else:
         say("starting the local Apache Kafka broker")
         # The sink suite counts each run's Produce requests in the broker's request log.
         cluster = EmbeddedKafka("bench", 1, progress=lambda m: say("  " + m),
                                 request_log="sink" in ns.suites)
-        bootstrap = cluster.start()
+        conn = KafkaConnection.create(cluster.start(), {})
     # The broker processes whose CPU the sink and tasks suites count (none on another's cluster).
     broker_pids = [n.pid for n in cluster.node_infos if n.pid] if cluster is not None else []
-    k = BenchKafka(bootstrap)
+    k = BenchKafka(conn)
     rows, repeats = ns.rows, ns.repeats
     if ns.pyspark_home:  # before the JVM starts: a JVM's SPARK_HOME is fixed for its life
         from ..pyspark_home import build
@@ -676,7 +681,7 @@ def run_bench(ns: argparse.Namespace) -> int:
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": " ".join(["txkafka", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
-        "machine": machine(external_kafka=bool(ns.bootstrap)),
+        "machine": machine(external_kafka=given is not None),
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
                    "sink_value_bytes": ns.sink_value_bytes, "sink_partitions": ns.sink_partitions,
                    "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto"),
@@ -758,7 +763,7 @@ def run_bench(ns: argparse.Namespace) -> int:
                 core_read_run(k, src, rows)
             elif suite == "read":
                 say(f"warming up the {name} reader")
-                read_run(spark, name, bootstrap, src, rows, workdir)
+                read_run(spark, name, k.options, src, rows, workdir)
             elif suite == "write":
                 say(f"warming up the {name} pipeline")
                 write_run(spark, name, k, src, rows, workdir, 4, per_batch)
@@ -778,7 +783,7 @@ def run_bench(ns: argparse.Namespace) -> int:
                 elif (suite, name) == ("core", "read"):
                     value = core_read_run(k, src, rows)
                 elif suite == "read":
-                    value, in_batches = read_run_detailed(spark, name, bootstrap, src, rows, workdir)
+                    value, in_batches = read_run_detailed(spark, name, k.options, src, rows, workdir)
                     batch_runs.setdefault(name, []).append(in_batches)
                     say(f"  read {name}: {in_batches:,.0f} rows/s inside the data batches")
                 elif suite == "sink":
@@ -829,7 +834,7 @@ def run_bench(ns: argparse.Namespace) -> int:
                     n = max(2000, rows * 100 // max(size, 100) // (1 if size == 100 else 2))
                     t = k.topic(f"bench-scale-{parts}p-{size}b", parts)
                     k.fill(t, n, size)
-                    r = _median([read_run(spark, "txkafka", bootstrap, t, n, workdir)
+                    r = _median([read_run(spark, "txkafka", k.options, t, n, workdir)
                                  for _ in range(max(1, repeats // 2))])
                     # Four batches back to back (no trigger interval): a 1 s trigger would pace
                     # the larger values' few rows, and the figure would be the trigger's, not the sink's.
@@ -925,7 +930,7 @@ def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def machine(external_kafka: bool = False) -> dict[str, Any]:
     """What ran the benchmark. Kafka's protocol does not tell a broker's release, so on a
-    cluster given with --bootstrap the version is recorded as unknown, not guessed."""
+    cluster given with --bootstrap-servers the version is recorded as unknown, not guessed."""
     import pyspark
 
     from ..embedded_kafka import KAFKA_VERSION
@@ -946,7 +951,7 @@ def machine(external_kafka: bool = False) -> dict[str, Any]:
         pass
     return {"cpus": os.cpu_count(), "memory": mem, "python": platform.python_version(),
             "platform": platform.platform(), "pyspark": pyspark.__version__, "confluent_kafka": ck,
-            "kafka": ("external cluster (--bootstrap), version unknown" if external_kafka
+            "kafka": ("external cluster (--bootstrap-servers), version unknown" if external_kafka
                       else KAFKA_VERSION),
             "spark_home": os.environ.get("SPARK_HOME") or "(the installed pyspark)",
             # `txkafka pyspark-bytecode` (enabled/disabled) and its effect: the installed package
@@ -1137,34 +1142,42 @@ def cmd_report(ns: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
+    suites = ["ceiling", "core", "read", "write", "sink", "latency", "scaling", "tasks"]
     p = sub.add_parser("bench", help="benchmarks: txkafka vs Spark's Kafka connector and the client")
-    p.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
-    p.add_argument("--out", default="results", help="folder for benchmark.json and the PNG charts")
-    p.add_argument("--rows", type=int, default=1_000_000, help="records per throughput run")
-    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per system (median)")
-    p.add_argument("--suites", nargs="+",
-                   default=["ceiling", "core", "read", "write", "sink", "latency", "scaling", "tasks"],
-                   choices=["ceiling", "core", "read", "write", "sink", "latency", "scaling",
-                            "tasks"])
+    add_kafka_options(p, required=False, cluster="run on this Kafka cluster: its version is "
+                      "recorded as unknown, and the topics the benchmark creates are deleted at "
+                      "the end")
+    p.add_argument("--out", default="results", metavar="DIR",
+                   help="folder for benchmark.json and the PNG charts")
+    p.add_argument("--rows", type=int, default=1_000_000, metavar="N",
+                   help="records per throughput run")
+    p.add_argument("--repeats", type=int, default=3, metavar="N",
+                   help="interleaved runs per system; the median is reported")
+    p.add_argument("--suites", nargs="+", default=suites, choices=suites, metavar="SUITE",
+                   help=f"the suites to run (default: all of {' '.join(suites)})")
     p.add_argument("--tasks-partitions", nargs="+", type=int, default=[2, 16, 64, 200, 400],
-                   help="tasks suite: the write tasks per batch (repartition(P)) to measure")
-    p.add_argument("--tasks-batches", type=int, default=3, help="tasks suite: batches per run")
-    p.add_argument("--tasks-batch-rows", type=int, default=40_000,
-                   help="tasks suite: rows per batch (maxOffsetsPerTrigger)")
+                   metavar="P", help="tasks suite: the write tasks per batch to measure, each a "
+                   "repartition(P)")
+    p.add_argument("--tasks-batches", type=int, default=3, metavar="N",
+                   help="tasks suite: batches per run")
+    p.add_argument("--tasks-batch-rows", type=int, default=40_000, metavar="N",
+                   help="tasks suite: rows per batch, its maxOffsetsPerTrigger")
     p.add_argument("--trace", action="store_true",
                    help="tasks suite: break each write stage down per task from Spark's event log")
-    p.add_argument("--sink-value-bytes", type=int, default=100,
-                   help="sink suite: bytes per record value (size runs: 1048576)")
-    p.add_argument("--sink-partitions", type=int, default=4,
-                   help="sink suite: partitions of each output topic (size runs: 500)")
-    p.add_argument("--latency-seconds", type=float, default=40.0)
-    p.add_argument("--latency-rate", type=int, default=2000, help="records/s fed in latency runs")
-    p.add_argument("--master", default="local[2]")
+    p.add_argument("--sink-value-bytes", type=int, default=100, metavar="N",
+                   help="sink suite: bytes per record value; the size runs take 1048576")
+    p.add_argument("--sink-partitions", type=int, default=4, metavar="N",
+                   help="sink suite: partitions of each output topic; the size runs take 500")
+    p.add_argument("--latency-seconds", type=float, default=40.0, metavar="SECONDS",
+                   help="latency suite: the measured window after the warm-up")
+    p.add_argument("--latency-rate", type=int, default=2000, metavar="N",
+                   help="latency suite: records per second fed")
+    p.add_argument("--master", default="local[2]", help="the Spark master")
     p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
                    help="a Spark setting of the benchmark's session (repeatable)")
     p.add_argument("--skip-builtin", action="store_true", help="no Spark built-in connector runs")
     p.add_argument("--fetcher", choices=["auto", "wire", "librdkafka"], default="auto",
-                   help="the txkafka readers' fetcher option (how executors read)")
+                   help="the txkafka readers' fetcher option, how executors read")
     p.add_argument("--wire-producer", action="store_true",
                    help="write, sink and tasks suites: also run exactly_once with producer=txkafka")
     p.add_argument("--pyspark-home", action="store_true",
@@ -1173,6 +1186,8 @@ def register_cli(sub) -> None:
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="no untimed warm-up run per system (a smoke run: its figures include "
                         "each system's first-run costs and are not for comparison)")
-    p.add_argument("--keep-broker", action="store_true")
-    p.add_argument("--report", help="print the markdown tables of an existing result file")
+    p.add_argument("--keep-broker", action="store_true",
+                   help="leave the local broker running after the run")
+    p.add_argument("--report", metavar="FILE",
+                   help="print the markdown tables of an existing benchmark.json, run nothing")
     p.set_defaults(func=lambda ns: cmd_report(ns) if ns.report else run_bench(ns))

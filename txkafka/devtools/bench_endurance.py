@@ -3,7 +3,7 @@
     python -m txkafka bench-endurance --minutes 60 --rate 3000 --out docs/benchmarks/endurance
 
 Kafka -> txkafka source -> txkafka sink (exactly_once) at a steady input rate on a 3-node cluster
-(started here unless ``--bootstrap`` names one). Every ``--sample-s`` seconds it records the
+(started here unless ``--bootstrap-servers`` names one). Every ``--sample-s`` seconds it records the
 driver JVM's and the Python processes' memory, open files and threads, the sink's commit log
 (files, bytes) and the sink's transactional ids the brokers know; a read_committed consumer stamps
 each output record's visibility delay and checks that every input record arrives exactly once.
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import kafka_admin
+from ..cli_options import KafkaConnection, add_kafka_options
 from .bench_runs import TXKAFKA_READ_OPTIONS
 from .bench import _stop_between_batches, say, spark_session
 from ..kafka_admin import QUIET as _quiet
@@ -226,10 +227,11 @@ class _Output:
     delay in the histogram of the window it was sent in (sent before the measured hour: the
     start-up's)."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, window_s: float) -> None:
+    def __init__(self, conf: dict[str, str], topic: str, partitions: int,
+                 window_s: float) -> None:
         from confluent_kafka import Consumer, TopicPartition
 
-        self.c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"endur-{uuid.uuid4()}",
+        self.c = Consumer({**conf, "group.id": f"endur-{uuid.uuid4()}",
                            "isolation.level": "read_committed", "logger": _quiet})
         self.c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self.seen = bytearray(1 << 17)
@@ -299,18 +301,19 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     from ..connector.client.transactions import TransactionClient
 
     cluster = None
-    bootstrap = ns.bootstrap
-    if not bootstrap:
+    conn = KafkaConnection.optional_from_args(ns)
+    if conn is None:
         from ..embedded_kafka import EmbeddedKafka
 
         cluster = EmbeddedKafka(f"endurance-{os.getpid()}", nodes=3)
         say("starting a 3-node Kafka cluster")
-        bootstrap = cluster.start()
+        conn = KafkaConnection.create(cluster.start(), {})
+    conf, kafka = dict(conn.client_conf), conn.query_options
     rf = 3 if cluster or ns.replication == 3 else ns.replication
     src, out = f"endur-in-{uuid.uuid4().hex[:8]}", f"endur-out-{uuid.uuid4().hex[:8]}"
     cfg = {"min.insync.replicas": "2"} if rf == 3 else {}
     for t in (src, out):
-        kafka_admin.create_topic({"bootstrap.servers": bootstrap}, t, ns.partitions, rf, cfg)
+        kafka_admin.create_topic(conf, t, ns.partitions, rf, cfg)
     prefix = f"endur-{uuid.uuid4().hex[:6]}"
     if ns.pyspark_home:  # before the JVM starts: a JVM's SPARK_HOME is fixed for its life
         from ..pyspark_home import build
@@ -320,11 +323,11 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     ck = workdir / "ck"
     spark = spark_session(False, ns.master, {"spark.sql.shuffle.partitions": str(ns.partitions)})
     jvm = spark_jvm_pid(spark)
-    q = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", bootstrap)
+    q = (spark.readStream.format("txkafka").options(**kafka)
          .option("subscribe", src).option("startingOffsets", "earliest")
          .options(**TXKAFKA_READ_OPTIONS).load()
          .selectExpr("key", "value").writeStream.format("txkafka")
-         .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+         .options(**kafka).option("topic", out)
          .option("transactionalIdPrefix", prefix)
          .options(**({"producer": ns.producer} if ns.producer else {}))
          .option("checkpointLocation", str(ck))
@@ -334,7 +337,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     sent = [0]
 
     def feed() -> None:
-        p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
+        p = Producer({**conf, "linger.ms": 5, "acks": "all",
                       "enable.idempotence": True, "logger": _quiet})
         t0 = time.monotonic()
         while not stop.is_set():
@@ -351,8 +354,8 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
 
     seconds = ns.minutes * 60.0
     window = min(WINDOW_S, seconds / 6)
-    output = _Output(bootstrap, out, ns.partitions, window)
-    txns = TransactionClient({"bootstrap.servers": bootstrap}, timeout=30)
+    output = _Output(conf, out, ns.partitions, window)
+    txns = TransactionClient(conf, timeout=30)
     heap = _HeapFloor(spark)
     samples: list[dict[str, float]] = []
     feeder = threading.Thread(target=feed, name="endurance-feeder", daemon=True)
@@ -528,21 +531,28 @@ def cmd_endurance(ns: argparse.Namespace) -> int:
 def register_cli(sub) -> None:
     p = sub.add_parser("bench-endurance",
                        help="benchmark: one exactly-once stream for an hour; resource slopes")
-    p.add_argument("--bootstrap", help="use this cluster instead of starting a 3-node one")
-    p.add_argument("--replication", type=int, default=1,
-                   help="with --bootstrap: the topics' replication factor")
-    p.add_argument("--minutes", type=float, default=60.0)
-    p.add_argument("--rate", type=int, default=3000, help="input records per second")
-    p.add_argument("--trigger-s", type=int, default=2)
-    p.add_argument("--partitions", type=int, default=6,
-                   help="input and output partitions (and shuffle partitions)")
-    p.add_argument("--sample-s", type=float, default=30.0)
-    p.add_argument("--master", default="local[2]")
+    add_kafka_options(p, required=False, cluster="run on this Kafka cluster (default: a 3-node "
+                      "one started for the run)")
+    p.add_argument("--replication", type=int, default=1, metavar="N",
+                   help="with --bootstrap-servers: the topics' replication factor; a cluster "
+                        "started here takes 3")
+    p.add_argument("--minutes", type=float, default=60.0, help="how long the stream runs")
+    p.add_argument("--rate", type=int, default=3000, metavar="N", help="input records per second")
+    p.add_argument("--trigger-s", type=int, default=2, metavar="SECONDS",
+                   help="the query's processing-time trigger")
+    p.add_argument("--partitions", type=int, default=6, metavar="N",
+                   help="input and output partitions, and shuffle partitions")
+    p.add_argument("--sample-s", type=float, default=30.0, metavar="SECONDS",
+                   help="how often the resources are sampled")
+    p.add_argument("--master", default="local[2]", help="the Spark master")
     p.add_argument("--producer", choices=("auto", "librdkafka", "txkafka"),
                    help="the sink's producer option (default: the sink's default)")
     p.add_argument("--pyspark-home", action="store_true",
                    help="run Spark from `txkafka pyspark-home`'s Spark home (bytecode imports)")
-    p.add_argument("--keep-broker", action="store_true")
-    p.add_argument("--out", default="results/endurance")
-    p.add_argument("--report", help="print the tables of an existing endurance.json")
+    p.add_argument("--keep-broker", action="store_true",
+                   help="leave the cluster started for the run running")
+    p.add_argument("--out", default="results/endurance", metavar="DIR",
+                   help="folder for endurance.json and its chart")
+    p.add_argument("--report", metavar="FILE",
+                   help="print the tables of an existing endurance.json, run nothing")
     p.set_defaults(func=cmd_endurance)

@@ -30,6 +30,7 @@ import uuid
 from typing import Any
 
 from .. import kafka_admin
+from ..cli_options import CommandParser, KafkaConnection, add_kafka_options
 from .bench import BenchKafka, _arrow_batches, machine, say
 from .bench_runs import check_count
 
@@ -50,7 +51,7 @@ class Paths:
         from ..connector.client.producer import ClusterLink
 
         self.k = k
-        self.conf = {"bootstrap.servers": k.bootstrap}
+        self.conf = k.conf
         self.workdir = workdir
         self.link = ClusterLink(self.conf)
         self.tc = TransactionClient(self.conf)
@@ -62,7 +63,7 @@ class Paths:
     def _sink_config(self, topic: str):
         from ..connector.sink.options import SinkConfig
 
-        return SinkConfig.from_options({"kafka.bootstrap.servers": self.k.bootstrap,
+        return SinkConfig.from_options({**self.k.options,
                                         "topic": topic,
                                         "checkpointLocation": tempfile.mkdtemp(dir=self.workdir)},
                                        streaming=True)
@@ -254,39 +255,50 @@ def report_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m txkafka.devtools.bench_produce", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--bootstrap", help="use this cluster instead of starting a local broker")
-    p.add_argument("--out", default="results/produce")
-    p.add_argument("--rows", type=int, default=1_000_000)
+def parser() -> argparse.ArgumentParser:
+    p = CommandParser(prog="python -m txkafka.devtools.bench_produce", description=__doc__)
+    add_kafka_options(p, required=False, cluster="run on this Kafka cluster")
+    p.add_argument("--out", default="results/produce", metavar="DIR",
+                   help="folder for produce.json and its chart")
+    p.add_argument("--rows", type=int, default=1_000_000, metavar="N",
+                   help="records per throughput run (fewer when --mb caps them)")
     p.add_argument("--mb", type=int, default=200, help="cap of a run's values, in MB")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 100_000])
-    p.add_argument("--partitions", type=int, nargs="+", default=[1, 16, 500])
-    p.add_argument("--startup-runs", type=int, default=20)
-    p.add_argument("--report", help="print the tables of an existing produce.json")
-    ns = p.parse_args(argv)
+    p.add_argument("--repeats", type=int, default=3, metavar="N",
+                   help="alternating runs per producer")
+    p.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 100_000], metavar="BYTES",
+                   help="record value sizes to measure")
+    p.add_argument("--partitions", type=int, nargs="+", default=[1, 16, 500], metavar="N",
+                   help="partition counts of the output topic to measure")
+    p.add_argument("--startup-runs", type=int, default=20, metavar="N",
+                   help="runs of a task's start per way")
+    p.add_argument("--report", metavar="FILE",
+                   help="print the tables of an existing produce.json, run nothing")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
     if ns.report:
         with open(ns.report) as fh:
             print(report_markdown(json.load(fh)))
         return 0
     from ..embedded_kafka import EmbeddedKafka
 
+    given = KafkaConnection.optional_from_args(ns)
     os.makedirs(ns.out, exist_ok=True)
     cluster = None
-    if ns.bootstrap:
-        bootstrap = ns.bootstrap
+    if given is not None:
+        conn = given
     else:
         say("starting the local Apache Kafka broker")
         cluster = EmbeddedKafka("bench-produce", 1, progress=lambda m: say("  " + m))
-        bootstrap = cluster.start()
-    k = BenchKafka(bootstrap)
+        conn = KafkaConnection.create(cluster.start(), {})
+    k = BenchKafka(conn)
     workdir = tempfile.mkdtemp(prefix="txkafka-bench-produce-")
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": " ".join(["python -m txkafka.devtools.bench_produce", *(argv or sys.argv[1:])]),
-        "machine": machine(external_kafka=bool(ns.bootstrap)),
+        "machine": machine(external_kafka=given is not None),
         "params": {"rows": ns.rows, "mb": ns.mb, "repeats": ns.repeats, "sizes": ns.sizes,
                    "partitions": ns.partitions, "startup_runs": ns.startup_runs},
     }

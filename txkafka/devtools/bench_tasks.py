@@ -248,7 +248,7 @@ def tasks_run(spark, system: str, k, src_topic: str, rows: int, batch_rows: int,
     def start():
         from .bench_runs import TXKAFKA_READ_OPTIONS
 
-        src = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", k.bootstrap)
+        src = (spark.readStream.format("txkafka").options(**k.options)
                .option("subscribe", src_topic).option("startingOffsets", "earliest")
                .option("maxOffsetsPerTrigger", str(batch_rows)).options(**TXKAFKA_READ_OPTIONS)
                .load())
@@ -264,7 +264,7 @@ def tasks_run(spark, system: str, k, src_topic: str, rows: int, batch_rows: int,
             w = w.format("noop")
         else:
             fmt, options = _SINKS[system]
-            w = (w.format(fmt).option("kafka.bootstrap.servers", k.bootstrap)
+            w = (w.format(fmt).options(**k.options)
                  .option("topic", out).options(**options))
         q = w.start()
         holder["id"] = q.id

@@ -1,0 +1,202 @@
+"""What every txkafka command line shares: the Kafka connection options (``-b``,
+``--command-config``, ``-X``) read once into a ``KafkaConnection``, the help format (each option's
+default shown), and the error a command line that cannot be acted on stops with.
+
+The client settings are a query's ``kafka.*`` options without the prefix, so they go through the
+same translation (connector/client/config.py): the properties file Kafka's own tools take
+(``sasl.jaas.config``, JKS or PEM trust stores...) works as it is. Their values are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .connector.client.config import kafka_client_config
+from .connector.errors import KafkaConfigError
+from .connector.option_names import KAFKA_PREFIX
+from .connector.secrets_redaction import redact_text
+
+
+class CommandLineError(SystemExit):
+    """A command line that cannot be acted on: the message goes to stderr, the exit status is 1."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"error: {message}")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written; after each option's help its default, unless the help states it
+    (``(default: ...)``) or there is none worth showing (a flag, an unset option)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if ("(default" in text or not action.option_strings or action.nargs == 0
+                or default in (None, "", [], argparse.SUPPRESS)):
+            return text
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        return f"{text} (default: {str(shown).replace('%', '%%')})"
+
+
+class CommandParser(argparse.ArgumentParser):
+    """txkafka's parsers: sub-command parsers are made of the same class (argparse's
+    ``add_subparsers`` uses its parser's type), so every level formats its help alike."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def add_kafka_options(parser: argparse.ArgumentParser, *, required: bool = True,
+                      cluster: str = "the Kafka cluster") -> None:
+    """``-b/--bootstrap-servers``, ``--command-config`` and ``-X``, in a group of their own.
+
+    ``required=False``: a command that starts a local broker without ``-b`` (then the client
+    settings are refused, see ``KafkaConnection.optional_from_args``)."""
+    if not required and "(default" not in cluster:
+        cluster += " (default: a local broker started for the run)"
+    g = parser.add_argument_group("Kafka connection")
+    g.add_argument("-b", "--bootstrap-servers", required=required, metavar="HOST:PORT[,...]",
+                   help=cluster)
+    g.add_argument("--command-config", metavar="FILE",
+                   help="client properties file, as Kafka's own tools take it (key=value lines: "
+                        "security.protocol, sasl.*, ssl.*; Java or librdkafka names): keeps "
+                        "secrets off the command line and out of process lists")
+    g.add_argument("-X", "--conf", action="append", metavar="KEY=VALUE",
+                   help="one client setting, after --command-config's (repeatable); its value "
+                        "shows in process lists, so secrets belong in --command-config")
+
+
+@dataclass(frozen=True)
+class KafkaConnection:
+    """A command's Kafka cluster and client settings, read and checked once."""
+
+    bootstrap: str
+    # --command-config's then -X's, names as given; -b wins over a bootstrap.servers among them
+    settings: Mapping[str, str] = field(repr=False)
+    client_conf: Mapping[str, str] = field(repr=False)  # the librdkafka config of the clients
+
+    @classmethod
+    def create(cls, bootstrap: str, settings: Mapping[str, str]) -> "KafkaConnection":
+        """Checked and translated as a query's ``kafka.*`` options are; -b's servers win."""
+        settings = dict(settings)
+        try:
+            conf = kafka_client_config({f"{KAFKA_PREFIX}{k}": v for k, v in
+                                        {**settings, "bootstrap.servers": bootstrap}.items()})
+        except KafkaConfigError as e:
+            raise CommandLineError(
+                f"client settings (-X / --command-config; the names below without the 'kafka.' "
+                f"prefix): {redact_text(str(e), settings)}") from None
+        return cls(bootstrap, settings, conf)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "KafkaConnection":
+        """The connection of a command whose ``-b`` is required."""
+        conn = cls.optional_from_args(args)
+        if conn is None:
+            raise CommandLineError("give --bootstrap-servers HOST:PORT (the Kafka cluster)")
+        return conn
+
+    @classmethod
+    def optional_from_args(cls, args: argparse.Namespace) -> "KafkaConnection | None":
+        """None without ``-b`` (the command starts a local broker: ``create(its servers, {})``);
+        client settings without ``-b`` are refused then, before anything starts."""
+        settings: dict[str, str] = {}
+        path = getattr(args, "command_config", None)
+        if path:
+            settings.update(read_command_config(path))
+        for n, item in enumerate(getattr(args, "conf", None) or [], 1):
+            k, sep, v = item.partition("=")
+            if not sep or not k.strip():
+                # Not echoed: "sasl.password:secret" would print the secret.
+                raise CommandLineError(f"-X setting number {n} is not key=value")
+            settings[k.strip()] = v.strip()
+        bootstrap = getattr(args, "bootstrap_servers", None)
+        if bootstrap:
+            return cls.create(bootstrap, settings)
+        if settings:
+            raise CommandLineError(
+                "--command-config and -X need --bootstrap-servers: they are settings for a "
+                "cluster of yours, and the local broker started without -b takes none")
+        return None
+
+    @property
+    def query_options(self) -> dict[str, str]:
+        """The same cluster and settings as a query's ``kafka.*`` options (untranslated: a query
+        translates them itself, and Spark's built-in connector takes Java names as they are)."""
+        return {f"{KAFKA_PREFIX}{k}": v for k, v in
+                {**self.settings, "bootstrap.servers": self.bootstrap}.items()}
+
+
+def read_command_config(path: str) -> dict[str, str]:
+    """The settings of a Java properties file (``java.util.Properties`` syntax: ``#`` and ``!``
+    comments, a line ending in a backslash continues on the next, backslash escapes), UTF-8.
+
+    One difference: the separator must be ``=``. Java also splits at ``:`` or a space, so a line
+    without ``=`` is refused (naming its number, never its text: it may hold a secret) rather than
+    guessed at."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise CommandLineError(f"--command-config {path}: cannot read it ({reason})") from None
+    out: dict[str, str] = {}
+    for number, line in _logical_lines(text):
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not key or any(c.isspace() or c == ":" for c in key):
+            raise CommandLineError(
+                f"--command-config {path} line {number}: not a key=value line (one setting a "
+                "line, e.g. security.protocol=SASL_SSL)")
+        # Stripped like Kafka's own configs (ConfigDef trims every string and password value).
+        out[_unescape(key)] = _unescape(value).strip()
+    return out
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """(number of its first line, text) of each setting line, continuations joined."""
+    lines = text.splitlines()
+    out: list[tuple[int, str]] = []
+    i = 0
+    while i < len(lines):
+        number, line = i + 1, lines[i].lstrip()
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _continues(line) and i < len(lines):
+            line = line[:-1] + lines[i].lstrip()
+            i += 1
+        out.append((number, line[:-1] if _continues(line) else line))
+    return out
+
+
+def _continues(line: str) -> bool:
+    """An odd number of trailing backslashes: the last one joins the next line."""
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape(s: str) -> str:
+    out, i = [], 0
+    while i < len(s):
+        c = s[i]
+        if c != "\\" or i + 1 == len(s):
+            out.append(c)
+            i += 1
+            continue
+        nxt = s[i + 1]
+        if nxt == "u" and len(s) >= i + 6:
+            try:
+                out.append(chr(int(s[i + 2:i + 6], 16)))
+                i += 6
+                continue
+            except ValueError:
+                pass
+        out.append(_ESCAPES.get(nxt, nxt))
+        i += 2
+    return "".join(out)
