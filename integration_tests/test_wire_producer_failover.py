@@ -9,7 +9,6 @@ a partition's leader (DescribeProducers)."""
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -35,11 +34,6 @@ def _rows(start: int, n: int) -> tuple[pa.Array, pa.Array]:
     keys = pa.array([b"k%d" % (i % 997) for i in range(start, start + n)], pa.binary())
     values = pa.array([b"%09d" % i for i in range(start, start + n)], pa.binary())
     return keys, values
-
-
-def _signal(cluster, node_id: int, sig: int) -> None:
-    """SIGSTOP / SIGCONT one node (kill_node would wait for an exit)."""
-    os.kill(next(n.pid for n in cluster.node_infos if n.node_id == node_id), sig)
 
 
 def _leader(kafka: KafkaTarget, topic: str, partition: int) -> int:
@@ -148,9 +142,9 @@ def test_leader_sigkilled_mid_transaction_then_sigstopped_past_the_request_timeo
                 cluster.kill_node(_leader(kafka3, topic, 0), signal.SIGKILL)
             if i == 10:
                 victim = _leader(kafka3, topic, 1)
-                _signal(cluster, victim, signal.SIGSTOP)
+                cluster.pause_node(victim)
                 stopped.append(victim)
-                threading.Timer(12.0, _signal, (cluster, victim, signal.SIGCONT)).start()
+                threading.Timer(12.0, cluster.resume_node, (victim,)).start()
         _commit(kafka3, p)
         assert _retried(caplog, "did not answer"), "no request outlived its timeout"
         assert _retried(caplog, ""), "the kill never reached the producer"
@@ -158,7 +152,7 @@ def test_leader_sigkilled_mid_transaction_then_sigstopped_past_the_request_timeo
         assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
     finally:
         for node in stopped:
-            _signal(cluster, node, signal.SIGCONT)
+            cluster.resume_node(node)
         _heal(kafka3, [topic])
 
 
@@ -183,17 +177,17 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
     tid = unique("wire-isr-lost")
     lost = _producer(kafka3, tid, **{"message.timeout.ms": "8000"})
     try:
-        _signal(cluster, follower, signal.SIGSTOP)
+        cluster.pause_node(follower)
         wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
         first.send(topic, _rows(5000, 5000)[1], keys=_rows(5000, 5000)[0])
         with ThreadPoolExecutor(1) as pool:
             done = pool.submit(_commit, kafka3, first)
             wait_until(lambda: _retried(caplog, "NOT_ENOUGH_REPLICAS"), 30,
                        "the producer meeting NOT_ENOUGH_REPLICAS")
-            _signal(cluster, follower, signal.SIGCONT)
+            cluster.resume_node(follower)
             done.result(120)
 
-        _signal(cluster, follower, signal.SIGSTOP)
+        cluster.pause_node(follower)
         wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
         lost.send(topic, _rows(10_000, 3000)[1], keys=_rows(10_000, 3000)[0])
         with pytest.raises(TransactionError, match="not delivered within 8s.*NOT_ENOUGH_REPLICAS"):
@@ -201,7 +195,7 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
         lost.abort()
         lost.close()
     finally:
-        _signal(cluster, follower, signal.SIGCONT)
+        cluster.resume_node(follower)
     _exactly_once(kafka3, topic, range(10_000))
     assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
     _heal(kafka3, [topic])
