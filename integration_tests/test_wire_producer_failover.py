@@ -4,7 +4,8 @@ mid-transaction (directly and under a Spark write), the leader SIGSTOPped past t
 timeout, min.insync.replicas unmet and restored before the delivery limit, or not. Each ends with
 every record exactly once and in order (read_committed), or in a typed failure with nothing of
 the transaction visible; no transaction is left open, at its coordinator (ListTransactions) or at
-a partition's leader (DescribeProducers)."""
+a partition's leader (DescribeProducers). And a metadata refresh while two brokers are frozen is
+answered by the third."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pytest
 
 from integration_tests.kafka_helpers import KafkaTarget, unique
 from integration_tests.pipeline_helpers import wait_until
+from txkafka.connector.client import connection as broker_connection
 from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
 from txkafka.connector.errors import TransactionError
 from txkafka.connector.client.protocol import Writer
@@ -198,6 +200,33 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
         cluster.resume_node(follower)
     _exactly_once(kafka3, topic, range(10_000))
     assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
+    _heal(kafka3, [topic])
+
+
+def test_a_metadata_refresh_is_answered_by_the_third_broker_when_two_freeze(kafka3, monkeypatch):
+    """The link has a connection open to each broker; the two it asks first freeze (SIGSTOP):
+    Metadata goes unanswered at the first until the connection's per-read cap (made short here,
+    below the brokers' session timeout), then at the second, and the third answers. (The link
+    asked again only once, at the next connected broker: the refresh failed.)"""
+    monkeypatch.setattr(broker_connection, "ATTEMPT_TIMEOUT_S", 1.5)
+    cluster = kafka3.cluster
+    topic = kafka3.create_topic(partitions=2)
+    link = ClusterLink(kafka3.conf)
+    frozen: list[int] = []
+    try:
+        link.topic(topic)
+        nodes = {addr: node for node, addr in link.brokers.items()}
+        for addr in nodes:
+            link.connection(*addr)
+        for addr in link._brokers_to_ask()[:2]:
+            cluster.pause_node(nodes[addr])
+            frozen.append(nodes[addr])
+        info = link.topic(topic, refresh=True)
+        assert info.partitions == 2 and sorted(info.leaders) == [0, 1]
+    finally:
+        for node in frozen:
+            cluster.resume_node(node)
+        link.close()
     _heal(kafka3, [topic])
 
 

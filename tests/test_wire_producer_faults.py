@@ -229,6 +229,31 @@ def test_the_link_asks_past_a_broker_that_hangs_up_and_one_that_hangs(brokers, m
     assert asked == [1, 1, 1]
 
 
+def test_a_frozen_broker_s_open_connection_does_not_use_up_a_short_budget(brokers):
+    """The link's open connection goes to a broker that then freezes (SIGSTOP: the connection
+    stays open, Metadata is never answered) and the budget (a delivery timeout of 3 s) is shorter
+    than the connection's attempt cap (10 s): the frozen broker gets its share of the budget,
+    then the next one answers. (The first attempt took the whole budget: the task failed.)"""
+    frozen, good = brokers(), brokers()
+    asked = {"n": 0}
+
+    def freeze_after_first(n, body) -> bytes:
+        asked["n"] += 1
+        if asked["n"] > 1:
+            time.sleep(5)
+            raise Hangup
+        return _topic_answer(frozen.port, good.port, leader=1)
+
+    frozen.handlers[METADATA] = freeze_after_first
+    good.handlers[METADATA] = lambda n, body: _topic_answer(frozen.port, good.port, leader=2)
+    link = ClusterLink({"bootstrap.servers": f"127.0.0.1:{frozen.port},127.0.0.1:{good.port}"})
+    try:
+        assert link.topic("t").leaders == {0: 1}  # the connection to the first is open now
+        assert link.topic("t", refresh=True, timeout_s=3).leaders == {0: 2}
+    finally:
+        link.close()
+
+
 def test_an_idempotent_producer_id_is_asked_of_another_broker_after_one_failed(brokers):
     """InitProducerId of an idempotent producer goes to any broker: the first bootstrap broker
     closes the connection at it (it connects fine), so the retry asks the next broker rather than

@@ -104,6 +104,7 @@ _REQUEST_BYTES = 16 << 20    # a Produce request's records at most (brokers take
 _QUEUED_BYTES = 64 << 20     # encoded batches waiting for the network before send() waits
 _METADATA_MAX_AGE_S = 60.0
 _METADATA_BACKOFF_S = 0.05   # after every known broker failed a Metadata request, doubling to 1 s
+_METADATA_ATTEMPT_MIN_S = 1.0  # the least one broker's Metadata attempt gets (if that much is left)
 _RETRY_BACKOFF_S = 0.05      # before a partition's batches are sent again (retry.backoff.ms)
 _ANSWER_MARGIN_S = 5.0       # past request.timeout.ms, how long an answer is waited for
 _SEQ_MOD = 2**31
@@ -262,8 +263,9 @@ class ClusterLink:
                   budget: str) -> ClusterMetadata:
         """Metadata from the first broker that answers: each known broker in turn (a broken
         connection dropped), round after round with back-off, until ``give_up`` (this link's
-        clock). A broker that is down, restarting or hung never fails the call while another
-        answers in time; else :class:`BrokersUnavailableError` names each broker asked."""
+        clock), each attempt at most its share of the time left. A broker that is down,
+        restarting or hung never fails the call while another answers in time; else
+        :class:`BrokersUnavailableError` names each broker asked."""
         asked: dict[tuple[str, int], str] = {}  # broker -> its last failure
         this_round: set[tuple[str, int]] = set()
         backoff = _METADATA_BACKOFF_S
@@ -284,9 +286,12 @@ class ClusterLink:
                 continue
             addr = todo[0]
             this_round.add(addr)
+            # One broker's share of what is left: a frozen one (its connection still open) must
+            # leave time to ask the others.
+            attempt = min(left, max(_METADATA_ATTEMPT_MIN_S, left / len(todo)))
             conn = None
             try:
-                with deadline_scope(left):
+                with deadline_scope(attempt):
                     conn = self.connection(*addr)
                     md = request_metadata(conn, names)
             except KafkaAuthenticationError:
