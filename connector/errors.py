@@ -15,6 +15,17 @@ class KafkaProtocolError(TxKafkaError):
     """A broker could not be reached, or answered in a way we could not use."""
 
 
+class BrokersUnavailableError(KafkaProtocolError):
+    """A request any broker can answer (Metadata) found no broker that did: each known broker was
+    asked in turn, round after round, until the call's deadline. ``brokers`` lists the brokers
+    asked (``host:port``); the message names each with its last failure."""
+
+    def __init__(self, message: str, brokers: tuple[str, ...] = ()) -> None:
+        # The default: unpickling calls the class with the message only, then restores the field.
+        super().__init__(message)
+        self.brokers = brokers
+
+
 class KafkaAuthenticationError(KafkaProtocolError):
     """TLS or SASL failed: wrong CA, certificate, mechanism, user or password."""
 

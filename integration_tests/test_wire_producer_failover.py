@@ -4,12 +4,12 @@ mid-transaction (directly and under a Spark write), the leader SIGSTOPped past t
 timeout, min.insync.replicas unmet and restored before the delivery limit, or not. Each ends with
 every record exactly once and in order (read_committed), or in a typed failure with nothing of
 the transaction visible; no transaction is left open, at its coordinator (ListTransactions) or at
-a partition's leader (DescribeProducers)."""
+a partition's leader (DescribeProducers). And a metadata refresh while two brokers are frozen is
+answered by the third."""
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import threading
 import time
@@ -20,6 +20,7 @@ import pytest
 
 from integration_tests.kafka_helpers import KafkaTarget, unique
 from integration_tests.pipeline_helpers import wait_until
+from txkafka.connector.client import connection as broker_connection
 from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
 from txkafka.connector.errors import TransactionError
 from txkafka.connector.client.protocol import Writer
@@ -35,11 +36,6 @@ def _rows(start: int, n: int) -> tuple[pa.Array, pa.Array]:
     keys = pa.array([b"k%d" % (i % 997) for i in range(start, start + n)], pa.binary())
     values = pa.array([b"%09d" % i for i in range(start, start + n)], pa.binary())
     return keys, values
-
-
-def _signal(cluster, node_id: int, sig: int) -> None:
-    """SIGSTOP / SIGCONT one node (kill_node would wait for an exit)."""
-    os.kill(next(n.pid for n in cluster.node_infos if n.node_id == node_id), sig)
 
 
 def _leader(kafka: KafkaTarget, topic: str, partition: int) -> int:
@@ -148,9 +144,9 @@ def test_leader_sigkilled_mid_transaction_then_sigstopped_past_the_request_timeo
                 cluster.kill_node(_leader(kafka3, topic, 0), signal.SIGKILL)
             if i == 10:
                 victim = _leader(kafka3, topic, 1)
-                _signal(cluster, victim, signal.SIGSTOP)
+                cluster.pause_node(victim)
                 stopped.append(victim)
-                threading.Timer(12.0, _signal, (cluster, victim, signal.SIGCONT)).start()
+                threading.Timer(12.0, cluster.resume_node, (victim,)).start()
         _commit(kafka3, p)
         assert _retried(caplog, "did not answer"), "no request outlived its timeout"
         assert _retried(caplog, ""), "the kill never reached the producer"
@@ -158,7 +154,7 @@ def test_leader_sigkilled_mid_transaction_then_sigstopped_past_the_request_timeo
         assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
     finally:
         for node in stopped:
-            _signal(cluster, node, signal.SIGCONT)
+            cluster.resume_node(node)
         _heal(kafka3, [topic])
 
 
@@ -183,17 +179,17 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
     tid = unique("wire-isr-lost")
     lost = _producer(kafka3, tid, **{"message.timeout.ms": "8000"})
     try:
-        _signal(cluster, follower, signal.SIGSTOP)
+        cluster.pause_node(follower)
         wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
         first.send(topic, _rows(5000, 5000)[1], keys=_rows(5000, 5000)[0])
         with ThreadPoolExecutor(1) as pool:
             done = pool.submit(_commit, kafka3, first)
             wait_until(lambda: _retried(caplog, "NOT_ENOUGH_REPLICAS"), 30,
                        "the producer meeting NOT_ENOUGH_REPLICAS")
-            _signal(cluster, follower, signal.SIGCONT)
+            cluster.resume_node(follower)
             done.result(120)
 
-        _signal(cluster, follower, signal.SIGSTOP)
+        cluster.pause_node(follower)
         wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
         lost.send(topic, _rows(10_000, 3000)[1], keys=_rows(10_000, 3000)[0])
         with pytest.raises(TransactionError, match="not delivered within 8s.*NOT_ENOUGH_REPLICAS"):
@@ -201,9 +197,36 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
         lost.abort()
         lost.close()
     finally:
-        _signal(cluster, follower, signal.SIGCONT)
+        cluster.resume_node(follower)
     _exactly_once(kafka3, topic, range(10_000))
     assert kafka3.open_transactions(tid) == [] and _hanging(kafka3, topic) == []
+    _heal(kafka3, [topic])
+
+
+def test_a_metadata_refresh_is_answered_by_the_third_broker_when_two_freeze(kafka3, monkeypatch):
+    """The link has a connection open to each broker; the two it asks first freeze (SIGSTOP):
+    Metadata goes unanswered at the first until the connection's per-read cap (made short here,
+    below the brokers' session timeout), then at the second, and the third answers. (The link
+    asked again only once, at the next connected broker: the refresh failed.)"""
+    monkeypatch.setattr(broker_connection, "ATTEMPT_TIMEOUT_S", 1.5)
+    cluster = kafka3.cluster
+    topic = kafka3.create_topic(partitions=2)
+    link = ClusterLink(kafka3.conf)
+    frozen: list[int] = []
+    try:
+        link.topic(topic)
+        nodes = {addr: node for node, addr in link.brokers.items()}
+        for addr in nodes:
+            link.connection(*addr)
+        for addr in link._brokers_to_ask()[:2]:
+            cluster.pause_node(nodes[addr])
+            frozen.append(nodes[addr])
+        info = link.topic(topic, refresh=True)
+        assert info.partitions == 2 and sorted(info.leaders) == [0, 1]
+    finally:
+        for node in frozen:
+            cluster.resume_node(node)
+        link.close()
     _heal(kafka3, [topic])
 
 

@@ -15,7 +15,12 @@ Faults are drawn from a seeded random.Random: refused batches (NOT_ENOUGH_REPLIC
 unconfirmed ones (NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT after the request timeout),
 connections cut before or after the broker appended (a hung broker: after the client's request
 timeout), leaders moving (with stale metadata for a while), throttled answers (the broker then
-holds the connection's next requests until the throttle ends).
+holds the connection's next requests until the throttle ends), Metadata requests failing at a
+broker (cut, or unanswered until the connection's attempt timeout).
+
+:class:`SimLink` is the producer's real ClusterLink (its Metadata retries across brokers, its
+connection handling) over simulated broker connections; only Produce connections and the
+coordinator are the simulation's own.
 
 Two ways to run the producer's senders: threads (the producer's own runner) with real time, for
 tests of one defect; or :class:`StepRunner`, which steps every sender in the test's thread in an
@@ -31,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 
 from txkafka.connector.client import producer as wire_producer
+from txkafka.connector.client.connection import ATTEMPT_TIMEOUT_S
+from txkafka.connector.client.metadata import METADATA
 from txkafka.connector.errors import KafkaProtocolError
 from txkafka.connector.client.error_codes import (
     DUPLICATE_SEQUENCE_NUMBER,
@@ -41,6 +48,7 @@ from txkafka.connector.client.error_codes import (
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     REQUEST_TIMED_OUT,
     TOPIC_AUTHORIZATION_FAILED,
+    UNKNOWN_TOPIC_OR_PARTITION,
 )
 from txkafka.connector.client.protocol import Reader, Writer
 from txkafka.connector.client.record_batch_decoder import decode
@@ -63,6 +71,7 @@ class Faults:
     stale_metadata: float = 0.0  # a Metadata answer still names the previous leader
     throttle: float = 0.0        # the answer asks the client to wait (and the broker mutes)
     coordinator_busy: float = 0.0  # AddPartitionsToTxn answered CONCURRENT_TRANSACTIONS
+    metadata_fail: float = 0.0   # a Metadata request at a broker: its connection cut, or no answer
 
     @classmethod
     def draw(cls, rng: random.Random) -> "Faults":
@@ -71,7 +80,8 @@ class Faults:
             return rng.choice([0.0, hi / 4, hi])
         return cls(refuse=p(0.15), after_append=p(0.1), timed_out=p(0.02), cut_before=p(0.06),
                    cut_after=p(0.08), hang=p(0.015), leader_move=p(0.06),
-                   stale_metadata=p(0.3), throttle=p(0.1), coordinator_busy=p(0.2))
+                   stale_metadata=p(0.3), throttle=p(0.1), coordinator_busy=p(0.2),
+                   metadata_fail=p(0.4))
 
     def names(self) -> list[str]:
         return [k for k, v in self.__dict__.items() if v]
@@ -152,6 +162,8 @@ class SimCluster:
         self.attempts: dict[tuple[str, int, int], int] = {}
         self.cut_pending = False
         self.next_pid = 4000
+        self.metadata_down: set[int] = set()  # nodes whose Metadata requests are all cut
+        self.metadata_requests: dict[int, int] = {}  # node -> Metadata requests it got
 
     # ------------------------------------------------------------------ time
 
@@ -284,6 +296,47 @@ class SimCluster:
             del log[len(log) - cut:]
             self.stats.count("truncated")
         self.stats.count("leader_move")
+
+    # --------------------------------------------------------------- metadata
+
+    def handle_metadata(self, node: int, body: bytes) -> bytes:
+        """A Metadata request (v12) at ``node``: the brokers and the asked topics' leaders (a
+        moved leader's old node while its metadata is stale), or a failure: the fault cuts the
+        connection or leaves it unanswered until the attempt's timeout; a node in
+        ``metadata_down`` cuts it (a broker restarting)."""
+        with self.lock:
+            self.metadata_requests[node] = self.metadata_requests.get(node, 0) + 1
+            down = node in self.metadata_down
+            if down or self.rng.random() < self.faults.metadata_fail:
+                self.stats.count("metadata_fail")
+                if not down and self.rng.random() < 0.5:
+                    self.spend(ATTEMPT_TIMEOUT_S)
+                    raise KafkaProtocolError(f"broker {node} did not answer Metadata in time")
+                raise KafkaProtocolError(f"connection to broker {node} reset (Metadata)")
+            r = Reader(body, True)
+            names = []
+            for _ in range(r.uvarint() - 1):
+                r.int64()
+                r.int64()
+                names.append(r.string() or "")
+                r.tags()
+            topics = []
+            for name in names:
+                if name not in self.topics:
+                    topics.append((name, UNKNOWN_TOPIC_OR_PARTITION, {}))
+                    continue
+                leaders = {}
+                for p in range(self.topics[name]):
+                    leader = self.leaders[(name, p)]
+                    stale = self.stale.get((name, p))
+                    if stale is not None:
+                        if self.rng.random() < self.faults.stale_metadata:
+                            leader = stale
+                        else:
+                            del self.stale[(name, p)]
+                    leaders[p] = leader
+                topics.append((name, NONE, leaders))
+            return metadata_answer([(n, f"broker-{n}", 9092) for n in self.nodes], topics)
 
     # ------------------------------------------------------------ coordinator
 
@@ -423,15 +476,54 @@ class SimConnection:
 
 
 class _CoordinatorConnection:
-    def __init__(self, cluster: SimCluster) -> None:
+    """The link's connection to the coordinator, or (``node`` set) to a broker for what any
+    broker answers: Metadata, an idempotent producer's InitProducerId."""
+
+    def __init__(self, cluster: SimCluster, node: int | None = None) -> None:
         self.cluster = cluster
+        self.node = node
+        self.host, self.port = (f"broker-{node}" if node else "coordinator"), 9092
+        self.closed = False
+
+    @property
+    def connected(self) -> bool:
+        return not self.closed
+
+    def close(self) -> None:
+        self.closed = True
 
     def version_for(self, api: int, lo: int, hi: int) -> int:
         return hi if api != wire_producer.INIT_PRODUCER_ID else 4
 
     def request(self, api: int, version: int, body: bytes, *, flexible: bool,
                 deadline: float | None = None) -> Reader:
+        if self.closed:
+            raise KafkaProtocolError(f"connection to {self.host} was closed")
+        if api == METADATA:
+            assert self.node is not None and version == 12, (self.host, version)
+            return Reader(self.cluster.handle_metadata(self.node, body), True)
         return Reader(self.cluster.handle_coordinator(api, body), True)
+
+
+def metadata_answer(brokers: list[tuple[int, str, int]],
+                    topics: list[tuple[str, int, dict[int, int]]]) -> bytes:
+    """A Metadata v12 answer: ``brokers`` (node, host, port); ``topics`` (name, error code,
+    partition -> leader), each partition's replicas its leader alone."""
+
+    def partition(w: Writer, pl: tuple[int, int]) -> None:
+        w.int16(0).int32(pl[0]).int32(pl[1]).int32(0)
+        for replicas in ([pl[1]], [pl[1]], []):  # replicas, in-sync replicas, offline replicas
+            w.array(replicas, lambda ww, n: ww.int32(n))
+        w.tags()
+
+    def topic(w: Writer, t: tuple[str, int, dict[int, int]]) -> None:
+        (w.int16(t[1]).string(t[0]).int64(0).int64(0).boolean(False)
+         .array(sorted(t[2].items()), partition).int32(-2**31).tags())
+
+    return (Writer(True).int32(0)
+            .array(brokers, lambda w, b: w.int32(b[0]).string(b[1]).int32(b[2]).string(None)
+                   .tags())
+            .string("sim").int32(brokers[0][0]).array(topics, topic).tags().build())
 
 
 def _produce_answer(answer: dict[tuple[str, int], int], throttle_ms: int) -> bytes:
@@ -459,42 +551,32 @@ class _Coordinators:
         return self.cluster.end_txn(commit)
 
 
-class SimLink:
-    """What the producer uses of wire_producer.ClusterLink, against the simulation."""
+class SimLink(wire_producer.ClusterLink):
+    """The producer's ClusterLink (metadata, broker choice, retries: its own code) whose
+    connections are the simulation's: Metadata and InitProducerId to a broker, the
+    coordinator's requests, and each sender's Produce connection. On the cluster's clock."""
 
     def __init__(self, cluster: SimCluster, *, timeout_s: float = 5.0) -> None:
+        servers = ",".join(f"broker-{n}:9092" for n in cluster.nodes)
+        super().__init__({"bootstrap.servers": servers}, timeout_s=timeout_s)
         self.cluster = cluster
-        self.conf = {"bootstrap.servers": "sim:9092"}
-        self.timeout_s = timeout_s
-        self.coordinators = _Coordinators(cluster)
+        if cluster.clock is not None:
+            self.clock = cluster.clock
+            self.sleep = cluster.clock.advance
+        self.coordinators = _Coordinators(cluster)  # type: ignore[assignment]
         self._coordinator = _CoordinatorConnection(cluster)
-        self._idle: list = []
         self._idle_conns: dict[int, list[SimConnection]] = {}
 
-    def connection(self, host: str, port: int) -> _CoordinatorConnection:
-        return self._coordinator
-
-    def any_broker(self) -> _CoordinatorConnection:
-        return self._coordinator
-
-    def drop(self, conn: object) -> None:
-        pass
-
-    def topic(self, name: str, *, refresh: bool = False, where: str = "") -> wire_producer._Topic:
-        c = self.cluster
-        with c.lock:
-            leaders = {}
-            for (t, p), node in c.leaders.items():
-                if t != name:
-                    continue
-                stale = c.stale.get((t, p))
-                if stale is not None:
-                    if c.rng.random() < c.faults.stale_metadata:
-                        node = stale
-                    else:
-                        del c.stale[(t, p)]
-                leaders[p] = node
-            return wire_producer._Topic(c.topics[name], leaders, c.now())
+    def connection(self, host: str, port: int) -> _CoordinatorConnection:  # type: ignore[override]
+        if host == "coordinator":
+            return self._coordinator
+        with self._lock:
+            conn = self._conns.get((host, port))
+            if conn is None or conn.closed:
+                node = int(host.removeprefix("broker-"))
+                conn = self._conns[(host, port)] = _CoordinatorConnection(  # type: ignore
+                    self.cluster, node)
+        return conn  # type: ignore[return-value]
 
     def produce_connection(self, node: int) -> SimConnection:
         c = self.cluster
@@ -516,12 +598,6 @@ class SimLink:
                 self._idle_conns.setdefault(conn.node, []).append(conn)
             else:
                 conn.close()
-
-    def take_idempotent(self):
-        return self._idle.pop() if self._idle else None
-
-    def give_back(self, state) -> None:
-        self._idle.append(state)
 
 
 class Stuck(AssertionError):

@@ -40,8 +40,9 @@ from txkafka.connector.client.transactions import TransactionClient
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 FIND_COORDINATOR, END_TXN, DESCRIBE_TRANSACTIONS = 10, 26, 65
 # (api key, min, max) the fake offers, and whether the version the client picks is flexible.
-OFFERED = [(18, 0, 3), (17, 0, 1), (36, 0, 2), (10, 0, 4), (26, 0, 4), (65, 0, 0), (3, 0, 12)]
-FLEXIBLE = {18: True, 17: False, 36: True, 10: True, 26: True, 65: True, 3: True}
+OFFERED = [(18, 0, 3), (17, 0, 1), (36, 0, 2), (10, 0, 4), (26, 0, 4), (65, 0, 0), (3, 0, 12),
+           (22, 0, 4)]
+FLEXIBLE = {18: True, 17: False, 36: True, 10: True, 26: True, 65: True, 3: True, 22: True}
 METADATA = 3
 LOADING, CONCURRENT = COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS
 
@@ -61,7 +62,8 @@ def _free_port() -> int:
 
 class FakeBroker:
     """Just enough of a Kafka broker: ApiVersions, SASL (PLAIN, SCRAM), FindCoordinator, EndTxn,
-    DescribeTransactions. ``handlers[api_key](conn_no, body) -> response body`` may be replaced."""
+    DescribeTransactions, Metadata; InitProducerId when a test adds its handler.
+    ``handlers[api_key](conn_no, body) -> response body`` may be replaced."""
 
     def __init__(self, port: int = 0, *, sasl_password: str | None = None,
                  tls: ssl.SSLContext | None = None, api_versions_delay: float = 0.0) -> None:

@@ -2,7 +2,9 @@
 (tests/produce_sim.py) with its real sender threads: no empty Produce request; the partition map
 changed only under the lock; no EndTxn while a Produce request is in flight; at_least_once's
 delivery limit counted per batch; a pipelined answer waits for the request's own timeout, not the
-connection's per-read cap."""
+connection's per-read cap; Metadata and an idempotent InitProducerId asked of every broker in turn
+(also against fake brokers on sockets), until the delivery timeout, then a typed error naming
+them."""
 
 from __future__ import annotations
 
@@ -12,12 +14,25 @@ import time
 import pyarrow as pa
 import pytest
 
-from tests.produce_sim import Faults, SimCluster, SimLink, StepRunner, VirtualClock
-from tests.test_coordinator_client_failures import END_TXN, brokers  # noqa: F401 (fixture)
+from tests.produce_sim import (
+    Faults,
+    SimCluster,
+    SimLink,
+    StepRunner,
+    VirtualClock,
+    metadata_answer,
+)
+from tests.test_coordinator_client_failures import (  # noqa: F401 (brokers: a fixture)
+    END_TXN,
+    METADATA,
+    Hangup,
+    brokers,
+)
+from txkafka.connector.client import connection as broker_connection
 from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
-from txkafka.connector.errors import KafkaAuthorizationError
+from txkafka.connector.errors import BrokersUnavailableError, KafkaAuthorizationError
 from txkafka.connector.client.protocol import Writer
-from txkafka.connector.client.producer import WireProducer
+from txkafka.connector.client.producer import INIT_PRODUCER_ID, ClusterLink, WireProducer
 
 
 def _producer(cluster: SimCluster, *, tid: str | None = "sim-0", **conf: str) -> WireProducer:
@@ -135,3 +150,127 @@ def test_a_pipelined_answer_waits_for_the_request_s_deadline_not_the_per_read_ca
     r.int32()
     assert r.int16() == 0
     conn.close()
+
+
+# ------------------------------------------------ brokers failing while metadata is asked for
+
+
+def test_a_task_s_metadata_comes_from_the_third_broker_when_two_fail_in_a_row():
+    """Metadata at the first broker fails, at the next one too (two brokers restarting): the
+    third answers and the task writes. (The link asked again only once, and at the broker that
+    had just failed: the task failed.)"""
+    cluster = SimCluster(random.Random(5), Faults(), topics={"t": 3})
+    cluster.metadata_down = {1, 2}
+    p = _producer(cluster)
+    p.send("t", _values(0, 600))
+    res = p.flush()
+    p.close()
+    assert res.record_count == 600
+    assert sorted(v for k in cluster.logs for v in cluster.written(k)) == _values(0, 600).to_pylist()
+    assert cluster.metadata_requests[1] >= 1 and cluster.metadata_requests[2] >= 1
+    # Once the link knows 1 and 2 failed, it asks 3 first, not them again.
+    assert cluster.metadata_requests == {1: 1, 2: 1, 3: cluster.metadata_requests[3]}
+
+
+def test_no_broker_answering_metadata_within_the_delivery_timeout_is_a_typed_error_naming_them():
+    """Every broker fails Metadata (a cluster restarting as a whole): the task's producer asks
+    each in turn, round after round with back-off, for the delivery timeout (on the model's
+    virtual clock), then fails with BrokersUnavailableError naming each broker and the setting."""
+    clock = VirtualClock()
+    cluster = SimCluster(random.Random(6), Faults(), topics={"t": 1}, clock=clock)
+    cluster.metadata_down = {1, 2, 3}
+    p = WireProducer({"bootstrap.servers": "sim:9092", "message.timeout.ms": "5000"},
+                     transactional_id="sim-0", link=SimLink(cluster), where="test task")
+    p._runner = StepRunner(random.Random(6), clock)
+    p.begin()
+    started = clock.now
+    with pytest.raises(BrokersUnavailableError, match="kafka.message.timeout.ms") as info:
+        p.send("t", _values(0, 10))
+    p.close()
+    assert info.value.brokers == ("broker-1:9092", "broker-2:9092", "broker-3:9092")
+    for node in (1, 2, 3):
+        assert f"broker-{node}:9092 (connection to broker {node} reset" in str(info.value)
+        assert cluster.metadata_requests[node] > 2, "asked round after round"
+    assert clock.now - started >= 5  # virtual seconds: the whole delivery timeout was used
+
+
+def _topic_answer(*ports: int, leader: int) -> bytes:
+    """Metadata naming nodes 1.. at ``ports`` on 127.0.0.1, and topic "t" of one partition."""
+    return metadata_answer([(i + 1, "127.0.0.1", port) for i, port in enumerate(ports)],
+                           [("t", 0, {0: leader})])
+
+
+def test_the_link_asks_past_a_broker_that_hangs_up_and_one_that_hangs(brokers, monkeypatch):
+    """Real connections to fake brokers: the first closes the connection at Metadata (a broker
+    shutting down), the second never answers it (SIGSTOPped: the connection's attempt timeout,
+    made short here), the third answers. Each failed broker is asked once."""
+    monkeypatch.setattr(broker_connection, "ATTEMPT_TIMEOUT_S", 0.3)
+    closing, hung, good = brokers(), brokers(), brokers()
+
+    def hang_up(n, body) -> bytes:
+        raise Hangup
+
+    def hang(n, body) -> bytes:
+        time.sleep(2)
+        raise Hangup
+
+    closing.handlers[METADATA] = hang_up
+    hung.handlers[METADATA] = hang
+    good.handlers[METADATA] = lambda n, body: _topic_answer(
+        closing.port, hung.port, good.port, leader=3)
+    link = ClusterLink({"bootstrap.servers": ",".join(
+        f"127.0.0.1:{b.port}" for b in (closing, hung, good))}, timeout_s=30)
+    try:
+        info = link.topic("t")
+    finally:
+        link.close()
+    assert (info.partitions, info.leaders) == (1, {0: 3})
+    asked = [sum(1 for _, key, _ in b.log if key == METADATA) for b in (closing, hung, good)]
+    assert asked == [1, 1, 1]
+
+
+def test_a_frozen_broker_s_open_connection_does_not_use_up_a_short_budget(brokers):
+    """The link's open connection goes to a broker that then freezes (SIGSTOP: the connection
+    stays open, Metadata is never answered) and the budget (a delivery timeout of 3 s) is shorter
+    than the connection's attempt cap (10 s): the frozen broker gets its share of the budget,
+    then the next one answers. (The first attempt took the whole budget: the task failed.)"""
+    frozen, good = brokers(), brokers()
+    asked = {"n": 0}
+
+    def freeze_after_first(n, body) -> bytes:
+        asked["n"] += 1
+        if asked["n"] > 1:
+            time.sleep(5)
+            raise Hangup
+        return _topic_answer(frozen.port, good.port, leader=1)
+
+    frozen.handlers[METADATA] = freeze_after_first
+    good.handlers[METADATA] = lambda n, body: _topic_answer(frozen.port, good.port, leader=2)
+    link = ClusterLink({"bootstrap.servers": f"127.0.0.1:{frozen.port},127.0.0.1:{good.port}"})
+    try:
+        assert link.topic("t").leaders == {0: 1}  # the connection to the first is open now
+        assert link.topic("t", refresh=True, timeout_s=3).leaders == {0: 2}
+    finally:
+        link.close()
+
+
+def test_an_idempotent_producer_id_is_asked_of_another_broker_after_one_failed(brokers):
+    """InitProducerId of an idempotent producer goes to any broker: the first bootstrap broker
+    closes the connection at it (it connects fine), so the retry asks the next broker rather than
+    the one that just failed. (Before, every retry went to the first one, until the timeout.)"""
+    failing, good = brokers(), brokers()
+
+    def hang_up(n, body) -> bytes:
+        raise Hangup
+
+    failing.handlers[INIT_PRODUCER_ID] = hang_up
+    good.handlers[INIT_PRODUCER_ID] = lambda n, body: (
+        Writer(True).int32(0).int16(0).int64(77).int16(3).tags().build())
+    conf = {"bootstrap.servers": f"127.0.0.1:{failing.port},127.0.0.1:{good.port}"}
+    link = ClusterLink(conf)
+    try:
+        p = WireProducer(conf, link=link, where="test task", timeout_s=5)
+        assert p.begin() == (77, 3)
+    finally:
+        link.close()
+    assert sum(1 for _, key, _ in failing.log if key == INIT_PRODUCER_ID) == 1

@@ -1,7 +1,8 @@
 """A model test of txkafka's producer: its real sender and retry code against a simulated cluster
 that applies Kafka's rules (tests/produce_sim.py), under faults drawn from a seed: refused and
 unconfirmed appends, cut connections before and after the append, hung brokers, leader moves with
-truncated unreplicated tails and stale metadata, throttling, a busy coordinator.
+truncated unreplicated tails and stale metadata, throttling, a busy coordinator, Metadata requests
+failing at a broker (the producer's own ClusterLink then asks the others, round after round).
 
 In every seed: each record is in the log once, in order (a partition's sequences run 0, 1, ...
 without gap or repeat, and its records keep the order they were sent in); flush either returns
@@ -113,7 +114,7 @@ def test_the_sender_keeps_kafka_s_rules_under_faults_in_every_seed():
         assert any(o.startswith("failed typed") for o in outcomes)
         for fault in ("refuse", "after_append", "timed_out", "cut_before", "cut_after", "hang",
                       "leader_move", "truncated", "not_leader", "duplicate", "throttle",
-                      "coordinator_busy"):
+                      "coordinator_busy", "metadata_fail"):
             assert met[fault] > 0, fault
 
 

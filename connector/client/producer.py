@@ -30,14 +30,21 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Collection, Mapping
 
 import pyarrow as pa
 
-from .connection import BrokerConnection, SecurityConfig, error_name, split_host_port
+from .connection import (
+    BrokerConnection,
+    SecurityConfig,
+    deadline_scope,
+    error_name,
+    split_host_port,
+)
 from .librdkafka_errors import translate_kafka_error
-from .metadata import request_metadata
+from .metadata import ClusterMetadata, request_metadata
 from ..errors import (
+    BrokersUnavailableError,
     KafkaAuthenticationError,
     KafkaAuthorizationError,
     KafkaConfigError,
@@ -96,6 +103,8 @@ MAX_IN_FLIGHT = 5            # requests per connection and batches per partition
 _REQUEST_BYTES = 16 << 20    # a Produce request's records at most (brokers take 100 MB)
 _QUEUED_BYTES = 64 << 20     # encoded batches waiting for the network before send() waits
 _METADATA_MAX_AGE_S = 60.0
+_METADATA_BACKOFF_S = 0.05   # after every known broker failed a Metadata request, doubling to 1 s
+_METADATA_ATTEMPT_MIN_S = 1.0  # the least one broker's Metadata attempt gets (if that much is left)
 _RETRY_BACKOFF_S = 0.05      # before a partition's batches are sent again (retry.backoff.ms)
 _ANSWER_MARGIN_S = 5.0       # past request.timeout.ms, how long an answer is waited for
 _SEQ_MOD = 2**31
@@ -139,6 +148,10 @@ class ClusterLink:
     topic metadata, transaction coordinators (a :class:`TransactionClient`) and idle idempotent
     producer ids. Safe to share between threads."""
 
+    # Metadata retries wait and give up on this clock (the producer's model test runs it virtual).
+    clock = staticmethod(time.monotonic)
+    sleep = staticmethod(time.sleep)
+
     def __init__(self, conf: Mapping[str, object], *, timeout_s: float = 30.0,
                  client_id: str = "txkafka-writer") -> None:
         servers = str(conf.get("bootstrap.servers") or "")
@@ -154,6 +167,9 @@ class ClusterLink:
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
         self._topics: dict[str, _Topic] = {}
+        # Brokers whose request failed, and when (this link's clock), until one answers again:
+        # a request any broker can answer asks them last, the oldest failure first.
+        self._failed: dict[tuple[str, int], float] = {}
         self._idle: list[_IdempotentState] = []
         # Connections a producer's sender owns while it pipelines Produce requests, kept for the
         # next task's producer.
@@ -201,59 +217,119 @@ class ClusterLink:
         return conn.connect()
 
     def drop(self, conn: BrokerConnection) -> None:
-        """Forget a connection whose request failed (the next request opens a new one)."""
+        """Forget a connection whose request failed (the next request opens a new one); its
+        broker is asked last by requests any broker can answer, until it answers again."""
+        addr = (conn.host, conn.port)
         with self._lock:
-            if self._conns.get((conn.host, conn.port)) is conn:
-                del self._conns[(conn.host, conn.port)]
+            if self._conns.get(addr) is conn:
+                del self._conns[addr]
+            self._failed[addr] = self.clock()
         conn.close()
 
-    def node(self, node: int) -> BrokerConnection:
+    def _broker_failed(self, addr: tuple[str, int]) -> None:
         with self._lock:
-            addr = self.brokers.get(node)
-        if addr is None:
-            raise KafkaProtocolError(f"broker {node} is not in the cluster's metadata")
-        return self.connection(*addr)
+            self._failed[addr] = self.clock()
 
-    def any_broker(self) -> BrokerConnection:
-        """A connection to a bootstrap broker, else to any broker seen in metadata."""
+    def _broker_answered(self, addr: tuple[str, int]) -> None:
+        with self._lock:
+            self._failed.pop(addr, None)
+
+    def _brokers_to_ask(self, skip: Collection[tuple[str, int]] = ()) -> list[tuple[str, int]]:
+        """Every known broker but ``skip``, best first: connected ones, the bootstrap ones, those
+        seen in metadata; brokers whose request failed lately after all of them, the oldest
+        failure first (a hung or restarting broker is not asked first again and again)."""
         with self._lock:
             live = [a for a, c in self._conns.items() if c.connected]
             seen = list(self.brokers.values())
+            failed = dict(self._failed)
+        order = [a for a in dict.fromkeys(live + self.bootstrap + seen) if a not in skip]
+        return sorted(order, key=lambda a: failed.get(a, -math.inf))  # stable
+
+    def any_broker(self, skip: Collection[tuple[str, int]] = ()) -> BrokerConnection:
+        """A connection to a known broker (but ``skip``), in :meth:`_brokers_to_ask`'s order:
+        each is tried in turn until one connects."""
         errors = []
-        for addr in dict.fromkeys(live + self.bootstrap + seen):
+        for addr in self._brokers_to_ask(skip):
             try:
                 return self.connection(*addr)
             except KafkaAuthenticationError:
                 raise
             except KafkaProtocolError as e:
+                self._broker_failed(addr)
                 errors.append(str(e))
-        raise KafkaProtocolError("no broker answered: " + "; ".join(errors))
+        raise KafkaProtocolError("no broker answered: " + ("; ".join(errors) or "none to ask"))
+
+    def _metadata(self, names: list[str], give_up: float, where: str,
+                  budget: str) -> ClusterMetadata:
+        """Metadata from the first broker that answers: each known broker in turn (a broken
+        connection dropped), round after round with back-off, until ``give_up`` (this link's
+        clock), each attempt at most its share of the time left. A broker that is down,
+        restarting or hung never fails the call while another answers in time; else
+        :class:`BrokersUnavailableError` names each broker asked."""
+        asked: dict[tuple[str, int], str] = {}  # broker -> its last failure
+        this_round: set[tuple[str, int]] = set()
+        backoff = _METADATA_BACKOFF_S
+        while True:
+            left = give_up - self.clock()
+            todo = self._brokers_to_ask(this_round) if left > 0 else []
+            if not todo:
+                if left <= 0:
+                    tried = ", ".join(f"{h}:{p} ({e})" for (h, p), e in asked.items())
+                    raise BrokersUnavailableError(
+                        f"{where}: no broker answered Metadata for {', '.join(map(repr, names))} "
+                        f"within {budget}; asked {tried or 'none: no broker is known'}. Check "
+                        "the brokers' health and kafka.bootstrap.servers",
+                        tuple(f"{h}:{p}" for h, p in asked))
+                self.sleep(min(backoff, left))
+                backoff = min(backoff * 2, 1.0)
+                this_round.clear()
+                continue
+            addr = todo[0]
+            this_round.add(addr)
+            # One broker's share of what is left: a frozen one (its connection still open) must
+            # leave time to ask the others.
+            attempt = min(left, max(_METADATA_ATTEMPT_MIN_S, left / len(todo)))
+            conn = None
+            try:
+                with deadline_scope(attempt):
+                    conn = self.connection(*addr)
+                    md = request_metadata(conn, names)
+            except KafkaAuthenticationError:
+                raise
+            except KafkaProtocolError as e:
+                asked[addr] = str(e)
+                if conn is not None:
+                    self.drop(conn)
+                else:
+                    self._broker_failed(addr)
+                continue
+            self._broker_answered(addr)
+            return md
 
     # ---------------------------------------------------------------- metadata
 
-    def topic(self, name: str, *, refresh: bool = False, where: str = "writing") -> _Topic:
+    def topic(self, name: str, *, refresh: bool = False, where: str = "writing",
+              timeout_s: float | None = None, budget: str = "") -> _Topic:
         """Partition count and leaders of ``name`` (cached for a minute, or until refreshed).
 
-        A topic the broker does not know yet is asked for again until
+        Each Metadata request asks the brokers in turn for up to ``timeout_s`` while they fail or
+        do not answer (default the link's timeout; ``budget`` names it in the error), see
+        :meth:`_metadata`. A topic the broker does not know yet is asked for again until
         ``topic.metadata.propagation.max.ms`` (librdkafka's setting, 30 s): a topic created a
         moment ago reaches every broker's metadata a little later.
         """
         with self._lock:
             hit = self._topics.get(name)
-        if hit is not None and not refresh and time.monotonic() - hit.fetched < _METADATA_MAX_AGE_S:
+        now = self.clock()
+        if hit is not None and not refresh and now - hit.fetched < _METADATA_MAX_AGE_S:
             return hit
+        timeout_s = self.timeout_s if timeout_s is None else timeout_s
+        budget = f"{timeout_s:g}s" + (f" ({budget})" if budget else "")
         patience = int(str(self.conf.get("topic.metadata.propagation.max.ms", 30_000))) / 1000
-        give_up = time.monotonic() + patience
+        give_up = now + patience
         backoff = 0.02
         while True:
-            conn = self.any_broker()
-            try:
-                md = request_metadata(conn, [name])
-            except KafkaAuthenticationError:
-                raise
-            except KafkaProtocolError:
-                self.drop(conn)
-                md = request_metadata(self.any_broker(), [name])
+            md = self._metadata([name], self.clock() + timeout_s, where, budget)
             err = md.topic_errors.get(name, 0)
             if err == TOPIC_AUTHORIZATION_FAILED:
                 raise _error(err, self.conf, where, topic=name)
@@ -262,16 +338,16 @@ class ClusterLink:
             if err not in (0, UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE):
                 raise KafkaProtocolError(f"{where}: Metadata for topic {name!r} answered "
                                          f"{error_name(err)}")
-            if time.monotonic() + backoff > give_up:
+            if self.clock() + backoff > give_up:
                 raise TransactionError(
                     f"{where}: topic {name!r} does not exist (UNKNOWN_TOPIC_OR_PARTITION, still "
                     f"after {patience:g}s: kafka.topic.metadata.propagation.max.ms); txkafka "
                     "never creates topics: create it, or fix the 'topic' option or column",
                     UNKNOWN_TOPIC_OR_PARTITION)
-            time.sleep(backoff)
+            self.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
         leaders = {p: node for (t, p), node in md.leaders.items() if t == name}
-        info = _Topic(md.partitions.get(name, 0), leaders, time.monotonic())
+        info = _Topic(md.partitions.get(name, 0), leaders, self.clock())
         with self._lock:
             self.brokers.update(md.brokers)
             self._topics[name] = info
@@ -597,17 +673,20 @@ class WireProducer:
         while True:
             conn = None
             try:
-                if tid is None:
-                    conn = self.link.any_broker()
-                else:
-                    conn = self.link.connection(*self.link.coordinators.coordinator(tid, refresh))
-                v = conn.version_for(INIT_PRODUCER_ID, 2, 4)
-                w = Writer(True).string(tid).int32(self.transaction_timeout_ms)
-                if v >= 3:
-                    w.int64(-1).int16(-1)
-                r = conn.request(INIT_PRODUCER_ID, v, w.tags().build(), flexible=True)
-                r.int32()
-                err, pid, epoch = r.int16(), r.int64(), r.int16()
+                # One attempt (a hung broker's included) within what is left of the timeout.
+                with deadline_scope(max(0.0, deadline - time.monotonic())):
+                    if tid is None:
+                        conn = self.link.any_broker()
+                    else:
+                        coordinator = self.link.coordinators.coordinator(tid, refresh)
+                        conn = self.link.connection(*coordinator)
+                    v = conn.version_for(INIT_PRODUCER_ID, 2, 4)
+                    w = Writer(True).string(tid).int32(self.transaction_timeout_ms)
+                    if v >= 3:
+                        w.int64(-1).int16(-1)
+                    r = conn.request(INIT_PRODUCER_ID, v, w.tags().build(), flexible=True)
+                    r.int32()
+                    err, pid, epoch = r.int16(), r.int64(), r.int16()
             except KafkaAuthenticationError:
                 raise
             except KafkaProtocolError as e:
@@ -641,7 +720,8 @@ class WireProducer:
             raise TransactionError("WireProducer.send before begin()")
         acc = self._acc.get(topic)
         if acc is None:
-            info = self.link.topic(topic, where=self.where)
+            timeout_s, budget = self._metadata_patience()
+            info = self.link.topic(topic, where=self.where, timeout_s=timeout_s, budget=budget)
             acc = self._acc[topic] = BatchAccumulator(
                 topic, info.partitions, batch_bytes=self.batch_bytes, max_batch_bytes=self.max_bytes,
                 rng=self._sticky_rng)
@@ -696,8 +776,22 @@ class WireProducer:
             seqs = self.__dict__["_txn_sequences"] = {}
         return seqs
 
+    def _metadata_patience(self, *, sender: bool = False) -> tuple[float, str]:
+        """How long a Metadata request of this producer asks the brokers in turn while they fail
+        (ClusterLink.topic's timeout_s and budget). The task's thread: the delivery timeout,
+        which bounds the records it holds (librdkafka keeps them queued that long while no
+        broker answers). A sender: one request timeout; its caller retries after that, until the
+        batches' delivery limit."""
+        if sender:
+            return self.request_timeout_ms / 1000, "kafka.request.timeout.ms"
+        return self.delivery_timeout_s, "the delivery timeout: kafka.message.timeout.ms" + (
+            ", at most kafka.transaction.timeout.ms" if self.transactional_id else "")
+
     def _leader(self, topic: str, partition: int, refresh: bool = False) -> int:
-        info = self.link.topic(topic, refresh=refresh, where=self.where)
+        """(the task's thread) The partition's leader, -1 if Metadata names none."""
+        timeout_s, budget = self._metadata_patience()
+        info = self.link.topic(topic, refresh=refresh, where=self.where, timeout_s=timeout_s,
+                               budget=budget)
         node = info.leaders.get(partition)
         if node is None and not refresh:
             return self._leader(topic, partition, refresh=True)
@@ -722,23 +816,24 @@ class WireProducer:
             conn = None
             errors: dict[tuple[str, int], int] = {}
             try:
-                conn = self.link.connection(*self.link.coordinators.coordinator(tid, refresh))
-                v = conn.version_for(ADD_PARTITIONS_TO_TXN, 3, 3)
-                body = (Writer(True).string(tid).int64(self.producer_id)
-                        .int16(self.producer_epoch)
-                        .array(topics, lambda w, tp: w.string(tp[0])
-                               .array(tp[1], lambda ww, p: ww.int32(p)).tags())
-                        .tags().build())
-                r = conn.request(ADD_PARTITIONS_TO_TXN, v, body, flexible=True)
-                r.int32()
-                for _ in range(r.uvarint() - 1):
-                    name = r.string() or ""
+                with deadline_scope(max(0.0, deadline - time.monotonic())):
+                    conn = self.link.connection(*self.link.coordinators.coordinator(tid, refresh))
+                    v = conn.version_for(ADD_PARTITIONS_TO_TXN, 3, 3)
+                    body = (Writer(True).string(tid).int64(self.producer_id)
+                            .int16(self.producer_epoch)
+                            .array(topics, lambda w, tp: w.string(tp[0])
+                                   .array(tp[1], lambda ww, p: ww.int32(p)).tags())
+                            .tags().build())
+                    r = conn.request(ADD_PARTITIONS_TO_TXN, v, body, flexible=True)
+                    r.int32()
                     for _ in range(r.uvarint() - 1):
-                        p, err = r.int32(), r.int16()
+                        name = r.string() or ""
+                        for _ in range(r.uvarint() - 1):
+                            p, err = r.int32(), r.int16()
+                            r.tags()
+                            if err:
+                                errors[(name, p)] = err
                         r.tags()
-                        if err:
-                            errors[(name, p)] = err
-                    r.tags()
             except KafkaAuthenticationError:
                 raise
             except KafkaProtocolError:
@@ -889,13 +984,25 @@ class WireProducer:
             log.info("%s: produce to %d partition(s) will be retried (%s)", self.where,
                      len(again), failure or "retriable broker errors")
             self._runner.sleep(_RETRY_BACKOFF_S)
+        # Fresh leaders: one Metadata request per topic. When no broker answered one within the
+        # request timeout, the other topics are not asked now either (this sender would wait that
+        # long for each): their partitions stay where they were, and are retried later.
+        timeout_s, budget = self._metadata_patience(sender=True)
+        fresh: dict[str, _Topic | None] = {}
         for key in again:
-            try:
-                leader = self._leader(*key, refresh=True)
-            except KafkaAuthenticationError as e:
-                raise _Fatal(e) from None
-            except (KafkaProtocolError, TransactionError):
-                leader = -1  # no answer now: the partition stays where it was, retried later
+            topic, partition = key
+            if topic not in fresh:
+                try:
+                    fresh[topic] = self.link.topic(topic, refresh=True, where=self.where,
+                                                   timeout_s=timeout_s, budget=budget)
+                except KafkaAuthenticationError as e:
+                    raise _Fatal(e) from None
+                except BrokersUnavailableError:
+                    fresh = dict.fromkeys((t for t, _ in again), None)
+                except (KafkaProtocolError, TransactionError):
+                    fresh[topic] = None
+            info = fresh[topic]
+            leader = info.leaders.get(partition, -1) if info is not None else -1
             with self._cv:
                 part = self._parts[key]
                 if leader >= 0:
