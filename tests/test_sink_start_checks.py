@@ -196,8 +196,8 @@ class FakeAdmin:
 SILENT = object()
 
 
-# What Apache Kafka 4.3 announces of the requests the exactly-once sink sends.
-KAFKA_4 = {0: (3, 13), 3: (0, 13), 10: (0, 6), 22: (0, 6), 24: (0, 5), 26: (0, 5), 65: (0, 0),
+# What Apache Kafka 4.3.1 announces of the requests the exactly-once sink sends.
+KAFKA_4 = {0: (0, 13), 3: (0, 13), 10: (0, 6), 22: (0, 5), 24: (0, 5), 26: (0, 5), 65: (0, 0),
            66: (0, 2), 18: (0, 4)}
 
 
@@ -570,8 +570,8 @@ def test_an_acknowledged_record_counts_only_while_the_option_is_set(
 
 # --------------------------------------------- the driver's protocol client against fake brokers
 
-# Apache Kafka 4.3's ApiVersions, of the requests the sink and the fake broker use.
-FULL = [(18, 0, 4), (17, 0, 1), (36, 0, 2), (3, 0, 13), (0, 3, 13), (10, 0, 6), (22, 0, 6),
+# Apache Kafka 4.3.1's ApiVersions, of the requests the sink and the fake broker use.
+FULL = [(18, 0, 4), (17, 0, 1), (36, 0, 2), (3, 0, 13), (0, 0, 13), (10, 0, 6), (22, 0, 5),
         (24, 0, 5), (26, 0, 5), (65, 0, 0), (66, 0, 2)]
 
 
