@@ -323,8 +323,8 @@ def test_brokers_without_describe_or_list_transactions_are_refused(monkeypatch, 
     with pytest.raises(UnsupportedBrokerError) as e:
         _check(monkeypatch, {1: OK, 2: OK}, without={2: {65, 66}}, producer=producer)
     _assert_refusal(e.value, ("DescribeTransactions", "ListTransactions"),
-                    "DescribeTransactions (API 65) v0 is not offered by broker(s) 2: the driver "
-                    "validates", "ListTransactions (API 66) v0 is not offered by broker(s) 2")
+                    "DescribeTransactions (API 65) v0 is not offered by broker(s) 2 (the driver "
+                    "validates", "ListTransactions (API 66) v0 is not offered by broker(s) 2 (")
 
 
 @pytest.mark.parametrize("producer, named", [
@@ -336,8 +336,8 @@ def test_brokers_without_transactions_are_refused(monkeypatch, producer, named):
     with pytest.raises(UnsupportedBrokerError) as e:
         _check(monkeypatch, {1: OK, 2: OK}, without={1: {22, 24, 26}, 2: {22, 24, 26}},
                producer=producer)
-    _assert_refusal(e.value, ("transactions",), f"transactions are not available: {named}",
-                    "EndTxn (API 26)", "AddPartitionsToTxn (API 24)")
+    _assert_refusal(e.value, ("transactions",), "transactions are not available: EndTxn (API 26)",
+                    named, "AddPartitionsToTxn (API 24)", "without Kafka transactions)")
 
 
 def test_request_versions_are_those_of_the_producer_the_tasks_use(monkeypatch):
@@ -605,7 +605,8 @@ def test_a_broker_announcing_no_transaction_requests_is_refused(monkeypatch, bro
     with pytest.raises(UnsupportedBrokerError) as e:
         _on_fake_broker(monkeypatch, broker)
     assert e.value.missing == ("transactions",)
-    assert "transactions are not available: InitProducerId (API 22)" in str(e.value)
+    assert "transactions are not available: EndTxn (API 26) v0-4 is not offered by broker(s) 1; " \
+        "InitProducerId (API 22) v2-4" in str(e.value)  # producer=auto: txkafka's own
 
 
 def test_a_broker_refusing_transaction_coordinators_is_refused(monkeypatch, brokers):

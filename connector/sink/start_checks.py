@@ -100,7 +100,7 @@ def required_apis(cfg: SinkConfig) -> tuple[ApiRange, ...]:
         from ..client.producer import TRANSACTIONAL_PRODUCER_APIS as producer
     else:
         producer = LIBRDKAFKA_TRANSACTIONAL_APIS
-    return (*COMMIT_CLIENT_APIS, *producer)
+    return tuple(dict.fromkeys((*COMMIT_CLIENT_APIS, *producer)))  # both send EndTxn v0-4
 
 
 def _recorded_keys() -> frozenset[int]:
@@ -358,22 +358,24 @@ def _missing_requests(cfg: SinkConfig, facts: dict[int, BrokerFacts]) -> list[tu
         for api in required_apis(cfg) if f.apis is not None else ():
             if not api.offered_by(f.apis):
                 lacking.setdefault(api, []).append(b)
-    out = []
+    wheres: dict[str, list[str]] = {}
     for api, brokers in lacking.items():
-        where = f"{api} is not offered by broker(s) {', '.join(map(str, brokers))}"
-        if api.key in _TRANSACTION_KEYS:
-            out.append((TRANSACTIONS, f"transactions are not available: {where} (a service, or "
-                                      "a tier of one, without Kafka transactions)"))
-        elif api.key == DESCRIBE_TRANSACTIONS:
-            out.append((DESCRIBE_TRANSACTIONS_FEATURE, f"{where}: the driver validates every "
-                        "task's open transaction with it before it decides a batch (Kafka 3.0+)"))
-        elif api.key == LIST_TRANSACTIONS:
-            out.append((LIST_TRANSACTIONS_FEATURE, f"{where}: the driver finds and aborts the "
-                        "transactions that failed task attempts left open with it (Kafka 3.0+)"))
-        else:
-            out.append((PROTOCOL_VERSIONS, f"{where}: txkafka's protocol client sends it "
-                        "(Kafka 3.0 or newer offers it)"))
-    return out
+        feature = (TRANSACTIONS if api.key in _TRANSACTION_KEYS else
+                   DESCRIBE_TRANSACTIONS_FEATURE if api.key == DESCRIBE_TRANSACTIONS else
+                   LIST_TRANSACTIONS_FEATURE if api.key == LIST_TRANSACTIONS else PROTOCOL_VERSIONS)
+        wheres.setdefault(feature, []).append(
+            f"{api} is not offered by broker(s) {', '.join(map(str, brokers))}")
+    why = {  # in the order the refusal names them
+        TRANSACTIONS: "a service, or a tier of one, without Kafka transactions",
+        DESCRIBE_TRANSACTIONS_FEATURE: "the driver validates every task's open transaction with "
+                                       "it before it decides a batch; Kafka 3.0+",
+        LIST_TRANSACTIONS_FEATURE: "the driver finds and aborts the transactions that failed task "
+                                   "attempts left open with it; Kafka 3.0+",
+        PROTOCOL_VERSIONS: "txkafka's protocol client sends them; Kafka 3.0 or newer offers them",
+    }
+    head = {TRANSACTIONS: "transactions are not available: "}
+    return [(feature, f"{head.get(feature, '')}{'; '.join(wheres[feature])} ({text})")
+            for feature, text in why.items() if feature in wheres]
 
 
 def unsupported(cfg: SinkConfig, problems: list[tuple[str, str]]) -> UnsupportedBrokerError:
