@@ -97,8 +97,22 @@ class ConcurrentWriterError(CommitLogError):
 
 
 class UnsupportedBrokerError(KafkaConfigError):
-    """The cluster lacks a broker feature the exactly-once sink depends on (for example transaction
-    partition verification, Kafka 3.6+); raised when the query starts."""
+    """The cluster lacks a broker feature the exactly-once sink depends on: Kafka transactions,
+    DescribeTransactions or ListTransactions, or transaction partition verification (Kafka 3.6+)
+    on or at least readable; raised when the query starts, before any transaction opens. The
+    message names the cluster, what is missing on which broker, and the alternatives
+    (``deliveryGuarantee=at_least_once``).
+
+    ``cluster`` (the bootstrap servers) and ``missing`` (the features, as the message names them)
+    are kept for callers.
+    """
+
+    def __init__(self, message: str, *, cluster: str = "",
+                 missing: tuple[str, ...] = ()) -> None:
+        # Defaults: unpickling calls the class with the message only, then restores the fields.
+        super().__init__(message)
+        self.cluster = cluster
+        self.missing = missing
 
 
 class SavepointError(TxKafkaError):

@@ -15,6 +15,9 @@ The rules that keep this true (docs/operations.md, "Upgrading txkafka", has the 
   record names it knows).
 - Each bump adds a fixture set beside the earlier ones (``tests/fixtures/formats``); every earlier
   set must still read as it was written.
+- A cache (``cache=True``: what txkafka can ask again, the sink's start checks) is never refused: a
+  reader trusts only its own format (:func:`is_current`) and computes anything else afresh, so a
+  newer file costs one more look at the cluster, never a stopped query.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class FileFormat:
     since: str      # the first txkafka release that wrote format ``current``
     # What to do instead of upgrading, after "or " ({mine}: this txkafka's version; {checkpoint}).
     otherwise: str
+    cache: bool = False  # recomputed when not in the current format, never refused
 
 
 SINK_JSON = FileFormat(
@@ -72,11 +76,14 @@ SAVEPOINT = FileFormat(
     "to stay on {mine}, set the reader's startingOffsets to the positions that the newer "
     "txkafka's `txkafka savepoint show --json` prints")
 
+START_CHECKS = FileFormat(
+    "start-checks record", "<checkpoint>/txkafka-sink/start-checks.json", 2, "0.2.0",
+    "", cache=True)
+
 FORMATS: tuple[FileFormat, ...] = (SINK_JSON, DECISION, OUTCOME, EMPTY_BATCH, UNRESOLVED,
-                                   SOURCE_OFFSET, SAVEPOINT)
+                                   SOURCE_OFFSET, SAVEPOINT, START_CHECKS)
 
 
-@functools.cache
 @functools.cache
 def txkafka_version() -> str:
     """The installed txkafka's version ("unknown" when run from a tree that was never installed:
@@ -90,6 +97,13 @@ def txkafka_version() -> str:
 def stamp(fmt: FileFormat) -> dict[str, Any]:
     """The fields every file of ``fmt`` carries: its format and the txkafka that wrote it."""
     return {VERSION_KEY: fmt.current, WRITER_KEY: txkafka_version()}
+
+
+def is_current(fmt: FileFormat, record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` is in the format this txkafka writes: the one form of a cache it trusts
+    (any other, older, newer or damaged, is computed afresh, never refused)."""
+    version = record.get(VERSION_KEY)
+    return not isinstance(version, bool) and version == fmt.current
 
 
 def check_version(fmt: FileFormat, version: Any, where: str, *, written_by: Any = None,

@@ -50,7 +50,7 @@ READER_OPTIONS: tuple[str, ...] = (
 
 WRITER_OPTIONS: tuple[str, ...] = (
     "topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix",
-    "commitTimeoutMs", "commitParallelism", "producer",
+    "commitTimeoutMs", "commitParallelism", "producer", "assumeTransactionPartitionVerification",
 )
 """The writer's own options and the Spark Kafka sink's names it honours."""
 

@@ -496,6 +496,14 @@ class SecureKafka:
         self.create_acls(bindings)
         return bindings
 
+    def grant_describe_configs(self, user: str) -> list[AclBinding]:
+        """DescribeConfigs on the cluster: what lets the exactly-once sink read each broker's
+        transaction partition verification at start (or it needs its acknowledgement option)."""
+        bindings = [allow(user, ResourceType.BROKER, "kafka-cluster",
+                          AclOperation.DESCRIBE_CONFIGS)]
+        self.create_acls(bindings)
+        return bindings
+
 
 class TokenEndpoint:
     """A local OAuth 2 token endpoint (RFC 6749 client credentials, HTTP basic authentication).

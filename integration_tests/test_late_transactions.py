@@ -265,8 +265,14 @@ def test_brokers_that_can_leave_hanging_transactions_are_refused(spark, kafka, t
     try:
         with pytest.raises(UnsupportedBrokerError) as refused:
             validate_at_start(_sink_config(kafka, topic), None)
+        assert refused.value.missing == ("transaction partition verification",)
+        assert refused.value.cluster == kafka.bootstrap
         assert f"{VERIFICATION}=false" in str(refused.value)
-        assert "deliveryGuarantee=at_least_once" in str(refused.value)
+        assert "set deliveryGuarantee=at_least_once" in str(refused.value)
+        # A setting read as false is not one to acknowledge: the option changes nothing.
+        with pytest.raises(UnsupportedBrokerError, match=f"{VERIFICATION}=false"):
+            validate_at_start(_sink_config(kafka, topic,
+                                           assumeTransactionPartitionVerification="true"), None)
         validate_at_start(_sink_config(kafka, topic, deliveryGuarantee="at_least_once"), None)
         # What a user sees: the query stops at start, nothing written.
         q = (spark.readStream.format("rate").option("rowsPerSecond", 5).load()

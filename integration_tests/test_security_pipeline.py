@@ -187,6 +187,8 @@ class Setup:
             sk.create_acls([allow("reader", ResourceType.GROUP, f"{self.groups}-",
                                   AclOperation.READ, ResourcePatternType.PREFIXED)])
         txn_prefix = f"{self.prefix}-" if txn and txn_write else None
+        # The exactly-once sink reads the brokers' transaction partition verification at start.
+        sk.grant_describe_configs("writer")
         if writer_topic:
             sk.grant_writer("writer", self.dst, txn_prefix, topic_write=topic_write)
         elif txn_prefix:

@@ -31,9 +31,12 @@ from txkafka.connector.errors import (
     KafkaAuthorizationError,
     KafkaConfigError,
     TxKafkaError,
+    UnsupportedBrokerError,
 )
 from txkafka.connector.client.config import describe_config, kafka_client_config
 from txkafka.connector.client.transactions import TransactionClient
+from txkafka.connector.sink.options import SinkConfig
+from txkafka.connector.sink.start_checks import validate_at_start
 from txkafka.kafka_admin import VERIFY_GROUP_PREFIX
 
 pytestmark = pytest.mark.kafka
@@ -446,6 +449,44 @@ def test_idempotent_producer_needs_no_cluster_acl(secure_kafka):
     assert p.flush(30) == 0
     assert results == [None]
     assert [r.value for r in sk.admin_target.read_all(topic)] == [b"idempotent"]
+
+
+def test_exactly_once_without_describe_configs_needs_the_acl_or_the_acknowledgement(secure_kafka):
+    """Kafka 4.3 refuses a principal without DescribeConfigs on the cluster the brokers' settings
+    (CLUSTER_AUTHORIZATION_FAILED), as a managed service may: transaction partition verification
+    cannot be read, so the exactly-once sink refuses at start, naming the ACL, the option that
+    acknowledges it and at_least_once; either of the first two lets it start. (``stranger``: the
+    pipeline tests grant ``writer`` DescribeConfigs on this session's cluster.)"""
+    sk = secure_kafka
+    topic = sk.admin_target.create_topic(unique("sec"))
+    prefix = unique("sink")
+    sk.grant_writer("stranger", topic, f"{prefix}-")
+
+    def start(**options: str) -> None:
+        cfg = SinkConfig.from_options({
+            **sk.kafka_options("stranger", "SASL_SSL", "SCRAM-SHA-512"), "topic": topic,
+            "checkpointLocation": "/unused", "transactionalIdPrefix": prefix, **options},
+            streaming=True)
+        validate_at_start(cfg, None, timeout_s=30)
+
+    with pytest.raises(UnsupportedBrokerError) as refused:
+        start()
+    msg = str(refused.value)
+    assert refused.value.missing == ("transaction partition verification",), msg
+    assert refused.value.cluster == sk.client_config("stranger", "SASL_SSL",
+                                                     "SCRAM-SHA-512")["bootstrap.servers"]
+    for text in ("transaction partition verification cannot be confirmed: broker(s) 1",
+                 "--operation DescribeConfigs --cluster",
+                 "option assumeTransactionPartitionVerification=true",
+                 "set deliveryGuarantee=at_least_once"):
+        assert text in msg, (text, msg)
+    start(assumeTransactionPartitionVerification="true")
+    start(deliveryGuarantee="at_least_once")
+    granted = sk.grant_describe_configs("stranger")
+    try:
+        start()  # the setting read: true (Kafka 4.3's default)
+    finally:
+        sk.delete_acls(granted)
 
 
 def test_writer_without_topic_write_commits_nothing(secure_kafka):

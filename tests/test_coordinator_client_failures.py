@@ -66,10 +66,12 @@ class FakeBroker:
     ``handlers[api_key](conn_no, body) -> response body`` may be replaced."""
 
     def __init__(self, port: int = 0, *, sasl_password: str | None = None,
-                 tls: ssl.SSLContext | None = None, api_versions_delay: float = 0.0) -> None:
+                 tls: ssl.SSLContext | None = None, api_versions_delay: float = 0.0,
+                 offered: list[tuple[int, int, int]] | None = None) -> None:
         self.sasl_password = sasl_password
         self.tls = tls
         self.api_versions_delay = api_versions_delay
+        self.offered = OFFERED if offered is None else offered  # what ApiVersions announces
         self.coordinator: tuple[str, int] | None = None  # None: this broker itself
         self.log: list[tuple[int, int, bool]] = []  # (connection number, api key, authenticated)
         self.handlers: dict[int, Callable[[int, Reader], bytes]] = {
@@ -134,7 +136,7 @@ class FakeBroker:
                 flexible_header = FLEXIBLE[key] and key != API_VERSIONS
                 if key == API_VERSIONS:
                     time.sleep(self.api_versions_delay)
-                    out = api_versions_answer()
+                    out = api_versions_answer(self.offered)
                 elif key == SASL_HANDSHAKE:
                     out = Writer(False).int16(0).array(["PLAIN", "SCRAM-SHA-256"],
                                                        lambda w, m: w.string(m)).build()
@@ -176,9 +178,9 @@ def _recv(sock: socket.socket, n: int) -> bytes:
     return buf
 
 
-def api_versions_answer() -> bytes:
+def api_versions_answer(offered: list[tuple[int, int, int]] = OFFERED) -> bytes:
     return (Writer(True).int16(0)
-            .array(OFFERED, lambda w, t: w.int16(t[0]).int16(t[1]).int16(t[2]).tags())
+            .array(offered, lambda w, t: w.int16(t[0]).int16(t[1]).int16(t[2]).tags())
             .int32(0).tags().build())
 
 

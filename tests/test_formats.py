@@ -31,6 +31,7 @@ from txkafka.connector.errors import (
 )
 from txkafka.connector.sink.commit_log import SinkCommitLog
 from txkafka.connector.sink.committer import KafkaCommitter, known_verdicts
+from txkafka.connector.sink.start_checks import read_record
 from txkafka.connector.sink.transactional_ids import IdParts, TransactionalIdFactory
 from txkafka.connector.source.offsets import batch_start_of, from_offset_json
 
@@ -119,6 +120,13 @@ def test_every_fixture_set_reads_as_it_was_written(fixture_set, tmp_path, capsys
         verdicts = known_verdicts(got)
         assert verdicts == {**{t: "committed" for t in note["committed"]},
                             **{t: "lost" for t in note["lost"]}, **note["resolved"]}
+
+    checks = expected.get("start_checks")  # sets from 0.2.0 on: what the start checks found
+    if checks is not None:
+        found = read_record(generate.Query(root / "checkpoint").cfg, log)
+        assert found is not None
+        assert {str(b): f.to_json() for b, f in found.brokers.items()} == checks["brokers"]
+        assert sorted(found.unasked) == checks["unasked"]
 
     ids = TransactionalIdFactory(sink["prefix"], sink["sink_id"])
     for tid, parts in expected["transactional_ids"].items():
@@ -289,6 +297,18 @@ def test_a_commit_log_record_in_a_newer_format_is_refused(kind, tmp_path):
     with pytest.raises(NewerFormatError) as exc:
         read(log)
     _assert_names_both(exc.value, fmt, name.rsplit("/", 1)[1])
+
+
+def test_a_start_checks_record_in_a_newer_format_is_checked_again_not_refused(tmp_path):
+    """The one cache among the files: a newer one is not trusted, and the sink asks the cluster
+    again (tests/test_sink_start_checks.py runs that), instead of stopping the query."""
+    fmt = formats.START_CHECKS
+    assert fmt.cache and not any(f.cache for f in formats.FORMATS if f is not fmt)
+    root, _ = _copy(_newest(), tmp_path)
+    q = generate.Query(root / "checkpoint")
+    assert read_record(q.cfg, q.log) is not None  # as written: trusted
+    _bump(root / "checkpoint" / "txkafka-sink" / "start-checks.json", fmt.current + 1)
+    assert read_record(q.cfg, q.log) is None
 
 
 def test_the_sink_acts_on_nothing_once_a_newer_txkafka_wrote_its_log(tmp_path, capsys):

@@ -6,6 +6,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ConfigResource
 
+from tests.test_coordinator_client_failures import brokers  # noqa: F401 - a fixture
+from txkafka.connector.client.protocol import Writer
 from txkafka.connector.errors import KafkaConfigError, KafkaProtocolError, UnsupportedBrokerError
 from txkafka.connector.sink.options import SinkConfig
 from txkafka.connector.sink.start_checks import check_producer_config, validate_at_start
@@ -156,9 +158,10 @@ class FakeAdmin:
     """DescribeConfigs answers per broker id: {name: value}, an exception (for that broker, or for
     all), or ``SILENT`` (a broker that never answers: its future times out)."""
 
-    def __init__(self, answers, brokers=None):
+    def __init__(self, answers, brokers=None, addresses=None):
         self.answers = answers
         self.brokers = brokers or (sorted(answers) if isinstance(answers, dict) else [])
+        self.addresses = addresses or {b: (f"h{b}", 9092) for b in self.brokers}
         self.calls = 0
 
     def describe_configs(self, resources, request_timeout=None):
@@ -179,7 +182,8 @@ class FakeAdmin:
 
     # What validate_at_start's own checks ask besides DescribeConfigs.
     def list_topics(self, topic=None, timeout=None):
-        brokers = {b: SimpleNamespace(host=f"h{b}", port=9092) for b in self.brokers}
+        brokers = {b: SimpleNamespace(host=self.addresses[b][0], port=self.addresses[b][1])
+                   for b in self.brokers}
         return SimpleNamespace(brokers=brokers, topics={topic: SimpleNamespace(error=None)})
 
     def describe_topics(self, topics, include_authorized_operations=False, request_timeout=None):
@@ -192,17 +196,30 @@ class FakeAdmin:
 SILENT = object()
 
 
-class FakeVersions:
-    """The driver's protocol client: API versions per broker (``None``: the broker is down)."""
+# What Apache Kafka 4.3.1 announces of the requests the exactly-once sink sends.
+KAFKA_4 = {0: (0, 13), 3: (0, 13), 10: (0, 6), 22: (0, 5), 24: (0, 5), 26: (0, 5), 65: (0, 0),
+           66: (0, 2), 18: (0, 4)}
 
-    def __init__(self, add_partitions_max: dict[int, int | None]):
-        self.top = add_partitions_max
+
+class FakeVersions:
+    """The driver's protocol client: API versions per broker, Kafka 4.3's unless told otherwise
+    (``add_partitions_max``: AddPartitionsToTxn's top version, ``None``: the broker is down;
+    ``without``: API keys a broker does not offer)."""
+
+    def __init__(self, add_partitions_max: dict[int, int | None] | None = None,
+                 without: dict[int, set[int]] | None = None,
+                 offer: dict[int, tuple[int, int]] | None = None):
+        self.top = add_partitions_max or {}
+        self.without = without or {}
+        self.offer = offer or {}  # versions every broker offers instead of Kafka 4.3's
 
     def api_versions(self, host, port):
-        top = self.top[int(host[1:])]
+        node = int(host[1:])
+        top = self.top.get(node, KAFKA_4[24][1])
         if top is None:
             raise KafkaProtocolError(f"cannot connect to broker {host}:{port}")
-        return {24: (0, top)}
+        return {k: v for k, v in {**KAFKA_4, 24: (0, top), **self.offer}.items()
+                if k not in self.without.get(node, ())}
 
     def describe(self, ids):
         return {}
@@ -212,11 +229,11 @@ def _addresses(ids):
     return {b: (f"h{b}", 9092) for b in ids}
 
 
-def _check(monkeypatch, answers, add_partitions_max=None, **options):
+def _check(monkeypatch, answers, add_partitions_max=None, without=None, offer=None, **options):
     from txkafka.connector.sink import committer as kafka_committer, start_checks as sink_validation
 
     monkeypatch.setattr(kafka_committer, "shared_client",
-                        lambda *a, **k: FakeVersions(add_partitions_max or {}))
+                        lambda *a, **k: FakeVersions(add_partitions_max, without, offer))
     cfg = SinkConfig.from_options({"kafka.bootstrap.servers": "h:9092", "topic": "out",
                                    "checkpointLocation": "/tmp/x", **options}, streaming=True)
     ids = sorted(answers) if isinstance(answers, dict) else sorted(add_partitions_max)
@@ -238,18 +255,115 @@ def test_every_broker_must_verify_transaction_partitions(monkeypatch):
     assert "hanging transaction" in text and "deliveryGuarantee=at_least_once" in text
 
 
-def test_a_broker_that_hides_the_setting_is_judged_by_its_version(monkeypatch, caplog):
-    with pytest.raises(UnsupportedBrokerError, match="broker 1: no such setting"):
-        _check(monkeypatch, {1: {M: "900000"}}, {1: 3})  # AddPartitionsToTxn v3: Kafka 3.5
-    _check(monkeypatch, {1: {M: "900000"}}, {1: 5})  # v5: Kafka 4.x hiding it; warned
+ASSUME = {"assumeTransactionPartitionVerification": "true"}
+DENIED = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
+
+
+def _assert_refusal(e: UnsupportedBrokerError, missing: tuple[str, ...], *texts: str) -> None:
+    """What every refusal says: the cluster, what it lacks, and the at_least_once way on."""
+    msg = str(e)
+    assert e.missing == missing and e.cluster == "h:9092", (e.missing, e.cluster)
+    assert "cannot run on the cluster at kafka.bootstrap.servers=h:9092" in msg, msg
+    assert f"which lacks {', '.join(missing)}" in msg, msg
+    assert "set deliveryGuarantee=at_least_once" in msg and "docs/managed-kafka.md" in msg, msg
+    for text in texts:
+        assert text in msg, (text, msg)
+
+
+@pytest.mark.parametrize("answers", [{1: {M: "900000"}, 2: {M: "900000"}},  # left out
+                                     DENIED],  # no DESCRIBE_CONFIGS on the cluster
+                         ids=["setting-left-out", "describe-configs-denied"])
+def test_a_setting_that_cannot_be_read_refuses_unless_the_user_acknowledges_it(
+        monkeypatch, caplog, answers):
+    """Kafka 3.6+ by its versions, but the setting is unknown: a broker with it off could leave a
+    hanging transaction, so neither "unsafe" nor silently "safe": refused, naming the permission
+    to grant and the option that acknowledges it (a managed service that hides broker settings)."""
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _check(monkeypatch, answers, {1: 4, 2: 5})
+    _assert_refusal(e.value, ("transaction partition verification",),
+                    "transaction partition verification cannot be confirmed: broker(s) 1, 2",
+                    "--operation DescribeConfigs --cluster",
+                    "option assumeTransactionPartitionVerification=true")
+    caplog.clear()
+    result = _check(monkeypatch, answers, {1: 4, 2: 5}, **ASSUME)
+    assert sorted(result.brokers) == [1, 2] and result.brokers[1].verifies
     assert "cannot be read, so txkafka cannot check it" in caplog.text
+    assert "assumeTransactionPartitionVerification=true says every broker" in caplog.text
 
 
-def test_without_describe_configs_the_version_decides(monkeypatch):
-    denied = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
-    _check(monkeypatch, denied, {1: 4, 2: 5})
-    with pytest.raises(UnsupportedBrokerError, match="broker 2: no such setting"):
-        _check(monkeypatch, denied, {1: 4, 2: 2})
+@pytest.mark.parametrize("answers", [{1: {M: "900000"}, 2: {M: "900000"}}, DENIED],
+                         ids=["setting-left-out", "describe-configs-denied"])
+def test_a_broker_older_than_3_6_is_refused_even_when_acknowledged(monkeypatch, answers):
+    """AddPartitionsToTxn below v4: the broker has no verification to assume."""
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _check(monkeypatch, answers, {1: 4, 2: 3}, **ASSUME)
+    _assert_refusal(e.value, ("transaction partition verification",),
+                    "broker 2: no such setting (Kafka older than 3.6)")
+    assert "broker 1" not in str(e.value)
+
+
+def test_the_acknowledgement_is_a_boolean_option():
+    for value, expected in (("true", True), ("FALSE", False), (None, False)):
+        opts = {**BASE, **({} if value is None else
+                           {"assumeTransactionPartitionVerification": value})}
+        assert SinkConfig.from_options(opts, streaming=True).assume_partition_verification \
+            is expected
+    with pytest.raises(KafkaConfigError, match="'assumeTransactionPartitionVerification' must be "
+                                               "true or false, got 'yes'"):
+        SinkConfig.from_options({**BASE, "assumeTransactionPartitionVerification": "yes"},
+                                streaming=True)
+
+
+# ------------------------------------------------------------ what the brokers offer
+
+@pytest.mark.parametrize("producer", ["txkafka", "librdkafka"])
+def test_brokers_without_describe_or_list_transactions_are_refused(monkeypatch, producer):
+    """The driver validates with DescribeTransactions (API 65) and sweeps with ListTransactions
+    (API 66); a service without them would fail every batch after its tasks wrote."""
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _check(monkeypatch, {1: OK, 2: OK}, without={2: {65, 66}}, producer=producer)
+    _assert_refusal(e.value, ("DescribeTransactions", "ListTransactions"),
+                    "DescribeTransactions (API 65) v0 is not offered by broker(s) 2 (the driver "
+                    "validates", "ListTransactions (API 66) v0 is not offered by broker(s) 2 (")
+
+
+@pytest.mark.parametrize("producer, named", [
+    ("txkafka", "InitProducerId (API 22) v2-4 is not offered by broker(s) 1, 2"),
+    ("librdkafka", "InitProducerId (API 22) v0+ is not offered by broker(s) 1, 2"),
+])
+def test_brokers_without_transactions_are_refused(monkeypatch, producer, named):
+    """A service (or tier) without Kafka transactions: refused at start, before any task."""
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _check(monkeypatch, {1: OK, 2: OK}, without={1: {22, 24, 26}, 2: {22, 24, 26}},
+               producer=producer)
+    _assert_refusal(e.value, ("transactions",), "transactions are not available: EndTxn (API 26)",
+                    named, "AddPartitionsToTxn (API 24)", "without Kafka transactions)")
+
+
+def test_request_versions_are_those_of_the_producer_the_tasks_use(monkeypatch):
+    """txkafka's producer sends Produce v9-11; librdkafka's picks its own (v3 and later)."""
+    produce_v8 = {0: (3, 8)}
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _check(monkeypatch, {1: OK, 2: OK}, offer=produce_v8, producer="txkafka")
+    _assert_refusal(e.value, ("request versions",),
+                    "Produce (API 0) v9-11 is not offered by broker(s) 1, 2")
+    _check(monkeypatch, {1: OK, 2: OK}, offer=produce_v8, producer="librdkafka")
+
+
+def test_every_problem_of_the_cluster_is_named_in_one_refusal(monkeypatch):
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _check(monkeypatch, {1: {V: "false", M: "900000"}, 2: OK}, without={2: {65}})
+    _assert_refusal(e.value, ("DescribeTransactions", "transaction partition verification"),
+                    "broker 1: transaction.partition.verification.enable=false",
+                    "DescribeTransactions (API 65) v0 is not offered by broker(s) 2")
+
+
+def test_the_refusal_survives_pickling():
+    import pickle
+
+    e = UnsupportedBrokerError("m", cluster="b:9092", missing=("transactions",))
+    back = pickle.loads(pickle.dumps(e))
+    assert (str(back), back.cluster, back.missing) == ("m", "b:9092", ("transactions",))
 
 
 def test_the_timeout_cap_is_the_lowest_broker_s(monkeypatch):
@@ -282,9 +396,15 @@ def test_a_broker_that_answers_unsafe_is_refused_while_another_is_down(monkeypat
 
 
 def test_without_describe_configs_a_broker_down_is_asked_later(monkeypatch):
-    denied = KafkaException(KafkaError(KafkaError.CLUSTER_AUTHORIZATION_FAILED))
-    result = _check(monkeypatch, denied, {1: 4, 2: None})
+    result = _check(monkeypatch, DENIED, {1: 4, 2: None}, **ASSUME)
     assert result.unasked == {2} and result.brokers[1].verifies
+
+
+def test_a_broker_that_stops_answering_after_describe_configs_is_asked_later(monkeypatch):
+    result = _check(monkeypatch, {1: OK, 2: OK}, {2: None})
+    assert result.unasked == {2} and sorted(result.brokers) == [1]
+    with pytest.raises(UnsupportedBrokerError, match="broker 2: transaction.partition"):
+        _check(monkeypatch, {1: OK, 2: {V: "false", M: "900000"}}, {2: None})  # told enough
 
 
 # ------------------------------------------------------------ what the query remembers
@@ -386,3 +506,138 @@ def test_the_record_is_judged_against_todays_options(fake_cluster, monkeypatch, 
     _new_process(monkeypatch)
     validate_at_start(other, None, timeout_s=0.5, commit_log=log2)
     assert fake_cluster.admins == 3
+
+
+def _edit_record(log, **fields) -> None:
+    import json
+
+    path = f"{log.root}/start-checks.json"
+    with open(path) as f:
+        rec = json.load(f)
+    rec.update(fields)
+    with open(path, "w") as f:
+        json.dump(rec, f)
+
+
+@pytest.mark.parametrize("version", [1, 3, "2"], ids=["older", "newer", "damaged"])
+def test_a_record_in_another_format_is_checked_again_never_refused(
+        fake_cluster, monkeypatch, tmp_path, version):
+    """start-checks.json is a cache of what the cluster answers: a record an older txkafka wrote
+    lacks what this one checks, a newer one's may mean something else. Either way the cluster is
+    asked again and the record rewritten; no NewerFormatError stops the query."""
+    from txkafka.connector import formats
+
+    cfg, log = _query(tmp_path)
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    rec = log.read_start_checks()
+    assert rec["version"] == formats.START_CHECKS.current and fake_cluster.admins == 1
+    assert rec["txkafka_version"] == formats.txkafka_version()
+    _edit_record(log, version=version, txkafka_version="99.0.0")
+    _new_process(monkeypatch)
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.admins == 2
+    assert log.read_start_checks()["version"] == formats.START_CHECKS.current
+
+
+def test_an_older_record_without_the_api_versions_is_checked_again(
+        fake_cluster, monkeypatch, tmp_path):
+    """The development builds' format 1 had no API versions: nothing in it says the brokers
+    offer DescribeTransactions, so it is not trusted."""
+    cfg, log = _query(tmp_path)
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    _edit_record(log, version=1, brokers={str(b): {"max_timeout_ms": 900000, "verification":
+                                                    "true", "verifies": None} for b in (1, 2, 3)})
+    _new_process(monkeypatch)
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.admins == 2
+    assert "apis" in log.read_start_checks()["brokers"]["1"]
+
+
+def test_an_acknowledged_record_counts_only_while_the_option_is_set(
+        fake_cluster, monkeypatch, tmp_path):
+    fake_cluster.answers = {1: DENIED, 2: DENIED, 3: DENIED}
+    acknowledged, log = _query(tmp_path, **ASSUME)
+    validate_at_start(acknowledged, None, timeout_s=0.5, commit_log=log)
+    _new_process(monkeypatch)
+    validate_at_start(acknowledged, None, timeout_s=0.5, commit_log=log)  # the record: trusted
+    assert fake_cluster.admins == 1
+    plain, _ = _query(tmp_path)
+    _new_process(monkeypatch)
+    with pytest.raises(UnsupportedBrokerError, match="cannot be confirmed"):
+        validate_at_start(plain, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.admins == 2  # asked afresh before refusing
+
+
+# --------------------------------------------- the driver's protocol client against fake brokers
+
+# Apache Kafka 4.3.1's ApiVersions, of the requests the sink and the fake broker use.
+FULL = [(18, 0, 4), (17, 0, 1), (36, 0, 2), (3, 0, 13), (0, 0, 13), (10, 0, 6), (22, 0, 5),
+        (24, 0, 5), (26, 0, 5), (65, 0, 0), (66, 0, 2)]
+
+
+def _on_fake_broker(monkeypatch, broker, answers=None, **options):
+    """validate_at_start with txkafka's own client talking to ``broker`` (one node, id 1) and
+    DescribeConfigs answered by ``answers``."""
+    from txkafka.connector.sink import start_checks as sink_validation
+
+    monkeypatch.setattr(sink_validation, "_PASSED", {})
+    monkeypatch.setattr(sink_validation, "_admin", lambda cfg, probe: FakeAdmin(
+        answers or {1: OK}, brokers=[1], addresses={1: ("127.0.0.1", broker.port)}))
+    cfg = SinkConfig.from_options({"kafka.bootstrap.servers": f"127.0.0.1:{broker.port}",
+                                   "topic": "out", "checkpointLocation": "/tmp/x",
+                                   "commitTimeoutMs": "5000", **options}, streaming=True)
+    validate_at_start(cfg, None, timeout_s=5.0)
+
+
+def test_a_broker_announcing_neither_describe_nor_list_transactions_is_refused(
+        monkeypatch, brokers):
+    broker = brokers(offered=[t for t in FULL if t[0] not in (65, 66)])
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _on_fake_broker(monkeypatch, broker)
+    assert e.value.missing == ("DescribeTransactions", "ListTransactions")
+    assert f"kafka.bootstrap.servers=127.0.0.1:{broker.port}" in str(e.value)
+    assert "DescribeTransactions (API 65) v0 is not offered by broker(s) 1" in str(e.value)
+    assert "deliveryGuarantee=at_least_once" in str(e.value)
+
+
+def test_a_broker_announcing_no_transaction_requests_is_refused(monkeypatch, brokers):
+    broker = brokers(offered=[t for t in FULL if t[0] not in (22, 24, 26)])
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _on_fake_broker(monkeypatch, broker)
+    assert e.value.missing == ("transactions",)
+    assert "transactions are not available: EndTxn (API 26) v0-4 is not offered by broker(s) 1; " \
+        "InitProducerId (API 22) v2-4" in str(e.value)  # producer=auto: txkafka's own
+
+
+def test_a_broker_refusing_transaction_coordinators_is_refused(monkeypatch, brokers):
+    """ApiVersions promises the requests, but FindCoordinator for a transactional id answers an
+    error that is neither "retry" nor "not authorized": no transactions for anyone."""
+    from tests.test_coordinator_client_failures import FIND_COORDINATOR
+
+    broker = brokers(offered=FULL)
+
+    def refuse(n, body):
+        body.int8()
+        keys = body.array(lambda r: r.string())
+        return Writer(True).int32(0).array(keys, lambda w, k: w.string(k).int32(-1).string("")
+                                           .int32(-1).int16(42).string("no transactions")
+                                           .tags()).tags().build()
+
+    broker.handlers[FIND_COORDINATOR] = refuse
+    with pytest.raises(UnsupportedBrokerError) as e:
+        _on_fake_broker(monkeypatch, broker)
+    assert e.value.missing == ("transactions",)
+    assert ("transactions are not available: FindCoordinator for transactional id "
+            "'txkafka-txkafka-acl-check' answered INVALID_REQUEST") in str(e.value)
+
+
+def test_a_broker_that_offers_everything_passes(monkeypatch, brokers):
+    broker = brokers(offered=FULL)
+    _on_fake_broker(monkeypatch, broker)  # DescribeTransactions answers; nothing refused
+
+
+def test_describe_configs_denied_on_a_fake_broker_needs_the_acknowledgement(monkeypatch, brokers):
+    broker = brokers(offered=FULL)
+    with pytest.raises(UnsupportedBrokerError, match="cannot be confirmed: broker.s. 1 run"):
+        _on_fake_broker(monkeypatch, broker, {1: DENIED})
+    _on_fake_broker(monkeypatch, broker, {1: DENIED}, **ASSUME)

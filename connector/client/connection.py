@@ -55,6 +55,32 @@ ATTEMPT_TIMEOUT_S = 10.0
 _DEADLINE: ContextVar[float | None] = ContextVar("txkafka_deadline", default=None)
 
 
+@dataclass(frozen=True)
+class ApiRange:
+    """The versions of one request that txkafka can send: a broker serves it if it offers one of
+    them. Each module that sends a request names its range once; the sink's start checks compare
+    the brokers' ApiVersions with them, so a missing request fails a query at start, named."""
+
+    key: int
+    name: str
+    lo: int
+    hi: int = 0x7FFF  # any newer version too (the request's format is the client library's)
+
+    @property
+    def spec(self) -> tuple[int, int, int]:
+        """(key, lo, hi), what BrokerConnection.version_for takes."""
+        return self.key, self.lo, self.hi
+
+    def offered_by(self, versions: Mapping[int, tuple[int, int]]) -> bool:
+        broker = versions.get(self.key)
+        return broker is not None and broker[1] >= self.lo and broker[0] <= self.hi
+
+    def __str__(self) -> str:
+        wanted = (f"v{self.lo}" if self.lo == self.hi else f"v{self.lo}+" if self.hi == 0x7FFF
+                  else f"v{self.lo}-{self.hi}")
+        return f"{self.name} (API {self.key}) {wanted}"
+
+
 def current_deadline() -> float | None:
     """The ``time.monotonic()`` deadline of the enclosing :func:`deadline_scope`, if any."""
     return _DEADLINE.get()
@@ -376,6 +402,7 @@ class BrokerConnection:
     def version_for(self, api_key: int, lo: int, hi: int) -> int:
         """Highest version both sides support within [lo, hi], or a clear error."""
         return self._pick_version(self.api_versions, api_key, lo, hi)
+
 
     def _pick_version(self, versions: dict[int, tuple[int, int]], api_key: int, lo: int,
                       hi: int) -> int:

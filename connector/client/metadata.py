@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .connection import BrokerConnection
+from .connection import ApiRange, BrokerConnection
 from .protocol import Reader, Writer
 
 METADATA = 3
+METADATA_API = ApiRange(METADATA, "Metadata", 9, 12)
 
 
 @dataclass
@@ -25,7 +26,7 @@ class ClusterMetadata:
 
 def request_metadata(conn: BrokerConnection, topics: list[str]) -> ClusterMetadata:
     """Ask ``conn`` for the brokers and the partitions of ``topics`` (none: brokers only)."""
-    v = conn.version_for(METADATA, 9, 12)
+    v = conn.version_for(*METADATA_API.spec)
 
     def topic(w: Writer, name: str) -> None:
         if v >= 10:

@@ -35,6 +35,7 @@ from typing import Collection, Mapping
 import pyarrow as pa
 
 from .connection import (
+    ApiRange,
     BrokerConnection,
     SecurityConfig,
     deadline_scope,
@@ -42,7 +43,7 @@ from .connection import (
     split_host_port,
 )
 from .librdkafka_errors import translate_kafka_error
-from .metadata import ClusterMetadata, request_metadata
+from .metadata import METADATA_API, ClusterMetadata, request_metadata
 from ..errors import (
     BrokersUnavailableError,
     KafkaAuthenticationError,
@@ -90,13 +91,20 @@ from .record_batch_encoder import (
     codec_from_config,
     batch_pieces,
 )
-from .transactions import TransactionClient
+from .transactions import END_TXN_API, FIND_COORDINATOR_API, TransactionClient
 
 log = logging.getLogger("txkafka.writer")
 
 PRODUCE = 0
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN = 24
+PRODUCE_API = ApiRange(PRODUCE, "Produce", 9, 11)
+INIT_PRODUCER_ID_API = ApiRange(INIT_PRODUCER_ID, "InitProducerId", 2, 4)
+# v3: the client adds partitions itself; v4+ are KIP-890's broker-to-broker verification requests.
+ADD_PARTITIONS_TO_TXN_API = ApiRange(ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 3, 3)
+# What a transactional WireProducer sends: its coordinator's lookup and its own abort included.
+TRANSACTIONAL_PRODUCER_APIS = (METADATA_API, FIND_COORDINATOR_API, INIT_PRODUCER_ID_API,
+                               ADD_PARTITIONS_TO_TXN_API, PRODUCE_API, END_TXN_API)
 
 MAX_IN_FLIGHT = 5            # requests per connection and batches per partition: the broker's
                              # duplicate check remembers 5 batches
@@ -559,7 +567,7 @@ class _NodeSender:
         if not self.inflight:
             self.conn.connect_idle()
         body = p._produce_body(req)
-        cid = self.conn.send_pipelined(PRODUCE, self.conn.version_for(PRODUCE, 9, 11), body,
+        cid = self.conn.send_pipelined(PRODUCE, self.conn.version_for(*PRODUCE_API.spec), body,
                                        flexible=True)
         answer_by = time.monotonic() + p.request_timeout_ms / 1000 + _ANSWER_MARGIN_S
         self.inflight.append((cid, req, answer_by))
@@ -680,7 +688,7 @@ class WireProducer:
                     else:
                         coordinator = self.link.coordinators.coordinator(tid, refresh)
                         conn = self.link.connection(*coordinator)
-                    v = conn.version_for(INIT_PRODUCER_ID, 2, 4)
+                    v = conn.version_for(*INIT_PRODUCER_ID_API.spec)
                     w = Writer(True).string(tid).int32(self.transaction_timeout_ms)
                     if v >= 3:
                         w.int64(-1).int16(-1)
@@ -818,7 +826,7 @@ class WireProducer:
             try:
                 with deadline_scope(max(0.0, deadline - time.monotonic())):
                     conn = self.link.connection(*self.link.coordinators.coordinator(tid, refresh))
-                    v = conn.version_for(ADD_PARTITIONS_TO_TXN, 3, 3)
+                    v = conn.version_for(*ADD_PARTITIONS_TO_TXN_API.spec)
                     body = (Writer(True).string(tid).int64(self.producer_id)
                             .int16(self.producer_epoch)
                             .array(topics, lambda w, tp: w.string(tp[0])

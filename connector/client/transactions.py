@@ -19,13 +19,14 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
 
 from . import connection as broker_connection
 from .connection import (
+    ApiRange,
     BrokerConnection,
     SecurityConfig,
     current_deadline,
     deadline_scope,
     split_host_port,
 )
-from .metadata import request_metadata
+from .metadata import METADATA_API, request_metadata
 from ..errors import (
     KafkaAuthenticationError,
     KafkaAuthorizationError,
@@ -53,6 +54,15 @@ FIND_COORDINATOR = 10
 END_TXN = 26
 DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
+# The versions this client sends. EndTxn stays at v4 or below: both producers open pre-KIP-890
+# transactions, and v5 belongs to the new protocol.
+FIND_COORDINATOR_API = ApiRange(FIND_COORDINATOR, "FindCoordinator", 4, 4)  # batched (KIP-699)
+DESCRIBE_TRANSACTIONS_API = ApiRange(DESCRIBE_TRANSACTIONS, "DescribeTransactions", 0, 0)
+LIST_TRANSACTIONS_API = ApiRange(LIST_TRANSACTIONS, "ListTransactions", 0, 0)
+END_TXN_API = ApiRange(END_TXN, "EndTxn", 0, 4)
+# What the driver's commit client sends (Kafka 3.0+ offers all of them).
+COMMIT_CLIENT_APIS = (METADATA_API, FIND_COORDINATOR_API, DESCRIBE_TRANSACTIONS_API,
+                      LIST_TRANSACTIONS_API, END_TXN_API)
 
 KEY_TYPE_TRANSACTION = 1
 
@@ -335,7 +345,7 @@ class TransactionClient:
                 self._pause(e, deadline, backoff)  # every broker down (a restart): wait for one
                 backoff = min(backoff * 2, 1.0)
                 continue
-            v = conn.version_for(FIND_COORDINATOR, 4, 4)
+            v = conn.version_for(*FIND_COORDINATOR_API.spec)
             body = (Writer(True).int8(KEY_TYPE_TRANSACTION)
                     .array(pending, lambda ww, k: ww.string(k)).tags().build())
             try:
@@ -427,7 +437,7 @@ class TransactionClient:
 
     def _describe_at(self, host: str, port: int, ids: list[str]) -> list[TransactionDescription]:
         conn = self._conn(host, port)
-        v = conn.version_for(DESCRIBE_TRANSACTIONS, 0, 0)
+        v = conn.version_for(*DESCRIBE_TRANSACTIONS_API.spec)
         body = Writer(True).array(ids, lambda ww, k: ww.string(k)).tags().build()
         try:
             r = conn.request(DESCRIBE_TRANSACTIONS, v, body, flexible=True)
@@ -500,15 +510,15 @@ class TransactionClient:
         for _node, host, port in self._recent_brokers():
             try:
                 conn = self._conn(host, port)
-                r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,
-                                 flexible=True)
+                r = conn.request(LIST_TRANSACTIONS, conn.version_for(*LIST_TRANSACTIONS_API.spec),
+                                 body, flexible=True)
             except KafkaAuthenticationError:
                 raise
             except KafkaProtocolError:
                 self._drop(host, port)
                 conn = self._conn(host, port)
-                r = conn.request(LIST_TRANSACTIONS, conn.version_for(LIST_TRANSACTIONS, 0, 0), body,
-                                 flexible=True)
+                r = conn.request(LIST_TRANSACTIONS, conn.version_for(*LIST_TRANSACTIONS_API.spec),
+                                 body, flexible=True)
             r.int32()
             err = r.int16()
             if err == CLUSTER_AUTHORIZATION_FAILED:
@@ -570,7 +580,7 @@ class TransactionClient:
             raise  # not retriable: TLS or SASL refused us
         except KafkaProtocolError:
             return COORDINATOR_NOT_AVAILABLE  # no broker answers (a restart): look up again
-        v = conn.version_for(END_TXN, 0, 4)
+        v = conn.version_for(*END_TXN_API.spec)
         flexible = v >= 3
         body = (Writer(flexible).string(transactional_id).int64(producer_id)
                 .int16(producer_epoch).boolean(commit).tags().build())
@@ -611,7 +621,7 @@ class TransactionClient:
             conn = None
             try:
                 conn = self._conn(*addr)
-                v = conn.version_for(END_TXN, 0, 4)
+                v = conn.version_for(*END_TXN_API.spec)
                 flexible = v >= 3
                 reqs = [(END_TXN, v, Writer(flexible).string(tid).int64(pid).int16(ep)
                          .boolean(commit).tags().build(), flexible) for tid, pid, ep in group]

@@ -5,8 +5,9 @@ Why pyarrow.fs: HDFS, S3 and GCS work as well as local disk.
 
 Layout (``<checkpoint>/txkafka-sink/``):
     sink.json                               the sink's identity (sink id, prefix)
-    start-checks.json                       what the start checks found (start_checks):
-                                            rewritten as brokers that did not answer do
+    start-checks.json                       what the start checks found (start_checks), a
+                                            cache: rewritten as brokers that did not answer do,
+                                            recomputed when in another format
     log/<batch>-<round>.decision.json       "commit these transactions" (written before any EndTxn),
                                             with the batch's source offsets and task layout
     log/<batch>-<round>.outcome.json        which were committed, which the broker had aborted

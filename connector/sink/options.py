@@ -85,6 +85,9 @@ class SinkConfig:
     # What the tasks write with: "txkafka" (client.producer) or "librdkafka" (confluent-kafka);
     # from_options decides (option producer, default auto).
     producer: str = "librdkafka"
+    # The user's acknowledgement that every broker verifies transaction partitions where the
+    # start checks cannot read the setting (a managed service that hides broker settings).
+    assume_partition_verification: bool = False
 
     def __repr__(self) -> str:
         return (
@@ -158,7 +161,18 @@ class SinkConfig:
             commit_timeout_ms=_positive_int(options, "commitTimeoutMs", 120_000, minimum=1000),
             commit_parallelism=_positive_int(options, "commitParallelism", 8),
             producer=_parse_producer(options, kafka),
+            assume_partition_verification=_flag(options, "assumeTransactionPartitionVerification"),
         )
+
+
+def _flag(options: Mapping[str, str], name: str) -> bool:
+    """An option that is ``true`` or ``false`` (the default)."""
+    raw = _get(options, name)
+    if raw is None or raw.strip().lower() == "false":
+        return False
+    if raw.strip().lower() == "true":
+        return True
+    raise KafkaConfigError(f"option '{name}' must be true or false, got {raw!r}")
 
 
 PRODUCERS = ("auto", "txkafka", "librdkafka")

@@ -5,11 +5,15 @@ Spark makes at every micro-batch, possibly in a new Python process each time.
 
 A broker that cannot be asked (down, restarting, not answering) never fails them: the brokers that
 answer are checked, the others are logged and asked again later. Only an answer that proves the
-cluster unfit fails a query: a missing topic, a missing ACL, a broker without transaction partition
-verification, a transaction timeout above a broker's cap. What an exactly-once query's checks found
-is kept beside the sink's commit log (``start-checks.json``): a new driver process or a restarted
-driver of the same query trusts it instead of asking again, and asks only the brokers that did not
-answer before (at most every ``ASK_AGAIN_S``), so a broker outage mid-query costs no check time.
+cluster unfit fails a query: a missing topic, a missing ACL, a broker that lacks a request the
+exactly-once sink sends (transactions, DescribeTransactions, ListTransactions), a broker without
+transaction partition verification or one whose setting cannot be read (unless the user
+acknowledged that with ``assumeTransactionPartitionVerification``), a transaction timeout above a
+broker's cap. What an exactly-once query's checks found is kept beside the sink's commit log
+(``start-checks.json``, a cache: formats.START_CHECKS): a new driver process or a restarted driver
+of the same query judges today's options against it instead of asking again, and asks only the
+brokers that did not answer before (at most every ``ASK_AGAIN_S``), so a broker outage mid-query
+costs no check time.
 """
 
 from __future__ import annotations
@@ -35,11 +39,27 @@ from ..errors import (
     KafkaAuthorizationError,
     KafkaConfigError,
     KafkaProtocolError,
+    TransactionError,
     TxKafkaError,
     UnsupportedBrokerError,
 )
 from ..client.config import RECONNECT_BACKOFF_MS, check_client_config
-from .task_writer import SinkSchema, _ProducerProbe, producer_config
+from ..client.connection import ApiRange
+from ..client.error_codes import error_name
+from ..client.transactions import (
+    COMMIT_CLIENT_APIS,
+    DESCRIBE_TRANSACTIONS,
+    END_TXN,
+    FIND_COORDINATOR,
+    LIST_TRANSACTIONS,
+)
+from ..formats import START_CHECKS, is_current, stamp
+from .task_writer import (
+    LIBRDKAFKA_TRANSACTIONAL_APIS,
+    SinkSchema,
+    _ProducerProbe,
+    producer_config,
+)
 from ..secrets_redaction import redact_text
 from .options import SinkConfig
 
@@ -53,34 +73,73 @@ _quiet.propagate = False
 
 MAX_TIMEOUT = "transaction.max.timeout.ms"
 VERIFICATION = "transaction.partition.verification.enable"
+ASSUME_OPTION = "assumeTransactionPartitionVerification"
 # AddPartitionsToTxn v4 (KIP-890's verification requests) came with Kafka 3.6, as did VERIFICATION.
 ADD_PARTITIONS_TO_TXN = 24
 _VERIFYING_ADD_PARTITIONS_VERSION = 4
+INIT_PRODUCER_ID = 22
+
+# What UnsupportedBrokerError.missing names.
+TRANSACTIONS = "transactions"
+DESCRIBE_TRANSACTIONS_FEATURE = "DescribeTransactions"
+LIST_TRANSACTIONS_FEATURE = "ListTransactions"
+PARTITION_VERIFICATION = "transaction partition verification"
+PROTOCOL_VERSIONS = "request versions"
+# The requests without which a cluster has no Kafka transactions for a producer at all.
+_TRANSACTION_KEYS = frozenset({FIND_COORDINATOR, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN})
 # Brokers that did not answer are asked again at most this often (per driver process and, through
 # the record, per query): each try can wait for a broker that is still down.
 ASK_AGAIN_S = 30.0
 # What one such try may wait for its answers (it runs while Spark plans or commits a batch).
 ASK_AGAIN_TIMEOUT_S = 5.0
-_RECORD_VERSION = 1
+
+
+def required_apis(cfg: SinkConfig) -> tuple[ApiRange, ...]:
+    """The requests an exactly-once query sends: the driver's commit client's and its producer's."""
+    if cfg.producer == "txkafka":
+        from ..client.producer import TRANSACTIONAL_PRODUCER_APIS as producer
+    else:
+        producer = LIBRDKAFKA_TRANSACTIONAL_APIS
+    return tuple(dict.fromkeys((*COMMIT_CLIENT_APIS, *producer)))  # both send EndTxn v0-4
+
+
+def _recorded_keys() -> frozenset[int]:
+    """The API keys whose versions the checks keep: every request either producer's query
+    sends, and AddPartitionsToTxn, whose version tells Kafka 3.6+."""
+    from ..client.producer import TRANSACTIONAL_PRODUCER_APIS
+
+    return frozenset(a.key for a in (*COMMIT_CLIENT_APIS, *TRANSACTIONAL_PRODUCER_APIS,
+                                     *LIBRDKAFKA_TRANSACTIONAL_APIS)) | {ADD_PARTITIONS_TO_TXN}
 
 
 @dataclass(frozen=True)
 class BrokerFacts:
-    """What one broker told about the settings exactly_once depends on."""
+    """What one broker told about what exactly_once depends on."""
 
     max_timeout_ms: int | None = None  # transaction.max.timeout.ms; None: not read
     verification: str | None = None    # VERIFICATION's value; None: not read, or not listed
-    # Where VERIFICATION could not be read: whether the broker's API versions say Kafka 3.6+.
-    verifies: bool | None = None
+    # {API key: (min, max)} the broker offers of the requests either producer's query sends (the
+    # record is judged again with later options, another producer included); None: not asked.
+    apis: dict[int, tuple[int, int]] | None = None
+
+    @property
+    def verifies(self) -> bool | None:
+        """Whether the broker's API versions say Kafka 3.6+, where VERIFICATION exists (and
+        defaults to true); None: not asked."""
+        if self.apis is None:
+            return None
+        return self.apis.get(ADD_PARTITIONS_TO_TXN, (0, -1))[1] >= _VERIFYING_ADD_PARTITIONS_VERSION
 
     def to_json(self) -> dict[str, Any]:
         return {"max_timeout_ms": self.max_timeout_ms, "verification": self.verification,
-                "verifies": self.verifies}
+                "apis": None if self.apis is None else
+                {str(k): list(v) for k, v in sorted(self.apis.items())}}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "BrokerFacts":
-        mt = d.get("max_timeout_ms")
-        return cls(int(mt) if mt is not None else None, d.get("verification"), d.get("verifies"))
+        mt, raw = d.get("max_timeout_ms"), d["apis"]
+        apis = None if raw is None else {int(k): (int(v[0]), int(v[1])) for k, v in raw.items()}
+        return cls(int(mt) if mt is not None else None, d.get("verification"), apis)
 
 
 @dataclass
@@ -109,7 +168,8 @@ _LOCK = threading.Lock()
 
 def _key(cfg: SinkConfig) -> tuple:
     return (tuple(sorted(cfg.kafka.items())), cfg.topic, cfg.transaction_timeout_ms,
-            cfg.exactly_once, cfg.transactional_id_prefix, cfg.producer, cfg.checkpoint_location)
+            cfg.exactly_once, cfg.transactional_id_prefix, cfg.producer, cfg.checkpoint_location,
+            cfg.assume_partition_verification)
 
 
 def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30.0,
@@ -129,7 +189,7 @@ def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30
         # they cannot use (a SASL mechanism or an OAUTHBEARER token source they lack) fail here,
         # before the cluster is contacted, not in every task.
         SecurityConfig.from_kafka_config(cfg.kafka)
-    record = _read_record(cfg, commit_log) if cfg.exactly_once else None
+    record = read_record(cfg, commit_log) if cfg.exactly_once else None
     if record is not None:
         # This query passed its checks before: what the brokers said then still counts, judged
         # against today's options (a refusal is left to fresh answers: the cluster may have
@@ -146,7 +206,7 @@ def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30
     result = _check_cluster(cfg, timeout_s)
     _remember(key, result, time.monotonic() + ASK_AGAIN_S)
     if cfg.exactly_once:
-        _write_record(cfg, commit_log, result)
+        write_record(cfg, commit_log, result)
 
 
 def _remember(key: tuple, result: CheckResult, ask_at: float = 0.0) -> _Passed:
@@ -219,38 +279,41 @@ def _check_cluster(cfg: SinkConfig, timeout_s: float) -> CheckResult:
             raise topic_access_error(action, cfg.topic, lacking[cfg.topic], "writer")
     if not cfg.exactly_once:
         return CheckResult()
+    # What the brokers offer first: an ACL check through a request a broker lacks proves nothing.
+    result = CheckResult()
+    if md.brokers:
+        addresses = {b: (m.host, m.port) for b, m in md.brokers.items()}
+        result = check_broker_settings(cfg, admin, addresses, timeout_s)
     _check_transactional_ids(cfg, timeout_s)
-    if not md.brokers:
-        return CheckResult()
-    addresses = {b: (m.host, m.port) for b, m in md.brokers.items()}
-    return check_broker_settings(cfg, admin, addresses, timeout_s)
+    return result
 
 
 def check_broker_settings(cfg: SinkConfig, admin, addresses: dict[int, tuple[str, int]],
                           timeout_s: float) -> CheckResult:
-    """exactly_once: the transaction timeout within every broker's cap, and no broker that can
-    leave a hanging transaction (invariant 13). Checks the brokers that answer; raises only on an
-    answer that proves a broker unfit."""
+    """exactly_once: every broker offers the requests the sink sends, the transaction timeout is
+    within every broker's cap, and no broker can leave a hanging transaction (invariant 13).
+    Checks the brokers that answer; raises only on an answer that proves a broker unfit."""
     configs, unreadable, unasked = _broker_configs(admin, sorted(addresses), timeout_s, cfg)
     if unreadable:
         log.warning("cannot read the configuration of broker(s) %s (DescribeConfigs needs "
                     "DESCRIBE_CONFIGS on the cluster): not checking kafka.transaction.timeout.ms "
                     "against transaction.max.timeout.ms there", sorted(unreadable))
+    # Every broker that answered: its API versions say which requests it serves, and, where the
+    # setting cannot be read (no DESCRIBE_CONFIGS, a broker that does not list it: Kafka before
+    # 3.6, or a managed service hiding it), whether it is Kafka 3.6+.
+    apis, silent = _api_versions(cfg, {b: addresses[b] for b in addresses if b not in unasked},
+                                 timeout_s)
     facts: dict[int, BrokerFacts] = {}
-    for b, entries in configs.items():
+    for b in sorted(configs.keys() | apis.keys()):
+        entries = configs.get(b, {})
         cap = entries.get(MAX_TIMEOUT)
-        facts[b] = BrokerFacts(int(cap) if cap is not None else None, entries.get(VERIFICATION))
-    # Where the setting cannot be read (no DESCRIBE_CONFIGS, or a broker that does not list it:
-    # Kafka before 3.6, or a managed service hiding it), the broker's API versions decide.
-    by_version = unreadable | {b for b, f in facts.items() if f.verification is None}
-    if by_version:
-        verifies, silent = _verifies_by_version(cfg, {b: addresses[b] for b in by_version},
-                                                timeout_s)
-        for b, ok in verifies.items():
-            facts[b] = BrokerFacts(facts[b].max_timeout_ms if b in facts else None, None, ok)
-        for b in silent:
+        facts[b] = BrokerFacts(int(cap) if cap is not None else None, entries.get(VERIFICATION),
+                               apis.get(b))
+    for b in silent:  # answered DescribeConfigs, then stopped answering: asked again later,
+        told = facts[b].verification if b in facts else None  # unless what it told refuses it
+        if told is None or told.strip().lower() == "true":
             facts.pop(b, None)
-        unasked |= silent
+    unasked |= silent
     result = CheckResult(facts, unasked)
     _judge(cfg, facts)
     if unasked:
@@ -262,6 +325,17 @@ def check_broker_settings(cfg: SinkConfig, admin, addresses: dict[int, tuple[str
 
 def _judge(cfg: SinkConfig, facts: dict[int, BrokerFacts]) -> None:
     """Raise if what the brokers told proves the cluster unfit for this configuration."""
+    problems = _missing_requests(cfg, facts)
+    refused = {b: f.verification for b, f in sorted(facts.items())
+               if (f.verification is not None and f.verification.strip().lower() != "true")
+               or (f.verification is None and f.verifies is False)}
+    if refused:
+        problems.append((PARTITION_VERIFICATION, _hanging_text(refused)))
+    hidden = sorted(b for b, f in facts.items() if f.verification is None and f.verifies)
+    if hidden and not cfg.assume_partition_verification:
+        problems.append((PARTITION_VERIFICATION, _unreadable_text(hidden)))
+    if problems:
+        raise unsupported(cfg, problems)
     caps = [f.max_timeout_ms for f in facts.values() if f.max_timeout_ms is not None]
     if caps and cfg.transaction_timeout_ms > min(caps):
         cap = min(caps)
@@ -270,16 +344,52 @@ def _judge(cfg: SinkConfig, facts: dict[int, BrokerFacts]) -> None:
             f"transaction.max.timeout.ms={cap}; lower it to at most {cap} or raise the broker "
             "setting"
         )
-    refused = {b: f.verification for b, f in sorted(facts.items())
-               if (f.verification is not None and f.verification.strip().lower() != "true")
-               or (f.verification is None and f.verifies is False)}
-    if refused:
-        raise UnsupportedBrokerError(_hanging_message(refused))
-    hidden = sorted(b for b, f in facts.items() if f.verification is None and f.verifies)
     if hidden:
         log.warning("broker(s) %s: %s cannot be read, so txkafka cannot check it; they are Kafka "
-                    "3.6 or newer, where it defaults to true. If it was set to false, exactly_once "
-                    "can leave hanging transactions (docs/operations.md)", hidden, VERIFICATION)
+                    "3.6 or newer, where it defaults to true, and option %s=true says every "
+                    "broker runs with it on. If one does not, exactly_once can leave hanging "
+                    "transactions (docs/operations.md)", hidden, VERIFICATION, ASSUME_OPTION)
+
+
+def _missing_requests(cfg: SinkConfig, facts: dict[int, BrokerFacts]) -> list[tuple[str, str]]:
+    """(feature, what is missing where) for each request the query sends that brokers lack."""
+    lacking: dict[ApiRange, list[int]] = {}
+    for b, f in sorted(facts.items()):
+        for api in required_apis(cfg) if f.apis is not None else ():
+            if not api.offered_by(f.apis):
+                lacking.setdefault(api, []).append(b)
+    wheres: dict[str, list[str]] = {}
+    for api, brokers in lacking.items():
+        feature = (TRANSACTIONS if api.key in _TRANSACTION_KEYS else
+                   DESCRIBE_TRANSACTIONS_FEATURE if api.key == DESCRIBE_TRANSACTIONS else
+                   LIST_TRANSACTIONS_FEATURE if api.key == LIST_TRANSACTIONS else PROTOCOL_VERSIONS)
+        wheres.setdefault(feature, []).append(
+            f"{api} is not offered by broker(s) {', '.join(map(str, brokers))}")
+    why = {  # in the order the refusal names them
+        TRANSACTIONS: "a service, or a tier of one, without Kafka transactions",
+        DESCRIBE_TRANSACTIONS_FEATURE: "the driver validates every task's open transaction with "
+                                       "it before it decides a batch; Kafka 3.0+",
+        LIST_TRANSACTIONS_FEATURE: "the driver finds and aborts the transactions that failed task "
+                                   "attempts left open with it; Kafka 3.0+",
+        PROTOCOL_VERSIONS: "txkafka's protocol client sends them; Kafka 3.0 or newer offers them",
+    }
+    head = {TRANSACTIONS: "transactions are not available: "}
+    return [(feature, f"{head.get(feature, '')}{'; '.join(wheres[feature])} ({text})")
+            for feature, text in why.items() if feature in wheres]
+
+
+def unsupported(cfg: SinkConfig, problems: list[tuple[str, str]]) -> UnsupportedBrokerError:
+    """The one refusal of a cluster the exactly-once sink cannot run on: the cluster, what it
+    lacks, and the alternatives."""
+    missing = tuple(dict.fromkeys(feature for feature, _ in problems))
+    return UnsupportedBrokerError(
+        f"deliveryGuarantee=exactly_once cannot run on the cluster at kafka.bootstrap.servers="
+        f"{cfg.bootstrap_servers}, which lacks {', '.join(missing)}: "
+        f"{'; '.join(text for _, text in problems)}. Nothing was written. To write to this "
+        f"cluster anyway, set deliveryGuarantee=at_least_once (idempotent writes without "
+        f"transactions: a retried task can write its rows again, never lose them); what each "
+        f"managed Kafka service offers: docs/managed-kafka.md.",
+        cluster=cfg.bootstrap_servers, missing=missing)
 
 
 def _broker_configs(admin, broker_ids: list[int], timeout_s: float, cfg: SinkConfig) -> tuple[
@@ -329,44 +439,56 @@ def _sort_failure(broker: int, e: Exception, unreadable: set[int], unasked: set[
         unreadable.add(broker)
 
 
-def _verifies_by_version(cfg: SinkConfig, addresses: dict[int, tuple[str, int]],
-                         timeout_s: float) -> tuple[dict[int, bool], set[int]]:
-    """({broker: it announces AddPartitionsToTxn v4+, i.e. Kafka 3.6+}, brokers that did not
-    answer). A 3.6+ broker is taken to run with the setting's default (true), with a warning,
-    since nothing else tells."""
+def _api_versions(cfg: SinkConfig, addresses: dict[int, tuple[str, int]],
+                  timeout_s: float) -> tuple[dict[int, dict[int, tuple[int, int]]], set[int]]:
+    """({broker: the API versions it announced}, brokers that did not answer), through the
+    driver's commit client, whose connections the commits then reuse."""
     from .committer import shared_client
 
     client = shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)
-    verifies: dict[int, bool] = {}
+    keys = _recorded_keys()
+    apis: dict[int, dict[int, tuple[int, int]]] = {}
     silent: set[int] = set()
     with deadline_scope(timeout_s):
         for node, (host, port) in sorted(addresses.items()):
             try:
-                top = client.api_versions(host, port).get(ADD_PARTITIONS_TO_TXN, (0, -1))[1]
+                apis[node] = {k: tuple(v) for k, v in client.api_versions(host, port).items()
+                              if k in keys}
             except KafkaAuthenticationError:
                 raise
             except KafkaProtocolError as e:
                 log.debug("broker %d: no API versions: %s", node, e)
                 silent.add(node)
-                continue
-            verifies[node] = top >= _VERIFYING_ADD_PARTITIONS_VERSION
-    return verifies, silent
+    return apis, silent
 
 
-def _hanging_message(refused: dict[int, str | None]) -> str:
+def _hanging_text(refused: dict[int, str | None]) -> str:
     which = "; ".join(f"broker {b}: " + (f"{VERIFICATION}={v}" if v is not None else
                                          "no such setting (Kafka older than 3.6)")
                       for b, v in refused.items())
     return (
-        f"deliveryGuarantee=exactly_once needs transaction partition verification on every broker "
-        f"({VERIFICATION}=true, Kafka 3.6 or newer; it is the default there), and the cluster "
-        f"lacks it: {which}. Without it, a record sent by a task attempt that Spark gave up on can "
-        f"reach a partition after its transaction was aborted and start a transaction there that "
-        f"the coordinator does not know (a hanging transaction): ListTransactions does not show "
-        f"it, so txkafka cannot abort it, and read_committed readers of that partition stop at it "
-        f"indefinitely. Upgrade to Kafka 3.6+ and set {VERIFICATION}=true (a dynamic setting: "
-        f"kafka-configs.sh --bootstrap-server ... --alter --entity-type brokers --entity-default "
-        f"--add-config {VERIFICATION}=true), or write with deliveryGuarantee=at_least_once."
+        f"transaction partition verification is off ({which}), and exactly_once needs it on "
+        f"every broker ({VERIFICATION}=true, Kafka 3.6 or newer; it is the default there). "
+        f"Without it, a record sent by a task attempt that Spark gave up on can reach a partition "
+        f"after its transaction was aborted and start a transaction there that the coordinator "
+        f"does not know (a hanging transaction): ListTransactions does not show it, so txkafka "
+        f"cannot abort it, and read_committed readers of that partition stop at it indefinitely. "
+        f"Upgrade to Kafka 3.6+ and set {VERIFICATION}=true (a dynamic setting: kafka-configs.sh "
+        f"--bootstrap-server ... --alter --entity-type brokers --entity-default --add-config "
+        f"{VERIFICATION}=true)"
+    )
+
+
+def _unreadable_text(brokers: list[int]) -> str:
+    return (
+        f"transaction partition verification cannot be confirmed: broker(s) "
+        f"{', '.join(map(str, brokers))} run Kafka 3.6 or newer (by their API versions) but did "
+        f"not let txkafka read {VERIFICATION} (DescribeConfigs refused, or the setting left out "
+        f"of its answer, as managed services may do), and a broker with it off can leave hanging "
+        f"transactions. Grant the writer DescribeConfigs on the cluster (kafka-acls.sh "
+        f"--bootstrap-server ... --add --allow-principal User:<writer> --operation DescribeConfigs "
+        f"--cluster), or, if every broker runs with it on (its default) and the service does not "
+        f"show it, acknowledge that txkafka cannot check it with option {ASSUME_OPTION}=true"
     )
 
 
@@ -385,6 +507,17 @@ def _check_transactional_ids(cfg: SinkConfig, timeout_s: float) -> None:
     try:
         with deadline_scope(timeout_s):
             client.describe([probe_id])
+    except TransactionError as e:
+        if e.code is None:  # retriable answers until the deadline: a coordinator still loading
+            log.warning("could not check the writer's access to its transactional ids (%s); "
+                        "going on: a task without it fails naming the id",
+                        redact_text(str(e), cfg.kafka))
+            return
+        # A broker that answers FindCoordinator for a transactional id with an error that is
+        # neither "retry" nor "not authorized" has no transaction coordinator for anyone.
+        raise unsupported(cfg, [(TRANSACTIONS, (
+            f"transactions are not available: FindCoordinator for transactional id {probe_id!r} "
+            f"answered {error_name(e.code)}"))]) from None
     except KafkaAuthorizationError:
         prefix = f"{cfg.transactional_id_prefix}-"
         raise KafkaAuthorizationError(
@@ -413,8 +546,11 @@ def _target(cfg: SinkConfig) -> dict[str, Any]:
             "transactional_id_prefix": cfg.transactional_id_prefix}
 
 
-def _read_record(cfg: SinkConfig, commit_log: SinkCommitLog | None) -> CheckResult | None:
-    """What the query's earlier checks found, if they were of this same sink."""
+def read_record(cfg: SinkConfig, commit_log: SinkCommitLog | None) -> CheckResult | None:
+    """What the query's earlier checks found, if they were of this same sink, in the format this
+    txkafka writes. The record is a cache: one in another format (an older txkafka's lacks what
+    this one checks; a newer one's may mean something else) is never refused, only not trusted,
+    and the cluster is asked again."""
     if commit_log is None:
         return None
     try:
@@ -422,20 +558,21 @@ def _read_record(cfg: SinkConfig, commit_log: SinkCommitLog | None) -> CheckResu
     except CommitLogError as e:
         log.warning("%s; checking the cluster again", e)
         return None
-    if not raw or raw.get("version") != _RECORD_VERSION or raw.get("target") != _target(cfg):
+    if not raw or not is_current(START_CHECKS, raw) or raw.get("target") != _target(cfg):
         return None
     try:
         brokers = {int(b): BrokerFacts.from_json(f) for b, f in raw.get("brokers", {}).items()}
         unasked = {int(b) for b in raw.get("unasked", [])}
-    except (TypeError, ValueError, AttributeError):
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError):
         return None
     return CheckResult(brokers, unasked - set(brokers))
 
 
-def _write_record(cfg: SinkConfig, commit_log: SinkCommitLog | None, result: CheckResult) -> None:
+def write_record(cfg: SinkConfig, commit_log: SinkCommitLog | None, result: CheckResult) -> None:
+    """Keep what the checks found (passed checks only) for the query's later processes."""
     if commit_log is None:
         return
-    payload = {"version": _RECORD_VERSION, "target": _target(cfg),
+    payload = {**stamp(START_CHECKS), "target": _target(cfg),
                "updated_ms": int(time.time() * 1000),
                "brokers": {str(b): f.to_json() for b, f in sorted(result.brokers.items())},
                "unasked": sorted(result.unasked)}
@@ -463,7 +600,7 @@ def _ask_again(cfg: SinkConfig, key: tuple, passed: _Passed,
         log.info("could not ask broker(s) %s again (no metadata: %s); trying later",
                  sorted(passed.unasked), redact_text(str(e), cfg.kafka))
         return
-    old = _read_record(cfg, commit_log) or CheckResult(unasked=set(passed.unasked))
+    old = read_record(cfg, commit_log) or CheckResult(unasked=set(passed.unasked))
     ask = {b: (m.host, m.port) for b, m in md.brokers.items()
            if b in passed.unasked or b not in old.brokers}
     if not ask:
@@ -471,6 +608,6 @@ def _ask_again(cfg: SinkConfig, key: tuple, passed: _Passed,
     result = old.merge(check_broker_settings(cfg, admin, ask, ASK_AGAIN_TIMEOUT_S))
     with _LOCK:
         passed.unasked = frozenset(result.unasked)
-    _write_record(cfg, commit_log, result)
+    write_record(cfg, commit_log, result)
     if not result.unasked:
         log.info("the sink's start checks have now asked every broker")

@@ -39,6 +39,7 @@ from ..secrets_redaction import redact_text
 from .commit_log import SinkCommitLog
 from .options import SinkConfig
 from ..client.config import delivery_timeout_ms
+from ..client.connection import ApiRange
 
 log = logging.getLogger(__name__)
 
@@ -237,6 +238,15 @@ class _ProducerProbe:
                     "librdkafka reported no producer id within "
                     f"{timeout:.1f}s of init_transactions; cannot identify the transaction"
                 )
+
+
+# What librdkafka's transactional producer needs of a broker (it picks the versions itself):
+# record batches with producer ids (Produce v3, Kafka 0.11) and the transaction requests,
+# FindCoordinator with a key type (v1).
+LIBRDKAFKA_TRANSACTIONAL_APIS = (
+    ApiRange(0, "Produce", 3), ApiRange(10, "FindCoordinator", 1),
+    ApiRange(22, "InitProducerId", 0), ApiRange(24, "AddPartitionsToTxn", 0),
+    ApiRange(26, "EndTxn", 0))
 
 
 def producer_config(cfg: SinkConfig, probe: _ProducerProbe, transactional_id: str | None,
