@@ -47,7 +47,6 @@ from .metadata import METADATA_API, ClusterMetadata, request_metadata
 from ..errors import (
     BrokersUnavailableError,
     KafkaAuthenticationError,
-    KafkaAuthorizationError,
     KafkaConfigError,
     KafkaProtocolError,
     TransactionError,
