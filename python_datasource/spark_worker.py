@@ -17,7 +17,8 @@ import sys
 import threading
 from typing import Iterator, Optional, TypeVar
 
-# `spark.executorEnv.TXKAFKA_WORKER_GC_FREEZE=0` turns the freeze off (for comparison).
+# TXKAFKA_WORKER_GC_FREEZE=0 in the executors' environment turns the freeze off (for comparison;
+# docs/user-guide.md, Python worker settings).
 FREEZE_ENV = "TXKAFKA_WORKER_GC_FREEZE"
 
 _frozen_after: set[str] = set()
@@ -56,7 +57,8 @@ def frozen_after(items: Iterator[T], kind: str) -> Iterator[T]:
 
 # ----------------------------------------------------------------------------- the worker's socket
 
-# `spark.executorEnv.TXKAFKA_WORKER_QUICKACK=0` leaves the worker's socket as Spark made it.
+# TXKAFKA_WORKER_QUICKACK=0 in the executors' environment leaves the worker's socket as Spark made
+# it (docs/user-guide.md, Python worker settings).
 QUICKACK_ENV = "TXKAFKA_WORKER_QUICKACK"
 
 _socket_checked = False

@@ -591,16 +591,19 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
             window_sent = fed["last_stamp"] >= win_end
             if (window_sent and len(samples) >= fed["in_window"]) or now > drain_until:
                 break
-            for m in c.consume(1000, 0.2):
-                if m.error():
-                    continue
+            # One record per call: a batch call (consume(n, timeout)) returns only when it has n
+            # records or its timeout passed, so the records of a batch's last partial chunk
+            # would wait for the timeout and the figure would be the consumer's own wait.
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                received = time.time()
                 stamp = float(m.value())
                 if win_start <= stamp < win_end:
                     if m.key() in seen:
                         duplicates += 1
-                        continue
-                    seen.add(m.key())
-                    samples.append(time.time() - stamp)
+                    else:
+                        seen.add(m.key())
+                        samples.append(received - stamp)
         # A query that died or stopped mid-window must not publish percentiles.
         if q.exception() is not None:
             raise RuntimeError(f"{what}: the query failed: {q.exception()}")
@@ -684,6 +687,10 @@ def run_bench(ns: argparse.Namespace) -> int:
                    "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto"),
                    "librdkafka_producer": bool(variant), "spark_conf": spark_conf,
                    "producers": dict(PRODUCERS),
+                   # txkafka's Python worker settings (docs/user-guide.md), as the workers inherit
+                   # them from this process in local mode
+                   "worker_env": {k: v for k, v in sorted(os.environ.items())
+                                  if k.startswith("TXKAFKA_WORKER_")},
                    "warmup": getattr(ns, "warmup", True)},
     }
     say(f"Python start-up: pyspark-bytecode {pyspark_bytecode_setting(result['machine'])} (Spark's "
