@@ -620,7 +620,24 @@ def latency_run(spark, k: BenchKafka, trigger_s: int, seconds: float, rate: int,
     def pct(p: float) -> float:
         return samples[min(len(samples) - 1, int(p * len(samples)))]
 
-    return {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99), "samples": len(samples)}
+    return {"p50": pct(0.50), "p95": pct(0.95), "p99": pct(0.99), "samples": len(samples),
+            "batch_ms": batch_phases(q.recentProgress, win_start, win_end)}
+
+
+def batch_phases(progress: list[dict], start: float, end: float) -> dict[str, dict[str, float]]:
+    """Where a latency window's batches spent their time: the median and max of each phase Spark
+    reports (durationMs) over the data batches that started inside the window."""
+    from datetime import datetime
+
+    def started(p: dict) -> float:
+        return datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+
+    batches = [p for p in progress if p.get("numInputRows") and start <= started(p) < end]
+    phases: dict[str, list[float]] = {}
+    for p in batches:
+        for key, ms in p.get("durationMs", {}).items():
+            phases.setdefault(key, []).append(ms)
+    return {key: {"median": statistics.median(v), "max": max(v)} for key, v in phases.items()}
 
 
 # ----------------------------------------------------------------------------- orchestration
@@ -1131,6 +1148,10 @@ def report_markdown(r: dict[str, Any]) -> str:
         lines += ["", "| trigger | p50 s | p95 s | p99 s | samples |", "|---|---|---|---|---|"]
         for t, v in r["latency"].items():
             lines.append(f"| {t} | {v['p50']:.2f} | {v['p95']:.2f} | {v['p99']:.2f} | {v['samples']} |")
+        for t, v in r["latency"].items():
+            if v.get("batch_ms"):
+                lines.append(f"\n{t} trigger, the window's batches (ms, median / max): " + ", ".join(
+                    f"{k} {x['median']:g} / {x['max']:g}" for k, x in v["batch_ms"].items()))
     if r.get("scaling"):
         lines += ["", "| partitions | value | rows | read rows/s | read MB/s | EOS write rows/s | "
                   "EOS write MB/s |", "|---|---|---|---|---|---|---|"]
