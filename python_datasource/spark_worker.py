@@ -26,6 +26,11 @@ _lock = threading.Lock()
 T = TypeVar("T")
 
 
+def _switched_off(name: str) -> bool:
+    """An off switch of docs/user-guide.md's Python worker settings (on unless 0/false/no/off)."""
+    return os.environ.get(name, "1").strip().lower() in ("0", "false", "no", "off")
+
+
 def freeze_worker_heap(kind: str) -> None:
     """After the first task of each ``kind`` ("read", "write") in this worker process: collect,
     then move every object alive now into the collector's permanent generation (``gc.freeze``),
@@ -43,7 +48,7 @@ def freeze_worker_heap(kind: str) -> None:
         if kind in _frozen_after:
             return
         _frozen_after.add(kind)
-        if os.environ.get(FREEZE_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        if _switched_off(FREEZE_ENV):
             return
         gc.collect()
         gc.freeze()
@@ -142,7 +147,7 @@ def tune_worker_socket() -> None:
         _quickack()
         return
     _socket_checked = True
-    if os.environ.get(QUICKACK_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if _switched_off(QUICKACK_ENV):
         return
     if not hasattr(socket, "TCP_QUICKACK"):
         return
