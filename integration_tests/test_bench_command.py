@@ -61,21 +61,22 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "txkafka", "bench", "-b", kafka.bootstrap, "--rows", "4000",
          "--repeats", "1", "--suites", "read", "write", "sink", "latency", "--skip-builtin",
-         "--wire-producer", "--latency-seconds", str(seconds), "--latency-rate", str(rate),
+         "--librdkafka-producer", "--latency-seconds", str(seconds), "--latency-rate", str(rate),
          "--no-warmup", "--out", str(out)],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "benchmark.json").read_text())
     assert result["read"]["txkafka"]["rows_s"] > 0
     assert set(n for n, v in result["write"].items() if isinstance(v, dict)) == {
-        "txkafka_exactly_once", "txkafka_at_least_once", "noop", "txkafka_exactly_once_wire"}
+        "txkafka_exactly_once", "txkafka_at_least_once", "noop", "txkafka_exactly_once_librdkafka"}
     assert result["sink"]["txkafka_exactly_once"]["rows_s"] > 0
-    assert result["sink"]["txkafka_exactly_once_wire"]["rows_s"] > 0  # producer=txkafka
+    assert result["sink"]["txkafka_exactly_once_librdkafka"]["rows_s"] > 0  # the variant
     assert result["sink"]["drain"]["rows_s"] > 0  # the floor: a Python writer that only drains
-    cpu = result["sink"]["txkafka_exactly_once_wire"]["cpu_us_per_row"]  # by process group
+    cpu = result["sink"]["txkafka_exactly_once"]["cpu_us_per_row"]  # by process group
     assert cpu["jvm"] > 0 and cpu["python_workers"] > 0, cpu
     assert "CPU us per row" in proc.stdout
-    assert result["params"]["wire_producer"] is True and result["params"]["warmup"] is False
+    assert result["params"]["librdkafka_producer"] is True and result["params"]["warmup"] is False
+    assert result["params"]["producers"]["txkafka_exactly_once"] == "default (txkafka)"
     assert "warming up" not in proc.stdout
     for trig in ("1s", "5s"):
         assert result["latency"][trig]["samples"] >= 0.95 * rate * seconds
@@ -93,19 +94,19 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "txkafka", "bench", "-b", kafka.bootstrap, "--suites",
          "tasks", "--tasks-partitions", "2", "6", "--tasks-batches", "1", "--tasks-batch-rows",
-         "2000", "--repeats", "1", "--skip-builtin", "--trace", "--pyspark-home", "--wire-producer",
+         "2000", "--repeats", "1", "--skip-builtin", "--trace", "--pyspark-home", "--librdkafka-producer",
          "--out", str(out)],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     tasks = json.loads((out / "benchmark.json").read_text())["tasks"]
     assert [p["tasks"] for p in tasks["points"]] == [2, 6]
     systems = {"drain", "mapinarrow_noop", "txkafka_at_least_once", "txkafka_exactly_once",
-               "txkafka_exactly_once_wire"}
+               "txkafka_exactly_once_librdkafka"}
     for point in tasks["points"]:
         assert set(point["systems"]) == systems
         for s in point["systems"].values():
             assert s["batch_s"] > 0 and len(s["runs_ms"]) == 1
-        for s in ("txkafka_exactly_once", "txkafka_exactly_once_wire"):  # the driver's commit
+        for s in ("txkafka_exactly_once", "txkafka_exactly_once_librdkafka"):  # driver's commit
             assert point["systems"][s]["commit_end_txn_ms"] > 0
             assert point["systems"][s]["commit_validate_and_decide_ms"] > 0
     for p, n in (("2", 2), ("6", 6)):
@@ -115,8 +116,8 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
         assert drain["drain_ms"] >= 0 and drain["py_cpu_in_write_ms"] >= 0
     assert tasks["trace"]["6"]["drain"]["py_cpu_between_tasks_ms"] >= 0
     assert set(tasks["cpu_per_task_ms"]) == systems
+    assert "tasks: exactly_once / drain-only writer at 6 tasks" in proc.stdout
     assert "tasks: exactly_once producer=librdkafka / drain-only writer at 6 tasks" in proc.stdout
-    assert "tasks: exactly_once producer=txkafka / drain-only writer at 6 tasks" in proc.stdout
     assert (out / "tasks.png").stat().st_size > 1000
     assert not _bench_topics(kafka.bootstrap)
 

@@ -72,7 +72,7 @@ from txkafka.connector.source.options import (
     validate_common,
 )
 
-from .spark_worker import frozen_after
+from .spark_worker import frozen_after, tune_worker_socket
 
 log = logging.getLogger("txkafka.reader")
 
@@ -149,6 +149,7 @@ def _read(partition: Optional[InputPartition]) -> Iterator[Any]:
     if not isinstance(task, FetchTask):
         # An empty plan: Spark still runs one task, with a partition of its own (value None).
         return iter(())
+    tune_worker_socket()
     _faults_at_read(task)
     return frozen_after(fetch_range(task), "read")
 

@@ -51,7 +51,7 @@ from txkafka.connector.sink.start_checks import validate_at_start
 from txkafka.connector.sink.transactional_ids import TransactionalIdFactory, run_tag
 from txkafka.connector.sink.task_writer_txkafka import WireKafkaWriter
 
-from .spark_worker import freeze_worker_heap
+from .spark_worker import freeze_worker_heap, tune_worker_socket
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +175,7 @@ class _KafkaWrite:
     # ------------------------------------------------------------------ task side
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> TxKafkaCommitMessage:
+        tune_worker_socket()
         message = self._write(iterator)
         freeze_worker_heap("write")
         return message

@@ -108,7 +108,7 @@ class ProtocolError(ValueError):
 class Reader:
     """Parses a response body."""
 
-    def __init__(self, data: bytes, flexible: bool) -> None:
+    def __init__(self, data: bytes | bytearray, flexible: bool) -> None:
         self.data = memoryview(data)
         self.pos = 0
         self.flexible = flexible

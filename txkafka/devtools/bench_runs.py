@@ -60,21 +60,30 @@ def _run_query(what: str, start: Callable[[], Any], rows: int, timeout: float,
 
 
 # Sink systems of the write, sink and tasks suites: the format and its options beside the
-# topic and bootstrap servers. The txkafka systems name their producer, so results stay
-# comparable with earlier runs whatever the sink's default: "txkafka_exactly_once_wire"
-# (--wire-producer) is exactly_once through txkafka's own producer, the others librdkafka's.
+# topic and bootstrap servers. The txkafka systems write with the sink's default producer
+# (``producer`` unset: txkafka's own), as a user's query does; "txkafka_exactly_once_librdkafka"
+# (--librdkafka-producer) is exactly_once through librdkafka's producer, a named variant.
 _SINKS: dict[str, tuple[str, dict[str, str]]] = {
-    "txkafka_exactly_once": ("txkafka", {"deliveryGuarantee": "exactly_once",
-                                         "producer": "librdkafka"}),
-    "txkafka_exactly_once_wire": ("txkafka", {"deliveryGuarantee": "exactly_once",
-                                              "producer": "txkafka"}),
-    "txkafka_at_least_once": ("txkafka", {"deliveryGuarantee": "at_least_once",
-                                          "producer": "librdkafka"}),
+    "txkafka_exactly_once": ("txkafka", {"deliveryGuarantee": "exactly_once"}),
+    "txkafka_exactly_once_librdkafka": ("txkafka", {"deliveryGuarantee": "exactly_once",
+                                                    "producer": "librdkafka"}),
+    "txkafka_at_least_once": ("txkafka", {"deliveryGuarantee": "at_least_once"}),
     "builtin": ("kafka", {})}
-WIRE = "txkafka_exactly_once_wire"
+LIBRDKAFKA = "txkafka_exactly_once_librdkafka"
+# The producer each txkafka system wrote with, as result files record it.
+PRODUCERS = {"txkafka_exactly_once": "default (txkafka)", LIBRDKAFKA: "librdkafka",
+             "txkafka_at_least_once": "default (txkafka)"}
+# Result files written before the systems named the default producer (their params have no
+# "producers"): the plain names wrote with librdkafka's, "_wire" with txkafka's.
+PRODUCERS_BEFORE = {"txkafka_exactly_once": "librdkafka", "txkafka_at_least_once": "librdkafka",
+                    "txkafka_exactly_once_wire": "txkafka"}
 # The exactly_once systems and how ratios name them (the bench's and the tasks suite's).
-EOS_LABELS = {"txkafka_exactly_once": "exactly_once producer=librdkafka",
-              WIRE: "exactly_once producer=txkafka"}
+EOS_LABELS = {"txkafka_exactly_once": "exactly_once", LIBRDKAFKA: "exactly_once producer=librdkafka"}
+
+
+def producers_of(result: dict[str, Any]) -> dict[str, str]:
+    """The producer of each txkafka system of a result file, old or new."""
+    return (result.get("params") or {}).get("producers") or PRODUCERS_BEFORE
 
 
 def _rotated(systems: list[tuple[str, str]], i: int) -> list[tuple[str, str]]:

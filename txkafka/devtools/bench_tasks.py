@@ -32,11 +32,13 @@ DRAIN_FORMAT = "txkafka_bench_drain"
 
 # System names, in the order tables and charts list them.
 SYSTEMS = ["builtin", "drain", "mapinarrow_noop", "txkafka_at_least_once", "txkafka_exactly_once",
-           "txkafka_exactly_once_wire"]
+           "txkafka_exactly_once_librdkafka"]
 LABELS = {"builtin": "Spark built-in kafka sink", "drain": "Python writer, drain only",
           "mapinarrow_noop": "mapInArrow identity + noop",
           "txkafka_at_least_once": "txkafka at_least_once",
           "txkafka_exactly_once": "txkafka exactly_once",
+          "txkafka_exactly_once_librdkafka": "txkafka exactly_once, producer=librdkafka",
+          # result files from before the systems named the default producer
           "txkafka_exactly_once_wire": "txkafka exactly_once, producer=txkafka"}
 
 
@@ -532,8 +534,15 @@ def run_tasks_suite(spark, k, ns, workdir: str, event_dir: str | None, say,
     meter = None
     if event_dir:
         meter = CpuMeter.for_session(spark, broker_pids or [])
+    chosen = getattr(ns, "tasks_systems", None)
+    unknown = sorted(set(chosen or []) - set(SYSTEMS))
+    if unknown:
+        raise SystemExit(f"--tasks-systems: unknown {', '.join(unknown)}; one or more of "
+                         f"{' '.join(SYSTEMS)}")
     systems = [s for s in SYSTEMS if not (ns.skip_builtin and s == "builtin")
-               and not (s == "txkafka_exactly_once_wire" and not getattr(ns, "wire_producer", False))]
+               and not (s == "txkafka_exactly_once_librdkafka"
+                        and not getattr(ns, "librdkafka_producer", False) and not chosen)
+               and (not chosen or s in chosen)]
     batch_rows, batches = ns.tasks_batch_rows, ns.tasks_batches
     rows = batch_rows * (batches + 1)  # the first batch of each query is not timed
     say(f"tasks suite: filling its input, {rows} records of 100 B over 4 partitions "
@@ -698,7 +707,9 @@ def chart(tasks: dict[str, Any], out: str) -> None:
     left.set_ylabel(f"s per {tasks['batch_rows']:,}-row batch (addBatch, median)")
     left.set_title("cost of a micro-batch against its write tasks")
     left.legend(fontsize=8)
-    for eos, color in (("txkafka_exactly_once", "#8a4fbf"), ("txkafka_exactly_once_wire", "#8c564b")):
+    for eos, color in (("txkafka_exactly_once", "#8a4fbf"), ("txkafka_exactly_once_librdkafka",
+                                                             "#8c564b"),
+                       ("txkafka_exactly_once_wire", "#8c564b")):
         for base, style in (("drain", "-"), ("builtin", "--")):
             if base not in tasks["systems"] or eos not in tasks["systems"]:
                 continue
