@@ -54,6 +54,10 @@ SPECULATION = [
     # by then; the late attempts here must live on to write after their batch is done.
     "spark.python.task.killTimeout=120s",
 ]
+# Spark's speculation is slow to launch a copy on a loaded machine (minutes seen in CI), while
+# the winner's transaction stays open; the default 60 s timeout would abort it. The checks here
+# measure the follow-up sweeps, which end late transactions long before this.
+LONG_TRANSACTIONS = ["--transaction-timeout-ms", "300000"]
 
 
 def _late(ck: str, marker: Path, batch: int, partition: int, zombie: bool) -> str:
@@ -113,7 +117,7 @@ def _run_with_late_attempts(kafka, spark_cluster, driver_processes, tmp_path, *,
     faults = ";".join(_late(ck, markers[key], *key, zombie=zombie) for key, zombie in late.items())
     extra = ["--max-offsets", "600", "--fault", faults, "--master", spark_cluster.master_url,
              "--trigger-ms", str(TRIGGER_MS), "--linger-s", "25", "--producer", producer]
-    extra += [a for conf in SPECULATION for a in ("--spark-conf", conf)]
+    extra += [a for conf in SPECULATION for a in ("--spark-conf", conf)] + LONG_TRANSACTIONS
     if available_now:
         extra.append("--available-now")
     with TransactionWatcher(kafka, _sink_prefix(ck)) as watcher:
@@ -168,7 +172,7 @@ def test_late_attempt_of_a_batch_write(kafka, spark_cluster, driver_processes, t
              f"ms=180000;point=after_precommit,partition=1,attempt=0,action=exit,once={marker}")
     extra = ["--batch", "--done-file", str(written), "--fault", fault, "--master",
              spark_cluster.master_url, "--linger-s", "40"]
-    extra += [a for conf in SPECULATION for a in ("--spark-conf", conf)]
+    extra += [a for conf in SPECULATION for a in ("--spark-conf", conf)] + LONG_TRANSACTIONS
     with TransactionWatcher(kafka, lambda: "txkafka-b") as watcher:
         code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, str(tmp_path / "ck"),
                                                                   *extra), timeout=600)
