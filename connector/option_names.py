@@ -20,7 +20,7 @@ from __future__ import annotations
 import difflib
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .errors import KafkaConfigError
 
@@ -164,6 +164,15 @@ def _misplaced_text(key: str, space: OptionSpace, other: OptionSpace) -> str:
 def _path_text(key: str, space: OptionSpace) -> str:
     return (f"option '{key}' (set by a path given to load(), save() or start()) has no meaning "
             f"for txkafka, which would ignore it: {_PATH_HINTS[space.side]}")
+
+
+def one_of(option: str, raw: str, allowed: Sequence[str]) -> str:
+    """The value of a closed-choice option, lower-cased; anything else fails naming the choices."""
+    choice = raw.strip().lower()
+    if choice not in allowed:
+        raise KafkaConfigError(
+            f"option {option!r} must be one of {', '.join(allowed)}, got {raw!r}")
+    return choice
 
 
 def check_option_names(options: Mapping[str, Any], space: OptionSpace) -> None:

@@ -15,7 +15,7 @@ from typing import Mapping
 
 from ..errors import KafkaConfigError
 from ..client.config import describe_config, kafka_client_config
-from ..option_names import WRITER, check_option_names
+from ..option_names import WRITER, check_option_names, one_of
 
 log = logging.getLogger("txkafka.writer")
 
@@ -235,11 +235,7 @@ def _parse_producer(options: Mapping[str, str], kafka: Mapping[str, str]) -> str
     producer), ``txkafka`` (Arrow columns encoded into record batches and sent over txkafka's own
     connections) or ``librdkafka`` (confluent-kafka's producer). Returns the producer the tasks
     use: ``librdkafka`` or ``txkafka``, decided once on the driver."""
-    raw = _get(options, "producer") or "auto"
-    choice = raw.strip().lower()
-    if choice not in PRODUCERS:
-        raise KafkaConfigError(
-            f"option 'producer' must be one of {', '.join(PRODUCERS)}, got {raw!r}")
+    choice = one_of("producer", _get(options, "producer") or "auto", PRODUCERS)
     if choice == "librdkafka":
         return choice
     why = wire_producer_unsupported(kafka)

@@ -23,7 +23,7 @@ from ..client.config import (
     kafka_client_config,
     wire_unsupported,
 )
-from ..option_names import READER, check_option_names
+from ..option_names import READER, check_option_names, one_of
 
 log = logging.getLogger("txkafka.reader")
 
@@ -528,11 +528,7 @@ def _parse_fetcher(opts: Mapping[str, str], conf: Mapping[str, str]) -> str:
     """``fetcher``: ``auto`` (default) reads with txkafka's own Fetch requests unless the client
     config needs librdkafka (GSSAPI, client.rack, check.crcs); ``wire`` insists; ``librdkafka``
     reads through confluent-kafka's consumer."""
-    raw = opts.get("fetcher", "auto")
-    choice = raw.strip().lower()
-    if choice not in FETCHERS:
-        raise KafkaConfigError(
-            f"option 'fetcher' must be one of {', '.join(FETCHERS)}, got {raw!r}")
+    choice = one_of("fetcher", opts.get("fetcher", "auto"), FETCHERS)
     if choice == "librdkafka":
         return choice
     why = wire_unsupported(conf)

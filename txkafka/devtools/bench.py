@@ -889,14 +889,19 @@ def run_bench(ns: argparse.Namespace) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     result["ratios"] = ratios(result)
+    save_result(result, ns.out, "benchmark.json", charts, report_markdown)
+    return 0
+
+
+def save_result(result: dict[str, Any], out: str, name: str, draw, report) -> None:
+    """Stamp the finish time, write ``<out>/<name>`` and the charts, print the report."""
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path = os.path.join(ns.out, "benchmark.json")
+    path = os.path.join(out, name)
     with open(path, "w") as fh:
         json.dump(result, fh, indent=2)
-    charts(result, ns.out)
-    say(f"wrote {path} and charts in {ns.out}")
-    print(report_markdown(result), flush=True)
-    return 0
+    draw(result, out)
+    say(f"wrote {path} and charts in {out}")
+    print(report(result), flush=True)
 
 
 def ratios(r: dict[str, Any]) -> dict[str, dict[str, Any]]:

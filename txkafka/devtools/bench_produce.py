@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import kafka_admin
 from ..cli_options import CommandParser, KafkaConnection, add_kafka_options
-from .bench import BenchKafka, _arrow_batches, machine, say
+from .bench import BenchKafka, _arrow_batches, machine, save_result, say
 from .bench_runs import check_count
 
 
@@ -319,13 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             k.delete_created()
         else:
             cluster.destroy()
-    result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    path = os.path.join(ns.out, "produce.json")
-    with open(path, "w") as fh:
-        json.dump(result, fh, indent=2)
-    charts(result, ns.out)
-    say(f"wrote {path} and produce.png")
-    print(report_markdown(result), flush=True)
+    save_result(result, ns.out, "produce.json", charts, report_markdown)
     return 0
 
 
