@@ -30,7 +30,7 @@ for v in 3.11 3.12 3.13; do
   "$venv/bin/python" .ci/editable_toplevel.py >/dev/null
   echo "[other-pythons] Python $v: unit tests"
   # Exit code 5 (no tests collected) fails here like any other non-zero code.
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 2 tests
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider -n 1 tests
   ran+=("$v")
   newest="$venv"
 done

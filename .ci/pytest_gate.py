@@ -8,8 +8,9 @@ failure, not a pass.
    then use that cluster, whatever its version). With arguments that select other tests, a
    matrix run that selects none is no error; without arguments it must select some.
 
-Each run uses three xdist workers, a test file at a time on one worker (``--dist loadfile``: the
-chaos campaigns and the summary test after them stay together, in order). The tests' drivers
+Each run uses three xdist workers: the first a test file at a time on one worker (``--dist
+loadfile``: the chaos campaigns and the summary test after them stay together, in order), the
+matrix a test at a time (``--dist load``). The tests' drivers
 spend most of their time waiting on Spark and Kafka (a whole run keeps the two cores under half
 busy), so three streams share the machine's two cores. ``-n 0`` (or another ``-n``) in the
 arguments overrides this.
@@ -25,10 +26,10 @@ from txkafka.embedded_kafka import KAFKA_VERSION, OLDEST_TESTED_KAFKA
 NO_TESTS_COLLECTED = 5
 
 
-def _pytest(args: list[str], env: dict[str, str]) -> int:
+def _pytest(args: list[str], env: dict[str, str], dist: str = "loadfile") -> int:
     """One pytest run in a fresh process (the Kafka version is read at import time)."""
     if not any(a.startswith(("-n", "--numprocesses", "--dist")) for a in args):
-        args = ["-n", "3", "--dist", "loadfile", *args]
+        args = ["-n", "3", "--dist", dist, *args]
     return subprocess.run([sys.executable, "-m", "pytest", "-q", *args], env=env).returncode
 
 
@@ -54,8 +55,9 @@ def main(args: list[str]) -> int:
         return code
     matrix_started = time.monotonic()
     _say(f"version matrix: tests marked kafka_matrix, Apache Kafka {OLDEST_TESTED_KAFKA}")
+    # A test at a time: most of its tests are in one file, which loadfile would give one worker.
     matrix = _pytest([*(args or ["integration_tests"]), "-m", "kafka_matrix"],
-                     {**os.environ, "TXKAFKA_KAFKA_VERSION": OLDEST_TESTED_KAFKA})
+                     {**os.environ, "TXKAFKA_KAFKA_VERSION": OLDEST_TESTED_KAFKA}, dist="load")
     if matrix == NO_TESTS_COLLECTED:
         if not args:
             print("error: the version matrix collected no tests (marker kafka_matrix)",
