@@ -124,7 +124,7 @@ class FakeClient:
         return [TransactionListing(t, v[0], v[2]) for t, v in sorted(self.txns.items())
                 if t.startswith(prefix or "") and (not states or v[2] in states)]
 
-    def describe(self, ids):
+    def describe(self, ids, fresh=False):
         self.events.append("describe")
         out = {t: TransactionDescription(t, 0, self.txns[t][2], 60000, 0, self.txns[t][0],
                                          self.txns[t][1]) for t in ids if t in self.txns}

@@ -41,7 +41,7 @@ class FakeClient:
         return [TransactionListing(t, 7, "Ongoing") for t in sorted(FakeClient.open_ids)
                 if prefix is None or t.startswith(prefix)]
 
-    def describe(self, ids):
+    def describe(self, ids, fresh=False):
         return {t: TransactionDescription(t, 0, "Ongoing", 60000, 1, 7, 0) for t in ids}
 
     def end_many(self, txns, commit, parallelism=8):

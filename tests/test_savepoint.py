@@ -168,7 +168,7 @@ class StableFake(FakeCoordinator):
         # unit run on a loaded machine reaches this file.
         self.started_ms = int(time.time() * 1000)
 
-    def describe(self, ids):
+    def describe(self, ids, fresh=False):
         return {tid: TransactionDescription(tid, 0, t["state"], 60000, self.started_ms, t["pid"],
                                             t["epoch"], t.get("parts") or {"out": [0]})
                 for tid in ids if (t := self.txns.get(tid))}

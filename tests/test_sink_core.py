@@ -26,6 +26,7 @@ from txkafka.connector.fault_injection import (
 )
 from txkafka.connector.sink.committable import KafkaCommittable, TaskResult
 from txkafka.connector.sink.committer import KafkaCommitter, WritePlan
+from txkafka.connector.sink import committer as committer_module
 from txkafka.connector.sink.task_writer import validate_input_schema
 from txkafka.connector.sink.commit_log import SinkCommitLog
 from txkafka.connector.sink.options import DeliveryGuarantee, SinkConfig
@@ -239,13 +240,20 @@ class FakeCoordinator:
                                          "state": "Ongoing", "start": 0,
                                          "parts": c.topic_partitions}
 
-    def describe(self, ids):
+    def describe(self, ids, fresh=False):
         import time as _t
 
+        ids = list(ids)
+        self.calls.append(("describe", tuple(sorted(ids)), fresh))
+        stale = getattr(self, "stale", {})
         out = {}
         for tid in ids:
             t = self.txns.get(tid)
-            if t:
+            if tid in stale and stale[tid] > 0:  # a resumed broker's answer from before the task
+                stale[tid] -= 1
+                out[tid] = TransactionDescription(tid, 0, "CompleteCommit", 60000, 0, t["pid"],
+                                                  t["epoch"] - 1, {})
+            elif t:
                 out[tid] = TransactionDescription(tid, 0, t["state"], 60000,
                                                   int(_t.time() * 1000) - t["start"], t["pid"],
                                                   t["epoch"], t.get("parts") or {"out": [0]})
@@ -339,7 +347,8 @@ def test_commit_decides_then_commits_and_sweeps_orphans(tmp_path):
     assert report.skipped and report.aborted == 2
 
 
-def test_validation_failure_aborts_all_and_decides_nothing(tmp_path):
+def test_validation_failure_aborts_all_and_decides_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(committer_module, "_REASK_WAITS_S", (0.0, 0.0))
     fake = FakeCoordinator()
     committer, ids, log = _committer(tmp_path, fake)
     results = _results(ids, fake, 1, [0, 1])
@@ -348,6 +357,29 @@ def test_validation_failure_aborts_all_and_decides_nothing(tmp_path):
         committer.commit(1, results)
     assert log.latest() is None
     assert fake.txns[results[0].committable.transactional_id]["state"] == "CompleteAbort"
+    fenced = results[1].committable.transactional_id
+    assert [c for c in fake.calls if c[0] == "describe"][1:] == [("describe", (fenced,), True)] * 2
+
+
+def test_a_stale_coordinator_answer_is_asked_again_not_failed(tmp_path, monkeypatch):
+    """A broker that was frozen and resumes may answer DescribeTransactions from its stale state
+    (the id's previous transaction, CompleteCommit) until its metadata catches up: the committer
+    asks the coordinator found afresh, and commits once it sees the transaction open."""
+    monkeypatch.setattr(committer_module, "_REASK_WAITS_S", (0.0, 0.0, 0.0))
+    fake = FakeCoordinator()
+    committer, ids, log = _committer(tmp_path, fake)
+    results = _results(ids, fake, 1, [0, 1])
+    stale_id = results[1].committable.transactional_id
+    fake.stale = {stale_id: 2}
+    committer.commit(1, results)
+    assert all(fake.txns[r.committable.transactional_id]["state"] == "CompleteCommit"
+               for r in results)
+    assert [c for c in fake.calls if c[0] == "describe"][1:] == \
+        [("describe", (stale_id,), True)] * 2
+    fake.stale = {stale_id: 9}  # stale for longer than the re-asks: the batch fails, loudly
+    results = _results(ids, fake, 2, [0, 1])
+    with pytest.raises(TransactionError, match="state CompleteCommit, expected Ongoing"):
+        committer.commit(2, results)
 
 
 def test_crash_after_decision_is_rolled_forward_not_aborted(tmp_path):

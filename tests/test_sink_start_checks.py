@@ -221,7 +221,7 @@ class FakeVersions:
         return {k: v for k, v in {**KAFKA_4, 24: (0, top), **self.offer}.items()
                 if k not in self.without.get(node, ())}
 
-    def describe(self, ids):
+    def describe(self, ids, fresh=False):
         return {}
 
 

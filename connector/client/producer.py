@@ -459,6 +459,8 @@ class _Partition:
     # refused with a retriable error (it would be appended, and the first then refused
     # OUT_OF_ORDER_SEQUENCE_NUMBER). So one batch in flight until the first acknowledgement.
     acked_any: bool = False
+    # The last retriable answer here (an error name), for the message of a delivery that fails.
+    last_answer: str | None = None
 
 
 class _Threads:
@@ -966,6 +968,7 @@ class WireProducer:
                             part.retry = True
                             if answer is not None:
                                 codes.add(error_name(code))
+                                part.last_answer = error_name(code)
                         elif fatal is None:
                             fatal = self._produce_error(code, key, batch)
                     while part.queue and part.queue[0].acked:
@@ -1085,13 +1088,16 @@ class WireProducer:
                                               for p in self._parts.values()):
                 # A backstop: answers (errors included) normally end a late batch sooner.
                 now = self._runner.clock()
-                late = sum(1 for p in self._parts.values() for b in p.queue
-                           if b.deadline + _ANSWER_MARGIN_S < now)
-                if late:
+                late_parts = [p for p in self._parts.values()
+                              if any(b.deadline + _ANSWER_MARGIN_S < now for b in p.queue)]
+                if late_parts:
+                    late = sum(1 for p in late_parts for b in p.queue
+                               if b.deadline + _ANSWER_MARGIN_S < now)
+                    answers = sorted({p.last_answer for p in late_parts if p.last_answer})
                     self._error = TransactionError(
                         f"{self.where}: {late} batch(es) not acknowledged within "
-                        f"{self.delivery_timeout_s:g}s of their first record; check the "
-                        "brokers' health")
+                        f"{self.delivery_timeout_s:g}s of their first record (the last answer: "
+                        f"{', '.join(answers) or 'none'}); check the brokers' health")
                     break
                 self._runner.wait(self._cv, 0.5)
             unacked = sum(len(p.queue) for p in self._parts.values())

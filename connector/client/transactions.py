@@ -397,9 +397,13 @@ class TransactionClient:
     # ---------------------------------------------------------------- describe
 
     @_within_timeout
-    def describe(self, transactional_ids: Iterable[str]) -> dict[str, TransactionDescription]:
-        """DescribeTransactions for each id, grouped per coordinator, retried while loading."""
+    def describe(self, transactional_ids: Iterable[str],
+                 fresh: bool = False) -> dict[str, TransactionDescription]:
+        """DescribeTransactions for each id, grouped per coordinator, retried while loading.
+        ``fresh``: look the coordinators up again first, not from what an earlier call found."""
         ids = sorted(set(transactional_ids))
+        if fresh:
+            self._forget_coordinators(ids)
         out: dict[str, TransactionDescription] = {}
         deadline = self._deadline()
         backoff = 0.05

@@ -105,6 +105,16 @@ def known_verdicts(note: dict | None) -> dict[str, str]:
     return out
 
 
+# Waits before asking again for transactions not seen open (a stale coordinator's answer, above).
+_REASK_WAITS_S = (1.0, 2.0, 4.0)
+
+
+def _open_as_reported(d: TransactionDescription | None, c: KafkaCommittable) -> bool:
+    """The coordinator's description shows the transaction open at the task's producer/epoch."""
+    return (d is not None and not d.error_code and d.state == "Ongoing"
+            and (d.producer_id, d.producer_epoch) == (c.producer_id, c.producer_epoch))
+
+
 @dataclass(frozen=True)
 class WritePlan:
     """What the tasks of one batch do, decided on the driver while Spark planned the batch."""
@@ -547,6 +557,19 @@ class KafkaCommitter:
     def _validate(self, batch_id: int, committables: list[KafkaCommittable]) -> list[KafkaCommittable]:
         """Invariant 7: every transaction is open, ours, and not about to time out."""
         descs = self.client.describe(c.transactional_id for c in committables)
+        # A broker that was frozen and resumes may still answer as the coordinator it was, from
+        # its stale state, until its metadata catches up: an id not Ongoing at this producer and
+        # epoch is asked again at the coordinator FindCoordinator names now, before it counts.
+        for wait_s in _REASK_WAITS_S:
+            unsettled = [c.transactional_id for c in committables
+                         if not _open_as_reported(descs.get(c.transactional_id), c)]
+            if not unsettled:
+                break
+            log.info("batch %d: %d transaction(s) not seen open as their tasks reported (%s); "
+                     "asking their coordinators again in %.0fs", batch_id, len(unsettled),
+                     ", ".join(unsettled[:3]), wait_s)
+            time.sleep(wait_s)
+            descs.update(self.client.describe(unsettled, fresh=True))
         now_ms = time.time() * 1000
         margin_ms = max(2000.0, 0.05 * self.cfg.transaction_timeout_ms)
         problems = []
