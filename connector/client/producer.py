@@ -1088,14 +1088,12 @@ class WireProducer:
                                               for p in self._parts.values()):
                 # A backstop: answers (errors included) normally end a late batch sooner.
                 now = self._runner.clock()
-                late_parts = [p for p in self._parts.values()
-                              if any(b.deadline + _ANSWER_MARGIN_S < now for b in p.queue)]
-                if late_parts:
-                    late = sum(1 for p in late_parts for b in p.queue
-                               if b.deadline + _ANSWER_MARGIN_S < now)
-                    answers = sorted({p.last_answer for p in late_parts if p.last_answer})
+                late = [p for p in self._parts.values() for b in p.queue  # a late batch's part
+                        if b.deadline + _ANSWER_MARGIN_S < now]
+                if late:
+                    answers = sorted({p.last_answer for p in late if p.last_answer})
                     self._error = TransactionError(
-                        f"{self.where}: {late} batch(es) not acknowledged within "
+                        f"{self.where}: {len(late)} batch(es) not acknowledged within "
                         f"{self.delivery_timeout_s:g}s of their first record (the last answer: "
                         f"{', '.join(answers) or 'none'}); check the brokers' health")
                     break

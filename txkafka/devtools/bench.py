@@ -40,7 +40,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from .. import kafka_admin
 from ..cli_options import KafkaConnection, add_kafka_options
@@ -893,7 +893,9 @@ def run_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
-def save_result(result: dict[str, Any], out: str, name: str, draw, report) -> None:
+def save_result(result: dict[str, Any], out: str, name: str,
+                draw: Callable[[dict[str, Any], str], Any],
+                report: Callable[[dict[str, Any]], str]) -> None:
     """Stamp the finish time, write ``<out>/<name>`` and the charts, print the report."""
     result["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     path = os.path.join(out, name)
