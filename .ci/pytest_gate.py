@@ -14,6 +14,14 @@ matrix a test at a time (``--dist load``). The tests' drivers
 spend most of their time waiting on Spark and Kafka (a whole run keeps the two cores under half
 busy), so three streams share the machine's two cores. ``-n 0`` (or another ``-n``) in the
 arguments overrides this.
+
+Spark's Python processes run from a copy of pyspark.zip that carries bytecode (``txkafka
+pyspark-home``, exported as SPARK_HOME for both runs): each process Spark starts otherwise compiles
+pyspark again, about a fifth of the suite's CPU on two cores. The code they run is the same. The
+stock layout is still what runs in integration_tests/test_spark_python_imports.py, the
+packaging tests (new environments, a standalone cluster's executors), ``make demo`` and the other
+Pythons' checks. ``TXKAFKA_TEST_SPARK_HOME=stock`` runs everything on the stock layout; a SPARK_HOME
+already set is used as it is.
 """
 
 import os
@@ -37,11 +45,28 @@ def _say(msg: str) -> None:
     print(f"[pytest-gate] {msg}", flush=True)
 
 
+def _with_bytecode_spark_home(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with SPARK_HOME at the cached bytecode copy of the installed Spark home (built once
+    per pyspark and Python version), unless the caller chose a home or the stock layout."""
+    if env.get("SPARK_HOME"):
+        _say(f"Spark home: {env['SPARK_HOME']} (SPARK_HOME)")
+        return env
+    if env.get("TXKAFKA_TEST_SPARK_HOME") == "stock":
+        _say("Spark home: the installed pyspark, stock (TXKAFKA_TEST_SPARK_HOME=stock)")
+        return env
+    from txkafka.pyspark_home import build
+
+    home = build(progress=lambda m: _say("  " + m))
+    _say(f"Spark home: {home} (pyspark.zip with bytecode; TXKAFKA_TEST_SPARK_HOME=stock for the stock one)")
+    return {**env, "SPARK_HOME": str(home)}
+
+
 def main(args: list[str]) -> int:
     started = time.monotonic()
+    env = _with_bytecode_spark_home(dict(os.environ))
     _say(f"all tests, Apache Kafka {KAFKA_VERSION}")
     # The slowest tests in the log: what to look at when the run nears CI's time budget.
-    code = _pytest(["--durations=30", *args], dict(os.environ))
+    code = _pytest(["--durations=30", *args], env)
     if code == NO_TESTS_COLLECTED:
         print("error: pytest collected no tests", file=sys.stderr)
         return 1
@@ -57,7 +82,7 @@ def main(args: list[str]) -> int:
     _say(f"version matrix: tests marked kafka_matrix, Apache Kafka {OLDEST_TESTED_KAFKA}")
     # A test at a time: most of its tests are in one file, which loadfile would give one worker.
     matrix = _pytest([*(args or ["integration_tests"]), "-m", "kafka_matrix"],
-                     {**os.environ, "TXKAFKA_KAFKA_VERSION": OLDEST_TESTED_KAFKA}, dist="load")
+                     {**env, "TXKAFKA_KAFKA_VERSION": OLDEST_TESTED_KAFKA}, dist="load")
     if matrix == NO_TESTS_COLLECTED:
         if not args:
             print("error: the version matrix collected no tests (marker kafka_matrix)",
