@@ -20,10 +20,14 @@ from typing import Iterator, Mapping
 from txkafka.embedded_kafka import free_port
 
 
-def _spark_class() -> tuple[str, str]:
-    import pyspark
+def _spark_class(env: Mapping[str, str]) -> tuple[str, str]:
+    """The cluster's spark-class and SPARK_HOME: ``env``'s SPARK_HOME when it names one (the test
+    run's bytecode home, .ci/pytest_gate.py), else the installed pyspark's, as a user's would be."""
+    home = env.get("SPARK_HOME")
+    if not home:
+        import pyspark
 
-    home = os.path.dirname(pyspark.__file__)
+        home = os.path.dirname(pyspark.__file__)
     return os.path.join(home, "bin", "spark-class"), home
 
 
@@ -45,7 +49,7 @@ class SparkStandalone:
         return f"spark://127.0.0.1:{self.port}"
 
     def _launch(self, name: str, args: list[str], extra_env: dict[str, str]) -> subprocess.Popen:
-        spark_class, home = _spark_class()
+        spark_class, home = _spark_class(self.env)
         env = {**self.env, "SPARK_HOME": home, "SPARK_LOG_DIR": str(self.root), **extra_env}
         log = open(self.root / f"{name}.log", "ab")
         proc = subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT,
