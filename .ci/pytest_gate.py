@@ -10,10 +10,9 @@ failure, not a pass.
 
 Each run uses three xdist workers: the first a test file at a time on one worker (``--dist
 loadfile``: the chaos campaigns and the summary test after them stay together, in order), the
-matrix a test at a time (``--dist load``). The tests' drivers
-spend most of their time waiting on Spark and Kafka (a whole run keeps the two cores under half
-busy), so three streams share the machine's two cores. ``-n 0`` (or another ``-n``) in the
-arguments overrides this.
+matrix a test at a time (``--dist load``). A test's driver waits on Spark and Kafka much of the
+time, so three streams keep the machine's two cores busy (a fourth would only add load). ``-n 0``
+(or another ``-n``) in the arguments overrides this.
 
 Spark's Python processes run from a copy of pyspark.zip that carries bytecode (``txkafka
 pyspark-home``, exported as SPARK_HOME for both runs): each process Spark starts otherwise compiles
@@ -61,7 +60,8 @@ def _with_bytecode_spark_home(env: dict[str, str]) -> dict[str, str]:
     except PysparkHomeError as e:  # the tests run as well on the stock layout, only slower
         _say(f"Spark home: the installed pyspark, stock (no bytecode copy: {e})")
         return env
-    _say(f"Spark home: {home} (pyspark.zip with bytecode; TXKAFKA_TEST_SPARK_HOME=stock for the stock one)")
+    _say(f"Spark home: {home} (pyspark.zip with bytecode; TXKAFKA_TEST_SPARK_HOME=stock: "
+         "the stock one)")
     return {**env, "SPARK_HOME": str(home)}
 
 
