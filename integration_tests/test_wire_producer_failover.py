@@ -123,6 +123,23 @@ def _retried(caplog, what: str) -> bool:
     return any(RETRIED in r.getMessage() and what in r.getMessage() for r in caplog.records)
 
 
+def _until_answered(p: WireProducer, topic: str, answer: str, caplog, timeout: float) -> None:
+    """Wait until the producer's last retriable answer for ``topic``[0] is ``answer`` (its own
+    state, set as the answer is read); a timeout says what the partition's state was."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        part = p._parts.get((topic, 0))
+        if part is not None and part.last_answer == answer:
+            return
+        time.sleep(0.1)
+    part = p._parts.get((topic, 0))
+    state = (None if part is None else
+             dict(leader=part.leader, inflight=part.inflight, retry=part.retry,
+                  queued=len(part.queue), last_answer=part.last_answer))
+    pytest.fail(f"no {answer} answer within {timeout:g}s; {topic}[0]: {state}; "
+                f"{sum(RETRIED in r.getMessage() for r in caplog.records)} retry log lines")
+
+
 def test_leader_sigkilled_mid_transaction_then_sigstopped_past_the_request_timeout(kafka3,
                                                                                    caplog):
     """Two faults in one transaction: the leader of partition 0 is SIGKILLed between sends
@@ -184,10 +201,10 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
         first.send(topic, _rows(5000, 5000)[1], keys=_rows(5000, 5000)[0])
         with ThreadPoolExecutor(1) as pool:
             done = pool.submit(_commit, kafka3, first)
-            wait_until(lambda: _retried(caplog, "NOT_ENOUGH_REPLICAS"), 30,
-                       "the producer meeting NOT_ENOUGH_REPLICAS")
+            _until_answered(first, topic, "NOT_ENOUGH_REPLICAS", caplog, 60)
             cluster.resume_node(follower)
             done.result(120)
+        assert _retried(caplog, "NOT_ENOUGH_REPLICAS")  # and the log says so
 
         cluster.pause_node(follower)
         wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
