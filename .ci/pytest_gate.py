@@ -20,7 +20,8 @@ pyspark again, about a fifth of the suite's CPU on two cores. The code they run 
 stock layout is still what runs in integration_tests/test_spark_python_imports.py, the
 packaging tests (new environments, a standalone cluster's executors), ``make demo`` and the other
 Pythons' checks. ``TXKAFKA_TEST_SPARK_HOME=stock`` runs everything on the stock layout; a SPARK_HOME
-already set is used as it is.
+already set is used as it is. Spark drivers and the embedded brokers run with the JIT's first tier
+only (``TXKAFKA_TEST_JIT=full``: the JVM's default).
 """
 
 import os
@@ -28,7 +29,7 @@ import subprocess
 import sys
 import time
 
-from txkafka.embedded_kafka import KAFKA_VERSION, OLDEST_TESTED_KAFKA
+from txkafka.embedded_kafka import BROKER_JVM_OPTIONS_ENV, KAFKA_VERSION, OLDEST_TESTED_KAFKA
 
 NO_TESTS_COLLECTED = 5
 
@@ -65,9 +66,26 @@ def _with_bytecode_spark_home(env: dict[str, str]) -> dict[str, str]:
     return {**env, "SPARK_HOME": str(home)}
 
 
+# The JIT's first tier only (C1), for Spark drivers (SPARK_SUBMIT_OPTS, silent, unlike
+# JAVA_TOOL_OPTIONS) and the embedded brokers: the tests' JVMs are short-lived and move little
+# data, so the optimising compiler's work rarely pays back on two cores.
+_C1_ONLY = "-XX:TieredStopAtLevel=1"
+
+
+def _with_test_jvm_options(env: dict[str, str]) -> dict[str, str]:
+    if env.get("TXKAFKA_TEST_JIT") == "full":
+        _say("JVMs: the full JIT (TXKAFKA_TEST_JIT=full)")
+        return env
+    _say(f"JVMs: {_C1_ONLY} for Spark drivers and brokers (TXKAFKA_TEST_JIT=full: the default)")
+    return {**env,
+            "SPARK_SUBMIT_OPTS": " ".join(filter(None, [env.get("SPARK_SUBMIT_OPTS"), _C1_ONLY])),
+            BROKER_JVM_OPTIONS_ENV: " ".join(filter(None, [env.get(BROKER_JVM_OPTIONS_ENV),
+                                                           _C1_ONLY]))}
+
+
 def main(args: list[str]) -> int:
     started = time.monotonic()
-    env = _with_bytecode_spark_home(dict(os.environ))
+    env = _with_test_jvm_options(_with_bytecode_spark_home(dict(os.environ)))
     _say(f"all tests, Apache Kafka {KAFKA_VERSION}")
     # The slowest tests in the log: what to look at when the run nears CI's time budget.
     code = _pytest(["--durations=30", *args], env)

@@ -184,3 +184,13 @@ def test_a_running_cluster_is_reused_only_if_it_runs_the_release_asked_for(
     monkeypatch.setattr(c, "_start_once", lambda lib, timeout: calls.append("started"))
     c.start()
     assert calls == outcome
+
+
+def test_broker_jvm_options_from_the_environment_go_before_the_classpath(tmp_path, monkeypatch):
+    c = _cluster(tmp_path, NEWEST_TESTED_KAFKA)
+    monkeypatch.delenv(embedded_kafka.BROKER_JVM_OPTIONS_ENV, raising=False)
+    plain = c._java_cmd(Path("/lib"), c.node_infos[0])
+    monkeypatch.setenv(embedded_kafka.BROKER_JVM_OPTIONS_ENV, "-XX:TieredStopAtLevel=1 -Dx='a b'")
+    cmd = c._java_cmd(Path("/lib"), c.node_infos[0])
+    assert cmd[:len(plain) - 2] == plain[:-2] and cmd[-2:] == ["-cp", "/lib/*"]
+    assert cmd[len(plain) - 2:-2] == ["-XX:TieredStopAtLevel=1", "-Dx=a b"]

@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -31,6 +32,7 @@ from typing import Callable, Iterator
 NEWEST_TESTED_KAFKA = "4.3.1"
 OLDEST_TESTED_KAFKA = "3.6.2"
 KAFKA_VERSION = os.environ.get("TXKAFKA_KAFKA_VERSION") or NEWEST_TESTED_KAFKA
+BROKER_JVM_OPTIONS_ENV = "TXKAFKA_BROKER_JVM_OPTIONS"
 LOG4J_VERSION = "2.25.2"
 # Kafka 3.x logs through SLF4J 1.7 and log4j 1.x: its own distribution ships these two.
 SLF4J_VERSION = "1.7.36"
@@ -508,6 +510,8 @@ class EmbeddedKafka:
         ]
         if node is not None:
             cmd += (release or self.release).log_jvm_options(Path(node.directory))
+        # Extra JVM options for the nodes (the test suite runs them with the JIT's first tier only).
+        cmd += shlex.split(os.environ.get(BROKER_JVM_OPTIONS_ENV, ""))
         return cmd + ["-cp", str(lib / "*")]
 
     def _format(self, lib: Path, node: NodeInfo, cluster_id: str) -> subprocess.Popen:
