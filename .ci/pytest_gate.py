@@ -77,10 +77,8 @@ def _with_test_jvm_options(env: dict[str, str]) -> dict[str, str]:
         _say("JVMs: the full JIT (TXKAFKA_TEST_JIT=full)")
         return env
     _say(f"JVMs: {_C1_ONLY} for Spark drivers and brokers (TXKAFKA_TEST_JIT=full: the default)")
-    return {**env,
-            "SPARK_SUBMIT_OPTS": " ".join(filter(None, [env.get("SPARK_SUBMIT_OPTS"), _C1_ONLY])),
-            BROKER_JVM_OPTIONS_ENV: " ".join(filter(None, [env.get(BROKER_JVM_OPTIONS_ENV),
-                                                           _C1_ONLY]))}
+    return {**env, **{key: " ".join(filter(None, [env.get(key), _C1_ONLY]))
+                      for key in ("SPARK_SUBMIT_OPTS", BROKER_JVM_OPTIONS_ENV)}}
 
 
 def main(args: list[str]) -> int:

@@ -234,6 +234,7 @@ class FakeCoordinator:
         self.forgotten: dict[str, int] = {}  # id -> the code EndTxn answers (id expired)
         self.stuck: set[str] = set()  # EndTxn times out, the transaction stays open
         self.list_error: int | None = None  # ListTransactions fails with this code
+        self.stale: dict[str, int] = {}  # id -> answers left from a resumed broker's old state
 
     def open(self, c: KafkaCommittable):
         self.txns[c.transactional_id] = {"pid": c.producer_id, "epoch": c.producer_epoch,
@@ -245,12 +246,11 @@ class FakeCoordinator:
 
         ids = list(ids)
         self.calls.append(("describe", tuple(sorted(ids)), fresh))
-        stale = getattr(self, "stale", {})
         out = {}
         for tid in ids:
             t = self.txns.get(tid)
-            if tid in stale and stale[tid] > 0:  # a resumed broker's answer from before the task
-                stale[tid] -= 1
+            if self.stale.get(tid, 0) > 0:  # a resumed broker's answer from before the task
+                self.stale[tid] -= 1
                 out[tid] = TransactionDescription(tid, 0, "CompleteCommit", 60000, 0, t["pid"],
                                                   t["epoch"] - 1, {})
             elif t:

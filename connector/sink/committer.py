@@ -109,10 +109,17 @@ def known_verdicts(note: dict | None) -> dict[str, str]:
 _REASK_WAITS_S = (1.0, 2.0, 4.0)
 
 
-def _open_as_reported(d: TransactionDescription | None, c: KafkaCommittable) -> bool:
-    """The coordinator's description shows the transaction open at the task's producer/epoch."""
-    return (d is not None and not d.error_code and d.state == "Ongoing"
-            and (d.producer_id, d.producer_epoch) == (c.producer_id, c.producer_epoch))
+def _not_open_as_reported(d: TransactionDescription | None, c: KafkaCommittable) -> str | None:
+    """Why the coordinator's description does not show the task's transaction open at the task's
+    producer and epoch, or None when it does."""
+    if d is None or d.error_code:
+        return f"{c.transactional_id}: not found by the coordinator"
+    if d.state != "Ongoing":
+        return f"{c.transactional_id}: state {d.state}, expected Ongoing"
+    if (d.producer_id, d.producer_epoch) != (c.producer_id, c.producer_epoch):
+        return (f"{c.transactional_id}: producer {d.producer_id}/epoch {d.producer_epoch}, the "
+                f"task reported {c.producer_id}/{c.producer_epoch} (fenced by another attempt)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -562,7 +569,7 @@ class KafkaCommitter:
         # epoch is asked again at the coordinator FindCoordinator names now, before it counts.
         for wait_s in _REASK_WAITS_S:
             unsettled = [c.transactional_id for c in committables
-                         if not _open_as_reported(descs.get(c.transactional_id), c)]
+                         if _not_open_as_reported(descs.get(c.transactional_id), c)]
             if not unsettled:
                 break
             log.info("batch %d: %d transaction(s) not seen open as their tasks reported (%s); "
@@ -576,15 +583,9 @@ class KafkaCommitter:
         checked = []
         for c in committables:
             d = descs.get(c.transactional_id)
-            if d is None or d.error_code:
-                problems.append(f"{c.transactional_id}: not found by the coordinator")
-            elif d.state != "Ongoing":
-                problems.append(f"{c.transactional_id}: state {d.state}, expected Ongoing")
-            elif (d.producer_id, d.producer_epoch) != (c.producer_id, c.producer_epoch):
-                problems.append(
-                    f"{c.transactional_id}: producer {d.producer_id}/epoch {d.producer_epoch}, the "
-                    f"task reported {c.producer_id}/{c.producer_epoch} (fenced by another attempt)"
-                )
+            why = _not_open_as_reported(d, c)
+            if why:
+                problems.append(why)
             elif d.deadline_ms() is not None and d.deadline_ms() - now_ms < margin_ms:
                 problems.append(
                     f"{c.transactional_id}: {max(0, (d.deadline_ms() - now_ms) / 1000):.1f}s left "
