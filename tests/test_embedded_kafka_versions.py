@@ -18,6 +18,7 @@ from txkafka.embedded_kafka import (
     NEWEST_TESTED_KAFKA,
     OLDEST_TESTED_KAFKA,
     EmbeddedKafka,
+    EmbeddedKafkaError,
     KafkaRelease,
     NodeInfo,
 )
@@ -194,3 +195,6 @@ def test_broker_jvm_options_from_the_environment_go_before_the_classpath(tmp_pat
     cmd = c._java_cmd(Path("/lib"), c.node_infos[0])
     assert cmd[:len(plain) - 2] == plain[:-2] and cmd[-2:] == ["-cp", "/lib/*"]
     assert cmd[len(plain) - 2:-2] == ["-XX:TieredStopAtLevel=1", "-Dx=a b"]
+    monkeypatch.setenv(embedded_kafka.BROKER_JVM_OPTIONS_ENV, "-Dx='unclosed")
+    with pytest.raises(EmbeddedKafkaError, match="TXKAFKA_BROKER_JVM_OPTIONS is not a list"):
+        c._java_cmd(Path("/lib"), c.node_infos[0])

@@ -511,7 +511,11 @@ class EmbeddedKafka:
         if node is not None:
             cmd += (release or self.release).log_jvm_options(Path(node.directory))
         # Extra JVM options for the nodes (the test suite runs them with the JIT's first tier only).
-        cmd += shlex.split(os.environ.get(BROKER_JVM_OPTIONS_ENV, ""))
+        try:
+            cmd += shlex.split(os.environ.get(BROKER_JVM_OPTIONS_ENV, ""))
+        except ValueError as e:
+            raise EmbeddedKafkaError(f"{BROKER_JVM_OPTIONS_ENV} is not a list of JVM options in "
+                                     f"shell quoting ({e}); fix or unset it") from e
         return cmd + ["-cp", str(lib / "*")]
 
     def _format(self, lib: Path, node: NodeInfo, cluster_id: str) -> subprocess.Popen:
