@@ -209,9 +209,10 @@ def test_min_insync_replicas_unmet_then_restored_in_time_or_not(kafka3, caplog):
         cluster.pause_node(follower)
         wait_until(lambda: _isr(kafka3, topic) < 3, 60, "the stopped follower out of the ISR")
         lost.send(topic, _rows(10_000, 3000)[1], keys=_rows(10_000, 3000)[0])
-        # (the retry round's answer, or the flush's backstop naming the last answer seen)
-        with pytest.raises(TransactionError,
-                           match="not (delivered|acknowledged) within 8s.*NOT_ENOUGH_REPLICAS"):
+        # (the retry round's answer, or the flush's backstop naming the last answer seen: none
+        # when the leader, slow under load, answered nothing within the 8 s)
+        with pytest.raises(TransactionError, match="not (delivered|acknowledged) within 8s.*"
+                           "(NOT_ENOUGH_REPLICAS|the last answer: none)"):
             lost.flush()
         lost.abort()
         lost.close()
