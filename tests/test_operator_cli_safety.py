@@ -12,7 +12,10 @@ import pytest
 
 import txkafka.connector.sink.commit_log as scl
 import txkafka.connector.client.transactions as tcm
+import txkafka.cli_options as cli_options
+from txkafka.cli_options import CommandLineError
 from txkafka.cli import main
+from txkafka.connector.errors import BrokersUnavailableError
 from txkafka.connector.sink.committable import KafkaCommittable
 from txkafka.connector.sink.commit_log import SinkCommitLog
 from txkafka.connector.client.transactions import TransactionDescription, TransactionListing
@@ -65,26 +68,32 @@ def _committable(tid: str, partition: int, batch: int) -> KafkaCommittable:
     return KafkaCommittable(tid, 7, 0, partition, 0, batch, 10, {"out": [partition]})
 
 
-def _sink_with_changed_prefix(tmp_path):
+def _sink_with_changed_prefix(tmp_path, decided: str):
     """A sink created with transactionalIdPrefix 'orders', later run with 'orders-v2'
-    (the id stays, the option changes: python_datasource/kafka_writer.py)."""
+    (the id stays, the option changes: python_datasource/kafka_writer.py); its log decided
+    one transaction, ``decided`` being the id's tail after ``{prefix}-{sinkId}-``."""
     ck = tmp_path / "ck"
     log = SinkCommitLog(str(ck))
     sid = log.identity("orders").sink_id
     new = f"orders-v2-{sid}-"
-    log.write_decision(3, 0, [_committable(f"{new}0-0", 0, 3)], [0])
-    log.write_outcome(3, 0, [_committable(f"{new}0-0", 0, 3)], [])
+    log.write_decision(3, 0, [_committable(f"{new}{decided}", 0, 3)], [0])
+    log.write_outcome(3, 0, [_committable(f"{new}{decided}", 0, 3)], [])
     return ck, sid, new
 
 
-def test_checkpoint_finds_the_transactions_of_the_current_prefix(tmp_path, fake, capsys):
-    ck, sid, new = _sink_with_changed_prefix(tmp_path)
-    fake.open_ids = [f"{new}1-0"]  # an orphan of the renamed sink
+@pytest.mark.parametrize("decided,orphan", [
+    ("a1b2c3-1-0-0", "a1b2c3-0-1-0"),  # {run}-{parity}-{partition}-{attempt}: what the sink writes
+    ("0-0", "1-0"),                    # the older {partition}-{attempt} shape
+])
+def test_checkpoint_finds_the_transactions_of_the_current_prefix(tmp_path, fake, capsys,
+                                                                  decided, orphan):
+    ck, sid, new = _sink_with_changed_prefix(tmp_path, decided)
+    fake.open_ids = [f"{new}{orphan}"]  # an orphan of the renamed sink
     assert main(["transactions", "list", "-b", B, "--checkpoint", str(ck), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["transactional_id"] for r in rows] == [f"{new}1-0"]
+    assert [r["transactional_id"] for r in rows] == [f"{new}{orphan}"]
     assert main(["transactions", "abort", "-b", B, "--checkpoint", str(ck), "--yes"]) == 0
-    assert fake.instances[-1].aborted == [f"{new}1-0"]
+    assert fake.instances[-1].aborted == [f"{new}{orphan}"]
 
 
 def test_checkpoint_never_acts_on_another_sink_that_shares_the_prefix_text(tmp_path, fake):
@@ -150,9 +159,10 @@ def test_command_config_line_without_equals_is_refused_without_its_value(tmp_pat
     assert fake.instances == []
 
 
-def test_command_config_takes_kafka_tools_java_properties(tmp_path, fake):
+def test_command_config_takes_kafka_tools_java_properties(tmp_path, fake, monkeypatch):
     # The admin.properties of kafka-acls.sh / kafka-transactions.sh: Java names, translated as a
-    # query's kafka.* options are.
+    # query's kafka.* options are. (The CA file is not there: librdkafka's check is the next test's.)
+    monkeypatch.setattr(cli_options, "check_client_config", lambda conf, client: None)
     props = tmp_path / "admin.properties"
     props.write_text(
         "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
@@ -164,6 +174,36 @@ def test_command_config_takes_kafka_tools_java_properties(tmp_path, fake):
     conf = fake.instances[0].conf
     assert conf["sasl.username"] == "admin" and conf["sasl.password"] == "hunter2-secret"
     assert conf["ssl.ca.location"] == "/etc/kafka/ca.pem" and "sasl.jaas.config" not in conf
+
+
+@pytest.mark.parametrize("settings,named", [
+    (["no.such.setting=1"], "'kafka.no.such.setting'"),
+    (["security.protocol=SASL_SSLX"], "'kafka.security.protocol'"),
+    (["security.protocol=SSL", "ssl.ca.location=/nonexistent/ca.pem"], "ssl.ca.location"),
+])
+def test_a_setting_librdkafka_refuses_stops_the_command_before_it_connects(fake, settings, named):
+    with pytest.raises(CommandLineError, match="librdkafka rejected") as exc:
+        main(["transactions", "list", "-b", B, "--prefix", "p-",
+              *[a for s in settings for a in ("-X", s)]])
+    assert named in str(exc.value.code)
+    assert fake.instances == []
+
+
+def test_settings_of_either_client_kind_pass_the_command_lines_check(fake):
+    assert main(["transactions", "list", "-b", B, "--prefix", "p-", "-X", "acks=all",
+                 "-X", "isolation.level=read_committed"]) == 0
+    assert len(fake.instances) == 1
+
+
+def test_a_typed_error_is_one_line_on_stderr_not_a_traceback(fake, monkeypatch):
+    def unreachable(self, **_kw):
+        raise BrokersUnavailableError("no broker answered (bootstrap servers, then brokers seen "
+                                      "since): cannot connect to broker h:1")
+    monkeypatch.setattr(FakeClient, "list_transactions", unreachable)
+    with pytest.raises(SystemExit) as exc:
+        main(["transactions", "list", "-b", B, "--prefix", "p-"])
+    assert exc.value.code == "error: no broker answered (bootstrap servers, then brokers seen " \
+                             "since): cannot connect to broker h:1"  # status 1, as documented
 
 
 def test_a_setting_librdkafka_cannot_take_is_refused_naming_it(fake):

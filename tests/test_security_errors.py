@@ -6,7 +6,9 @@ integration_tests/test_security_transport.py; these tests pin the translation ru
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -104,7 +106,7 @@ def test_authorization_errors_name_resource_and_operations():
 
     cluster = translate_kafka_error(_err(KafkaError.CLUSTER_AUTHORIZATION_FAILED, "x"), CONF,
                                     action="init")
-    assert "IDEMPOTENT_WRITE" in str(cluster)
+    assert "--operation IdempotentWrite --cluster" in str(cluster)  # kafka-acls.sh refuses IDEMPOTENT_WRITE
 
 
 def test_bad_key_file_is_a_config_error():
@@ -173,3 +175,18 @@ def test_authentication_failure_at_the_coordinator_is_raised_not_retried(call):
     # Before the fix these were treated as "coordinator moved" and retried until the timeout.
     assert refusing.calls == 1
     assert time.monotonic() - started < 5
+
+
+def test_every_kafka_acls_hint_names_an_operation_the_tool_accepts():
+    """kafka-acls.sh takes an operation as one upper-case word (READ) or in PascalCase
+    (DescribeConfigs); DESCRIBE_CONFIGS or IDEMPOTENT_WRITE are refused, so a hint that wrote
+    them would send an operator to an error."""
+    root = Path(__file__).resolve().parents[1]
+    files = [*root.glob("connector/**/*.py"), *root.glob("txkafka/**/*.py"),
+             *root.glob("python_datasource/*.py"), *root.glob("docs/*.md"), root / "README.md"]
+    found = {(f.name, op) for f in files
+             for op in re.findall(r"--operation ([A-Za-z_]+)", f.read_text())}
+    assert {op for _, op in found} >= {"READ", "WRITE", "DESCRIBE", "IdempotentWrite"}
+    bad = [(name, op) for name, op in found
+           if not (re.fullmatch(r"[A-Z]+", op) or re.fullmatch(r"(?:[A-Z][a-z]+)+", op))]
+    assert not bad, bad

@@ -46,6 +46,7 @@ from txkafka.connector.sink.transactional_ids import (
     LEGACY_RUN,
     IdParts,
     TransactionalIdFactory,
+    prefix_of,
     run_tag,
 )
 
@@ -151,6 +152,17 @@ def test_ids_are_bounded_and_parse_back():
     ids = {f.transactional_id(p, a, run=run, batch_id=b) for p in range(4) for a in range(2)
            for b in range(50)}
     assert len(ids) == 16  # reused every other batch within a run
+
+
+def test_the_prefix_is_read_back_from_either_shape():
+    run = run_tag("r")
+    for prefix in ("app", "orders-v2", "a-ab12cd34-x"):  # a prefix may hold dashes, even the id
+        f = TransactionalIdFactory(prefix, "ab12cd34")
+        assert prefix_of(f.transactional_id(3, 1, run=run, batch_id=5), "ab12cd34") == prefix
+        assert prefix_of(f"{prefix}-ab12cd34-3-1", "ab12cd34") == prefix  # the older shape
+    assert prefix_of(f"app-ab12cd34-{run}-1-3-1", "00000000") is None  # another sink
+    assert prefix_of("app-ab12cd34-x-1", "ab12cd34") is None
+    assert prefix_of(f"ab12cd34-{run}-1-3-1", "ab12cd34") is None  # no prefix
 
 
 def test_ids_differ_across_runs_and_consecutive_batches():

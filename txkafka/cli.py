@@ -141,12 +141,13 @@ def _load_extensions() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     _load_extensions()
     args = build_parser().parse_args(argv)
-    from .connector.errors import NewerFormatError
+    from .connector.errors import TxKafkaError
 
     try:
         return int(args.func(args) or 0)
-    except NewerFormatError as e:
-        # A file a newer txkafka wrote (after a downgrade): the message says it all, and what to do.
+    except TxKafkaError as e:
+        # A typed error says what happened and what to do (an unreachable cluster, a denied ACL, a
+        # file a newer txkafka wrote); a traceback would only bury it.
         raise SystemExit(f"error: {e}") from None
 
 

@@ -13,7 +13,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .connector.client.config import kafka_client_config
+from .connector.client.config import check_client_config, kafka_client_config
 from .connector.errors import KafkaConfigError
 from .connector.option_names import KAFKA_PREFIX
 from .connector.secrets_redaction import redact_text
@@ -85,6 +85,7 @@ class KafkaConnection:
         try:
             conf = kafka_client_config({f"{KAFKA_PREFIX}{k}": v for k, v in
                                         {**settings, "bootstrap.servers": bootstrap}.items()})
+            check_client_config(conf, "any")  # before the command acts, not at its first client
         except KafkaConfigError as e:
             raise CommandLineError(
                 f"client settings (-X / --command-config; the names below without the 'kafka.' "

@@ -20,7 +20,7 @@ from .cli_options import CommandLineError, KafkaConnection, add_kafka_options
 from .connector.secrets_redaction import redact_uri
 from .connector.checkpoint.savepoint import resume_option
 from .connector.sink.commit_log import SinkCommitLog, SinkIdentity
-from .connector.sink.transactional_ids import TransactionalIdFactory
+from .connector.sink.transactional_ids import TransactionalIdFactory, prefix_of
 
 
 def _open_log(checkpoint: str) -> tuple[SinkCommitLog, SinkIdentity]:
@@ -65,11 +65,9 @@ def _prefixes_in_log(log: SinkCommitLog, sink_id: str) -> list[str]:
         st = log.batch_state(b, entries)
         for rnd in reversed(st.rounds if st else []):
             for c in rnd.decision:
-                head = c.transactional_id.rsplit("-", 2)[0]
-                if head.endswith(f"-{sink_id}"):
-                    p = head[: -len(sink_id) - 1]
-                    if p and p not in found:
-                        found.append(p)
+                p = prefix_of(c.transactional_id, sink_id)
+                if p and p not in found:
+                    found.append(p)
     return found
 
 

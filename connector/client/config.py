@@ -326,7 +326,9 @@ def _name_options(librdkafka_text: str) -> str:
 
 def check_client_config(conf: Mapping[str, object], client: str) -> None:
     """Create, then drop, the librdkafka ``client`` ("producer" or "consumer") the executors will
-    create from ``conf``; raise KafkaConfigError with librdkafka's reason.
+    create from ``conf``; raise KafkaConfigError with librdkafka's reason. ``client="any"``: the
+    settings of several kinds of client (a command line's), so only what librdkafka refuses
+    outright (a name it does not know, a value it cannot take) fails, not a setting of one kind.
 
     Why: librdkafka checks combinations (acks with idempotence, fetch sizes against each other)
     only when a client is created, so a bad pair would otherwise pass the driver and fail every
@@ -334,7 +336,7 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
     """
     from confluent_kafka import Consumer, KafkaException, Producer
 
-    factory = Producer if client == "producer" else Consumer
+    factory = Consumer if client == "consumer" else Producer
     warnings = _CollectedLog()
     conf = {**conf, "logger": warnings.logger}  # this probe's log lines are read, not printed
     try:
@@ -342,8 +344,9 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
     except (KafkaException, ValueError, TypeError) as e:
         err = e.args[0] if isinstance(e, KafkaException) and e.args else None
         text = redact_text(err.str() if hasattr(err, "str") else str(e), conf)
+        whose = "client" if client == "any" else client
         raise KafkaConfigError(
-            f"librdkafka rejected the {client} settings from the kafka.* options: "
+            f"librdkafka rejected the {whose} settings from the kafka.* options: "
             f"{_name_options(text)}") from None
     # Serving the log queue delivers librdkafka's CONFWARN lines to ``warnings``.
     if client == "consumer":
@@ -351,7 +354,8 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
     else:
         handle.poll(0)
         del handle
-    _reject_ignored_properties(warnings.messages, conf, client)
+    if client != "any":
+        _reject_ignored_properties(warnings.messages, conf, client)
 
 
 # librdkafka's CONFWARN for a property of the other client type, which it then ignores.

@@ -210,9 +210,9 @@ def translate_kafka_error(
     if code == CLUSTER_AUTHORIZATION_FAILED:
         return KafkaAuthorizationError(
             f"{action}: not authorized on the cluster (CLUSTER_AUTHORIZATION_FAILED). Brokers older "
-            "than 3.0 require IDEMPOTENT_WRITE on the cluster for idempotent producers: "
+            "than 3.0 require the IdempotentWrite operation on the cluster for idempotent producers: "
             "kafka-acls.sh --bootstrap-server ... --add --allow-principal User:<principal> "
-            f"--operation IDEMPOTENT_WRITE --cluster. librdkafka: {text}"
+            f"--operation IdempotentWrite --cluster. librdkafka: {text}"
         )
     if code == _INVALID_ARG and any(k in text for k in ("ssl.key", "ssl.certificate", "ssl.ca",
                                                          "ssl.keystore")):

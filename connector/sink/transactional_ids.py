@@ -80,3 +80,16 @@ class TransactionalIdFactory:
                 and rest[1] in ("0", "1") and all(p.isdigit() for p in rest[2:])):
             return IdParts(rest[0], int(rest[1]), int(rest[2]), int(rest[3]))
         return None
+
+
+def prefix_of(transactional_id: str, sink_id: str) -> str | None:
+    """The ``transactionalIdPrefix`` that made ``transactional_id`` for sink ``sink_id`` (either
+    shape), else None: the prefix is whatever precedes ``-{sinkId}-`` when the rest parses."""
+    mark = f"-{sink_id}-"
+    at = transactional_id.find(mark)
+    while at > 0:
+        prefix = transactional_id[:at]
+        if TransactionalIdFactory(prefix, sink_id).parse(transactional_id) is not None:
+            return prefix
+        at = transactional_id.find(mark, at + 1)
+    return None
