@@ -51,6 +51,7 @@ READER_OPTIONS: tuple[str, ...] = (
 WRITER_OPTIONS: tuple[str, ...] = (
     "topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix",
     "commitTimeoutMs", "commitParallelism", "producer", "assumeTransactionPartitionVerification",
+    "includeHeaders",
 )
 """The writer's own options and the Spark Kafka sink's names it honours."""
 

@@ -134,9 +134,10 @@ class _KafkaWrite:
         )
         if overwrite:
             raise KafkaConfigError(
-                "txkafka appends to Kafka topics; SaveMode/OutputMode that overwrites is not "
-                "supported (use mode('append'))"
-            )
+                "txkafka appends to Kafka topics: "
+                + ("output mode 'complete' rewrites the whole result each batch; use "
+                   "outputMode('append')" if streaming else
+                   "save mode 'overwrite' is not supported; use mode('append')"))
         self.plan = WritePlan()
         self.ids: TransactionalIdFactory | None = None
         self._committer: KafkaCommitter | None = None

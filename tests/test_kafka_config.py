@@ -66,6 +66,18 @@ def test_java_names_librdkafka_knows_are_renamed_or_passed_through():
                              "kafka.delivery.timeout.ms": "30000"})
 
 
+def test_an_empty_host_check_algorithm_is_javas_off_switch():
+    # Java clients (and so Spark's connector) take "" to turn the host name check off;
+    # librdkafka refuses an empty value, so it becomes "none" for every client.
+    opts = {"kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SSL",
+            "kafka.ssl.endpoint.identification.algorithm": " "}
+    conf = kafka_client_config(opts)
+    assert conf["ssl.endpoint.identification.algorithm"] == "none"
+    check_client_config(conf, "producer")
+    from txkafka.connector.client.connection import SecurityConfig
+    assert SecurityConfig.from_kafka_config(conf).check_hostname is False
+
+
 @pytest.mark.parametrize("key, named", [
     ("max.block.ms", "kafka.message.timeout.ms"),
     ("fetch.max.wait.ms", "kafka.fetch.wait.max.ms"),

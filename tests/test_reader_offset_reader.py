@@ -3,6 +3,8 @@ startingOffsets/endingOffsets/timestamps; plus a real librdkafka client against 
 
 from concurrent.futures import Future
 
+import logging
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -87,8 +89,30 @@ def test_subscribe_pattern_and_assign_discovery():
         {"kafka.bootstrap.servers": "h:1", "subscribePattern": "t.*|__.*"}, streaming=True),
         admin_factory=lambda conf: admin)
     assert r.topic_partitions() == [("t", 0), ("t", 1), ("t2", 0)]  # internal topics excluded
+    # Spark's rule: a match anywhere in the name (its admin strategy's findFirstIn), so a pattern
+    # written for format("kafka") reads the same topics; anchors make it whole-name.
+    admin = ScriptedAdmin({"orders": [0], "orders-eu": [0], "old-orders": [0], "x": [0]})
+    for pattern, topics in (("orders", {"orders", "orders-eu", "old-orders"}),
+                            ("^orders$", {"orders"}), ("^orders", {"orders", "orders-eu"})):
+        r = KafkaOffsetReader(parse_source_options(
+            {"kafka.bootstrap.servers": "h:1", "subscribePattern": pattern}, streaming=True),
+            admin_factory=lambda conf: admin)
+        assert {t for t, _ in r.topic_partitions()} == topics, pattern
     missing = reader(admin, subscribe="nope").topic_partitions()
     assert missing == []  # subscribe waits for a topic that does not exist yet
+
+
+def test_a_subscribed_topic_that_is_not_there_is_named_once_then_when_it_appears(caplog):
+    admin = ScriptedAdmin({"t": [0]})
+    r = reader(admin, subscribe="t,nope")
+    caplog.set_level(logging.INFO, logger="txkafka.reader")
+    for _ in range(3):
+        assert r.topic_partitions() == [("t", 0)]
+    warned = [m.getMessage() for m in caplog.records if m.levelno == logging.WARNING]
+    assert len(warned) == 1 and "'nope'" in warned[0] and "'t'" not in warned[0]
+    admin.topics["nope"] = [0]
+    assert r.topic_partitions() == [("nope", 0), ("t", 0)]
+    assert "'nope' now exist" in caplog.records[-1].getMessage()
 
 
 @pytest.mark.parametrize("assign, needle", [

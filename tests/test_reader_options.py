@@ -38,8 +38,9 @@ def test_spark_defaults():
     assert o.min_partitions is None and o.max_records_per_partition is None
     assert o.include_headers is False
     assert o.poll_timeout_ms == 120_000
-    assert o.fetch_offset_num_retries == 3 and o.fetch_offset_retry_interval_ms == 10
+    assert o.fetch_offset_num_retries == 3 and o.fetch_offset_retry_interval_ms == 1000
     assert o.group_id.startswith("spark-kafka-source-")
+    assert parse(streaming=False).group_id.startswith("spark-kafka-relation-")  # Spark's, for spark.read
     assert o.isolation_level == "read_committed"
     assert o.commit_offsets_to_group is False
 

@@ -70,6 +70,12 @@ def test_option_names_are_case_insensitive():
     assert cfg.transactional_id_prefix == "app1"
 
 
+def test_spark_sinks_include_headers_option_is_taken_and_ignored():
+    for value in ("true", "false"):  # Spark's sink lists it and never reads it
+        assert SinkConfig.from_options({**BASE, "includeHeaders": value}, streaming=True) == \
+            SinkConfig.from_options(BASE, streaming=True)
+
+
 def test_transaction_timeout_comes_from_kafka_option():
     cfg = SinkConfig.from_options({**BASE, "kafka.transaction.timeout.ms": "900000"}, streaming=True)
     assert cfg.transaction_timeout_ms == 900_000
@@ -94,6 +100,7 @@ def test_transaction_timeout_error_names_the_kafka_option():
     ({"kafka.value.serializer": "x"}, "kafka.value.serializer"),
     ({"topic": " "}, "'topic' is empty"),
     ({"commitTimeoutMs": "-5"}, "commitTimeoutMs"),
+    ({"includeHeaders": "yes"}, "option 'includeHeaders' must be true or false"),
 ])
 def test_bad_options_name_the_option(extra, match):
     with pytest.raises(KafkaConfigError, match=match):

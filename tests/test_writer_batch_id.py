@@ -63,3 +63,18 @@ class _NoopWriter:
 
     def release(self):
         pass
+
+
+@pytest.mark.parametrize("streaming, names", [(True, "outputMode('append')"),
+                                              (False, "mode('append')")])
+def test_an_overwriting_mode_is_refused_naming_the_call_that_appends(streaming, names):
+    # Spark hands overwrite=True for a stream's complete output mode and df.write's overwrite.
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from txkafka.connector.errors import KafkaConfigError
+
+    cls = adapter.KafkaStreamingWrite if streaming else adapter.KafkaBatchWrite
+    schema = StructType([StructField("value", BinaryType())])
+    with pytest.raises(KafkaConfigError, match=r"appends to Kafka topics") as exc:
+        cls(BASE, schema, True)
+    assert names in str(exc.value) and ("complete" in str(exc.value)) == streaming

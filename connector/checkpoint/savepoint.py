@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -70,8 +69,6 @@ BASIS_NONE = "none"               # nothing logged at all: no positions
 KIND_KAFKA = "kafka"
 KIND_OTHER = "other"
 
-_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
-                              "__cluster_metadata"})
 
 
 @dataclass(frozen=True)
@@ -415,7 +412,7 @@ def reads_topic(strategy: ConsumerStrategy, topic: str) -> bool:
     if isinstance(strategy, Subscribe):
         return topic in strategy.topics
     if isinstance(strategy, SubscribePattern):
-        return topic not in _INTERNAL_TOPICS and re.fullmatch(strategy.pattern, topic) is not None
+        return strategy.matches(topic)
     assert isinstance(strategy, Assign)
     return any(t == topic for t, _ in strategy.partitions)
 

@@ -207,6 +207,8 @@ def kafka_client_config(
             raise KafkaConfigError(
                 f"option 'kafka.{lname}' and its Java name disagree ({value!r} vs "
                 f"{conf[lname]!r}); keep one")
+        if lname == "ssl.endpoint.identification.algorithm" and not str(value).strip():
+            value = "none"  # Java's way to turn the host check off; librdkafka refuses ""
         conf[lname] = str(value)
     for key, value in jaas.items():
         if key in conf and conf[key] != value:

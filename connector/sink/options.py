@@ -141,6 +141,10 @@ class SinkConfig:
                                 minimum=1000, shown="kafka.transaction.timeout.ms")
         kafka.pop("transaction.timeout.ms", None)
 
+        # Spark's guide lists it for the sink, which never reads it (a headers column is always
+        # written): checked, then ignored the same way.
+        _flag(options, "includeHeaders")
+
         checkpoint = _get(options, "checkpointLocation")
         if streaming and guarantee is DeliveryGuarantee.EXACTLY_ONCE and not checkpoint:
             # Spark hands a Python sink the option only: a checkpoint it derives from

@@ -52,10 +52,6 @@ from .options import (
 log = logging.getLogger("txkafka.reader")
 _LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
 
-# Kafka's internal topics; a pattern subscription never matches them (like Java's
-# exclude.internal.topics=true).
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
-                             "__cluster_metadata"})
 
 # Per-partition answers meaning "this partition does not exist (any more)".
 _GONE = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
@@ -104,6 +100,7 @@ class KafkaOffsetReader:
                           else IsolationLevel.READ_COMMITTED)
         # A refused TLS/SASL login reaches only error_cb; this keeps it for the error we raise.
         self._probe = SecurityErrorProbe(conf)
+        self._absent: frozenset[str] = frozenset()  # subscribed topics not there, as last logged
 
     # ---- plumbing ------------------------------------------------------------------------------
 
@@ -176,13 +173,25 @@ class KafkaOffsetReader:
         md = self._metadata()
         strategy = self.options.strategy
         if isinstance(strategy, Subscribe):
+            self._log_absent(frozenset(t for t in strategy.topics if t not in md))
             return sorted((t, p) for t in strategy.topics for p in md.get(t, ()))
         if isinstance(strategy, SubscribePattern):
-            rx = re.compile(strategy.pattern)
-            return sorted((t, p) for t, parts in md.items()
-                          if t not in INTERNAL_TOPICS and rx.fullmatch(t) for p in parts)
+            return sorted((t, p) for t, parts in md.items() if strategy.matches(t) for p in parts)
         assert isinstance(strategy, Assign)
         return sorted((t, p) for t, p in strategy.partitions if p in md.get(t, ()))
+
+    def _log_absent(self, absent: frozenset[str]) -> None:
+        """A subscribed topic that is not there is waited for (Spark's reader fails instead): say
+        so when the set changes, so a misspelt name does not make a quietly empty stream."""
+        if absent - self._absent:
+            log.warning("subscribed topic(s) %s do not exist (or this principal may not DESCRIBE "
+                        "them): nothing is read from them until they appear, then from their "
+                        "earliest offset; check the 'subscribe' option if they should be there",
+                        ", ".join(repr(t) for t in sorted(absent)))
+        elif self._absent - absent:
+            log.info("subscribed topic(s) %s now exist", ", ".join(
+                repr(t) for t in sorted(self._absent - absent)))
+        self._absent = absent
 
     def check_access(self) -> None:
         """When a query starts or restarts: may the principal read its topics and use its group?

@@ -33,10 +33,13 @@ TopicPartitionKey = tuple[str, int]
 EARLIEST = -2
 LATEST = -1
 
-DEFAULT_GROUP_ID_PREFIX = "spark-kafka-source"
+# Spark's defaults, as its code has them (its guide says 10 ms for the retry interval; every
+# offset reader of its Kafka source uses 1000).
+DEFAULT_GROUP_ID_PREFIX = "spark-kafka-source"          # streaming queries
+DEFAULT_BATCH_GROUP_ID_PREFIX = "spark-kafka-relation"  # spark.read
 DEFAULT_POLL_TIMEOUT_MS = 120_000
 DEFAULT_FETCH_OFFSET_NUM_RETRIES = 3
-DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 10
+DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 1000
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 # librdkafka waits fetch.queue.backoff.ms (default 1000) before fetching more for a partition
 # whose queue is full; see SourceOptions.consumer_config. Shared by every bulk reader txkafka runs.
@@ -72,11 +75,22 @@ class Subscribe:
     topics: tuple[str, ...]
 
 
+# Kafka's internal topics; a pattern subscription never matches them (like Java's
+# exclude.internal.topics=true).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state",
+                             "__cluster_metadata"})
+
+
 @dataclass(frozen=True)
 class SubscribePattern:
-    """``subscribePattern``: every topic whose whole name matches the regex, re-evaluated each trigger."""
+    """``subscribePattern``: every topic the regex matches, re-evaluated each trigger."""
 
     pattern: str
+
+    def matches(self, topic: str) -> bool:
+        """Spark's rule: a match anywhere in the name (``orders`` reads ``orders-eu``; anchor it,
+        ``^orders$``, for one topic); never one of Kafka's internal topics."""
+        return topic not in INTERNAL_TOPICS and re.search(self.pattern, topic) is not None
 
 
 @dataclass(frozen=True)
@@ -465,7 +479,8 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
     retries = parse_long(opts, "fetchoffset.numretries", minimum=1)
     interval = parse_long(opts, "fetchoffset.retryintervalms", minimum=0)
 
-    prefix = opts.get("groupidprefix", DEFAULT_GROUP_ID_PREFIX)
+    prefix = opts.get("groupidprefix", DEFAULT_BATCH_GROUP_ID_PREFIX if streaming is False
+                      else DEFAULT_GROUP_ID_PREFIX)
     user_group = "kafka.group.id" in opts
     if user_group and not conf.get("group.id", "").strip():
         raise KafkaConfigError(
