@@ -22,7 +22,8 @@ from txkafka.connector.client.record_batch_decoder import decode
 
 from tests.record_batch_encoding import (
     CODECS, DEFAULT_BASE_TIMESTAMP, GZIP, HEADER_SIZE, LZ4, NONE, SNAPPY, XERIAL_MAGIC, ZSTD,
-    Record, batch, control_batch, crc32c, encode_record, records_of, uvarint, varint, varlong,
+    Record, batch, control_batch, control_record, crc32c, encode_record, records_of, uvarint, varint,
+    varlong,
 )
 
 TS = DEFAULT_BASE_TIMESTAMP
@@ -1045,3 +1046,45 @@ def test_a_header_key_that_is_not_utf8_is_a_protocol_error():
     with pytest.raises(KafkaProtocolError, match="does not parse"):
         decode(bytes(data), 0, 10, include_headers=True)
     assert decode(bytes(data), 0, 10).values.to_pylist() == [b"v"]  # headers not asked: read
+
+
+def _with_length(data: bytes, length: int) -> bytes:
+    return data[:8] + struct.pack(">i", length) + data[12:]
+
+
+@pytest.mark.timeout(20)  # the defect this guards against was an endless loop
+@pytest.mark.parametrize("length", [-12, -1, 0, HEADER_SIZE - 13])
+@pytest.mark.parametrize("where", ["before the window", "a marker", "data"])
+def test_a_batch_length_below_a_header_is_a_protocol_error_not_a_loop(length, where):
+    first = {"before the window": batch(0, records_of([b"a"])),
+             "a marker": control_batch(5, P1, commit=True),
+             "data": batch(5, records_of([b"a"]))}[where]
+    data = _with_length(first, length) + batch(6, records_of([b"b"]))
+    with pytest.raises(KafkaProtocolError, match=rf"gives length {length}, less than a batch"):
+        decode(data, 5, 10, aborted=[(P1, 0)])
+
+
+@pytest.mark.parametrize("codec", [c for c in CODECS if c != NONE])
+def test_a_compressed_abort_marker_still_ends_the_aborted_range(codec):
+    # Apache Kafka never compresses markers; a broker that did must not hide later records.
+    data = (batch(0, records_of([b"x0"]), transactional=True, producer_id=P1)
+            + batch(1, [control_record(commit=False)], transactional=True, control=True,
+                    producer_id=P1, codec=codec)
+            + batch(2, records_of([b"k2"]), transactional=True, producer_id=P1)
+            + control_batch(3, P1, commit=True))
+    assert decode(data, 0, 10, aborted=[(P1, 0)]).offsets.tolist() == [2]
+
+
+def test_what_one_arrow_buffer_cannot_address_is_left_for_the_next_fetch(monkeypatch):
+    # A view's offset is an int32: decompressed batches past 2 GiB would wrap (here: a lower
+    # limit). The batches that fit are returned; the next fetch starts with the first that
+    # does not; one batch alone too big goes to the librdkafka reader (KafkaProtocolError).
+    one, two = records_of([b"v" * 1000] * 20), records_of([b"w" * 1000] * 20)
+    data = batch(0, one, codec=GZIP) + batch(20, two, codec=GZIP)
+    monkeypatch.setattr(rbd, "_VIEW_LIMIT", len(data) + 16 + 20_000 + 16 + 10_000)
+    got = decode(data, 3, 100)
+    assert got.offsets.tolist() == list(range(3, 20)) and got.next_offset == 20
+    assert decode(data, 20, 100).offsets.tolist() == list(range(20, 40))
+    monkeypatch.setattr(rbd, "_VIEW_LIMIT", 10_000)
+    with pytest.raises(KafkaProtocolError, match="decompresses to"):
+        decode(data, 0, 100)

@@ -44,6 +44,9 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_STRUCT))
 _INLINE = 12            # binary_view: values of at most 12 bytes live in the view itself
+# A view's offset into the joined buffer is an int32: the response and what it decompresses to
+# stop short of this (the rest is left for the next fetch).
+_VIEW_LIMIT = 2**31 - 1
 
 
 @dataclass
@@ -312,6 +315,11 @@ def _decode(records: bytes | memoryview | None, start: int, end: int,
         (base_offset, length, _epoch, magic, _crc, attrs, last_delta, base_ts, max_ts, pid,
          _pepoch, _seq, count) = BATCH_HEADER.unpack_from(mv, pos)
         batch_end = pos + _LOG_OVERHEAD + length
+        if length < BATCH_HEADER_SIZE - _LOG_OVERHEAD:
+            # Else pos would not move forward (Kafka's consumer: CorruptRecordException).
+            raise KafkaProtocolError(
+                f"a record batch at offset {base_offset} gives length {length}, less than a "
+                f"batch header: the fetch response is corrupt")
         if magic != 2:
             raise KafkaProtocolError(
                 f"a record batch at offset {base_offset} has message format v{magic}; txkafka "
@@ -325,22 +333,34 @@ def _decode(records: bytes | memoryview | None, start: int, end: int,
             continue  # wholly before the fetch position (a compacted or older batch)
         if base_offset >= end:
             break
+        batch_at = next_offset
         next_offset = last_offset + 1
         if read_committed:
             while ai < len(pending_aborts) and pending_aborts[ai][1] <= last_offset:
                 aborted_pids.add(pending_aborts[ai][0])
                 ai += 1
         if attrs & _CONTROL:
-            # Marker: an ABORT (type 0) of an aborted producer ends its skipping.
-            if (read_committed and pid in aborted_pids and count
-                    and _control_type(mv[body_at:batch_end]) == 0):
-                aborted_pids.discard(pid)
+            # Marker: an ABORT (type 0) of an aborted producer ends its skipping. (Apache Kafka
+            # never compresses markers; another broker might, so its body is read decompressed.)
+            if read_committed and pid in aborted_pids and count:
+                body = mv[body_at:batch_end]
+                if attrs & _CODEC_MASK:
+                    body = memoryview(_decompress(attrs & _CODEC_MASK, body))
+                if _control_type(body) == 0:
+                    aborted_pids.discard(pid)
             continue
         if (read_committed and attrs & _TRANSACTIONAL and pid in aborted_pids) or not count:
             continue
         codec = attrs & _CODEC_MASK
         data, at, shift = (mv, body_at, 0) if codec == 0 else (
             _decompress(codec, mv[body_at:batch_end]), 0, extra_at)
+        if codec and extra_at + len(data) + len(_PAD) > _VIEW_LIMIT:
+            if not batches:
+                raise KafkaProtocolError(
+                    f"the record batch at offset {base_offset} decompresses to {len(data)} bytes, "
+                    f"more than one Arrow buffer addresses")
+            next_offset = batch_at  # the next fetch starts with this batch
+            break
         stop = at + (batch_end - body_at) if codec == 0 else len(data)
         if codec == 0 and view is None:
             view = np.frombuffer(mv, dtype=np.uint8)

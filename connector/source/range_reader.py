@@ -187,7 +187,8 @@ def _record_batch(keys: pa.Array, values: pa.Array, topic: str, partition: int,
 def decoded_batches(d: "DecodedRecords", topic: str, partition: int, include_headers: bool,
                     batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """RecordBatches of at most ``batch_rows`` rows from one decoded Fetch response (zero-copy
-    slices: one response holds at most fetch.max.bytes, far under Arrow's 2 GiB limit)."""
+    slices: the decoder keeps one response's bytes, decompressed ones included, within what one
+    Arrow buffer addresses)."""
     n = len(d)
     if not n:
         return
