@@ -232,6 +232,12 @@ class SimCluster:
             fault = None
         elif fault == "denied":
             return TOPIC_AUTHORIZATION_FAILED
+        elif fault == "refuse_and_forget":
+            # Refused, and the broker loses every producer's state here (an unclean leader
+            # election; state expiring with the log's head): it then takes any sequence.
+            self.logs[(t, p)].clear()
+            self.stats.count("state_lost")
+            return NOT_ENOUGH_REPLICAS
         elif fault == "ok":
             fault = None
         elif fault is None:

@@ -19,6 +19,7 @@ from txkafka.connector.client.record_batch_encoder import (
     BatchAccumulator,
     RecordTooLargeError,
     codec_from_config,
+    compress,
     encode_batch,
     murmur2,
     murmur2_partitions,
@@ -258,6 +259,17 @@ def test_compression_setting():
     assert codec_from_config({"compression.codec": "LZ4"}) == 3
     with pytest.raises(KafkaConfigError, match="compression.type"):
         codec_from_config({"compression.type": "brotli"})
+
+
+@pytest.mark.parametrize("level", [-1, 0, 9, 10, 12])
+def test_gzip_levels_above_9_mean_9_as_in_librdkafka(level):
+    # zlib refuses them; librdkafka caps compression.level at 9 for gzip.
+    import gzip
+
+    data = b"kafka " * 1000
+    assert gzip.decompress(compress(1, data, level)) == data
+    if level > 9:
+        assert compress(1, data, level) == compress(1, data, 9)
 
 
 @pytest.mark.parametrize("codec", [0, 3], ids=["none", "lz4"])

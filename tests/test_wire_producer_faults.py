@@ -30,7 +30,12 @@ from tests.test_coordinator_client_failures import (  # noqa: F401 (brokers: a f
 )
 from txkafka.connector.client import connection as broker_connection
 from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
-from txkafka.connector.errors import BrokersUnavailableError, KafkaAuthorizationError
+from txkafka.connector.errors import (
+    BrokersUnavailableError,
+    KafkaAuthorizationError,
+    KafkaProtocolError,
+    TransactionError,
+)
 from txkafka.connector.client.protocol import Writer
 from txkafka.connector.client.producer import INIT_PRODUCER_ID, ClusterLink, WireProducer
 
@@ -111,6 +116,53 @@ def test_abort_waits_for_the_produce_requests_in_flight():
     assert cluster.end_txn_calls == [(False, 0)], cluster.violations
 
 
+def test_a_success_after_a_sure_refusal_fails_the_task_instead_of_skipping_the_refused():
+    """A later batch's acknowledgement proves the earlier ones were appended only while the
+    broker checks this producer's sequences. One that refused batch k (NOT_ENOUGH_REPLICAS:
+    not appended) and then lost the producer's state accepts batch k+1 (pipelined behind it):
+    taking k as delivered would skip its records with nothing said."""
+    clock = VirtualClock()
+    cluster = SimCluster(random.Random(0), Faults(), topics={"t": 1}, clock=clock)
+    p = WireProducer({"bootstrap.servers": "sim:9092", "batch.size": "150"},
+                     transactional_id="sim-0", link=SimLink(cluster), where="test task")
+    p._runner = StepRunner(random.Random(0), clock, receive_bias=0.0)  # requests pipelined
+    p._sticky_rng = random.Random(1)
+    p.begin()
+    p.send("t", _values(0, 200))
+    k = [b.seq for b in p._parts[("t", 0)].queue][3]
+    cluster.scripted[("t", 0, k, 1)] = "refuse_and_forget"
+    with pytest.raises(TransactionError, match=rf"after refusing the \d+ before them "
+                                               rf"\(sequence {k}: NOT_ENOUGH_REPLICAS\)"):
+        p.flush()
+    assert cluster.stats.faults.get("state_lost") == 1
+    p.abort()
+    p.close()
+
+
+def test_a_batch_that_fails_to_encode_spends_no_sequence_number(monkeypatch):
+    """The pooled idempotent producer id goes on to the next task with its sequences: one spent
+    on a batch never sent would make that task's first batch OUT_OF_ORDER_SEQUENCE_NUMBER."""
+    from txkafka.connector.client import producer as producer_module
+
+    cluster = SimCluster(random.Random(5), Faults(), topics={"t": 1})
+    p = _producer(cluster, tid=None)
+    real = producer_module.batch_pieces
+    calls = []
+
+    def once_broken(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ValueError("an encoder failure")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(producer_module, "batch_pieces", once_broken)
+    with pytest.raises(ValueError, match="an encoder failure"):
+        p.send("t", _values(0, 40))
+    p.flush()
+    delivered = sum(b.count for b in p._parts[("t", 0)].queue) + len(cluster.written(("t", 0)))
+    assert p._idem.sequences[("t", 0)] == delivered > 0
+
+
 def test_at_least_once_counts_the_delivery_limit_per_batch_not_per_task():
     """message.timeout.ms bounds each record's delivery (librdkafka's rule), so a task writing
     for longer than that succeeds when each batch is delivered in time, retries included.
@@ -151,6 +203,39 @@ def test_a_pipelined_answer_waits_for_the_request_s_deadline_not_the_per_read_ca
     r.int32()
     assert r.int16() == 0
     conn.close()
+
+
+def test_a_pipelined_request_is_written_within_the_deadline_not_the_per_write_cap(brokers):  # noqa: F811
+    """A broker reads a connection's next request only after answering the one before, which
+    an acks=all Produce may hold up to request.timeout.ms: a request larger than the socket
+    buffers waits that long to be written. With the producer's deadline it is; the per-write cap
+    alone (ATTEMPT_TIMEOUT_S, short here) broke the connection, and every request went again."""
+    broker = brokers()
+
+    def slow_end_txn(n, body) -> bytes:
+        time.sleep(0.8)
+        return Writer(True).int32(0).int16(0).tags().build()
+
+    broker.handlers[END_TXN] = slow_end_txn
+    small = Writer(True).string("t").int64(7).int16(0).boolean(False).tags().build()
+    large = small + bytes(48 << 20)  # far past loopback's socket buffers
+
+    def pipeline(deadline: float | None) -> None:
+        conn = BrokerConnection("127.0.0.1", broker.port, SecurityConfig(), timeout=0.2)
+        try:
+            first = conn.send_pipelined(END_TXN, 3, small, flexible=True)
+            second = conn.send_pipelined(END_TXN, 3, large, flexible=True, deadline=deadline)
+            for cid in (first, second):
+                r = conn.receive_pipelined(cid, END_TXN, flexible=True,
+                                           deadline=time.monotonic() + 10)
+                r.int32()
+                assert r.int16() == 0
+        finally:
+            conn.close()
+
+    with pytest.raises(KafkaProtocolError):
+        pipeline(None)  # the scenario: the write outlasts the cap
+    pipeline(time.monotonic() + 10)
 
 
 # ------------------------------------------------ brokers failing while metadata is asked for

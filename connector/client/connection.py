@@ -618,8 +618,12 @@ class BrokerConnection:
 
         For a connection one caller owns alone (a producer's sender): it keeps several requests
         in flight and reads the answers, in the order sent, with :meth:`receive_pipelined`. The
-        login is renewed only by :meth:`connect_idle`, never with answers outstanding.
+        login is renewed only by :meth:`connect_idle`, never with answers outstanding. With an
+        explicit ``deadline`` the write has no per-attempt cap: a broker reads a connection's
+        next request only once it answered the one before, which an acks=all Produce may hold up
+        to its own timeout, so a large request can wait that long in the socket's buffers.
         """
+        capped = deadline is None
         deadline = self._deadline(deadline)
         self.connect(deadline)
         with self._lock:
@@ -629,7 +633,8 @@ class BrokerConnection:
             frames: list = []
             cid = self._frame(frames, api_key, version, body, flexible)
             with self._io_errors(sock, api_key):
-                sock.settimeout(self._attempt_timeout(deadline))
+                sock.settimeout(self._attempt_timeout(deadline) if capped
+                                else max(0.001, deadline - time.monotonic()))
                 _write_frames(sock, frames)
             return cid
 

@@ -122,6 +122,10 @@ _PRODUCE_RETRIABLE = {
     NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, KAFKA_STORAGE_ERROR,
     FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, CONCURRENT_TRANSACTIONS,
 }
+# Answers after which a batch may be in the log all the same (appended before the answer went
+# wrong, or the request got lost); every other error answer says it was not appended.
+_MAYBE_APPENDED = {REQUEST_TIMED_OUT, NETWORK_EXCEPTION, NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                   KAFKA_STORAGE_ERROR}
 _COORDINATOR_RETRIABLE = {COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR,
                           CONCURRENT_TRANSACTIONS, REQUEST_TIMED_OUT}
 _COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
@@ -442,6 +446,10 @@ class _Batch:
     deadline: float = math.inf
     acked: bool = False
     sent: bool = False  # written and not yet answered, or answered with a retriable error
+    # The error every answer so far gave ("" once an answer left it possibly appended): a batch
+    # the broker surely did not append is never taken as delivered by a later one's success.
+    refused: str = ""
+    maybe_appended: bool = False
 
 
 @dataclass
@@ -568,8 +576,10 @@ class _NodeSender:
         if not self.inflight:
             self.conn.connect_idle()
         body = p._produce_body(req)
-        cid = self.conn.send_pipelined(PRODUCE, self.conn.version_for(*PRODUCE_API.spec), body,
-                                       flexible=True)
+        # Written within the time the request before it may hold the broker (the answer's bound).
+        cid = self.conn.send_pipelined(
+            PRODUCE, self.conn.version_for(*PRODUCE_API.spec), body, flexible=True,
+            deadline=time.monotonic() + p.request_timeout_ms / 1000 + _ANSWER_MARGIN_S)
         answer_by = time.monotonic() + p.request_timeout_ms / 1000 + _ANSWER_MARGIN_S
         self.inflight.append((cid, req, answer_by))
         p.produce_requests += 1
@@ -760,7 +770,6 @@ class WireProducer:
                     part = self._parts[key] = _Partition(sb.topic, sb.partition, leader)
             seqs = self._idem.sequences if self._idem is not None else self._sequences
             seq = seqs.get(key, 0)
-            seqs[key] = (seq + sb.count) % _SEQ_MOD
             pieces = batch_pieces(sb, codec=self.codec, producer_id=self.producer_id,
                                   producer_epoch=self.producer_epoch, base_sequence=seq,
                                   transactional=transactional, level=self.level)
@@ -772,6 +781,7 @@ class WireProducer:
                 if self._error is not None:
                     break
                 part.queue.append(_Batch(seq, sb.count, pieces, size, deadline))
+                seqs[key] = (seq + sb.count) % _SEQ_MOD  # spent once queued, never on a failure
                 self._queued += size
                 self._ensure_sender(part.leader)
                 self._cv.notify_all()
@@ -931,14 +941,25 @@ class WireProducer:
         w.array(sorted(by_topic.items()), lambda ww, tp: ww.string(tp[0]).array(tp[1], one).tags())
         return w.tags().pieces()
 
+    def _state_lost(self, key: tuple[str, int], acked: _Batch, lost: _Batch) -> TransactionError:
+        """A success after an earlier batch's sure refusal: the broker kept no sequence for this
+        producer (an unclean leader election, or its state expired with the log's head), so the
+        refused records would be missing with nothing said. The task fails instead."""
+        return TransactionError(
+            f"{self.where}: the broker acknowledged records for {key[0]}[{key[1]}] (sequence "
+            f"{acked.seq}) after refusing the {lost.count} before them (sequence {lost.seq}: "
+            f"{lost.refused}); only a broker that lost this producer's state does that (an "
+            f"unclean leader election, or state expired with the log's head), and those records "
+            f"would be missing: the task fails rather than skip them (Spark runs it again)")
+
     def _answered(self, done: list[tuple[dict[tuple[str, int], _Batch],
                                           dict[tuple[str, int], int] | None]],
                   failure: str) -> None:
         """Apply answers (None: the request went unanswered, a broken connection). Batches
         acknowledged leave their queue, and so does every earlier batch of their partition: the
         broker appends a producer's batches in sequence order, so a later one's acknowledgement
-        proves the earlier ones were appended, whatever their own answer said (the Java client's
-        rule). A retriable answer stops the partition until its batches in flight are answered,
+        proves the earlier ones were appended, whatever their own answer said, unless an answer
+        said one surely was not (then the broker lost this producer's state: _state_lost). A retriable answer stops the partition until its batches in flight are answered,
         then the unacknowledged ones all go again, in order, to the current leader."""
         fatal: BaseException | None = None
         again: list[tuple[str, int]] = []
@@ -956,10 +977,20 @@ class WireProducer:
                     elif code in (NONE, DUPLICATE_SEQUENCE_NUMBER):
                         # (also after an earlier batch's retriable answer: that one was then
                         # appended after all, and its resend is answered as a duplicate)
-                        for b in itertools.islice(part.queue, part.queue.index(batch) + 1):
+                        earlier = list(itertools.islice(part.queue, part.queue.index(batch)))
+                        lost = next((b for b in earlier if not b.acked and b.refused
+                                     and not b.maybe_appended), None)
+                        if lost is not None:
+                            fatal = fatal or self._state_lost(key, batch, lost)
+                            continue
+                        for b in [*earlier, batch]:
                             b.acked = True
                         part.acked_any = True
                     else:
+                        if code in _MAYBE_APPENDED:
+                            batch.maybe_appended = True
+                        else:
+                            batch.refused = error_name(code)
                         first_unacked = next((b for b in part.queue if not b.acked), None)
                         if code in _PRODUCE_RETRIABLE or (
                                 code == OUT_OF_ORDER_SEQUENCE_NUMBER

@@ -269,7 +269,8 @@ def compress(codec: int, data: bytes | memoryview, level: int | None = None) -> 
     """A records section compressed as Kafka's clients do (gzip container, raw snappy as
     librdkafka, LZ4 frame with independent blocks, zstd frame)."""
     if codec == 1:
-        c = zlib.compressobj(6 if level is None or level < 0 else level, zlib.DEFLATED, 31)
+        # (librdkafka's rule for compression.level: gzip's levels above 9 mean 9)
+        c = zlib.compressobj(6 if level is None or level < 0 else min(level, 9), zlib.DEFLATED, 31)
         return c.compress(data) + c.flush()
     import cramjam
 
