@@ -12,10 +12,12 @@ def write_metadata(root: Path, query_id: str = "query-1") -> None:
     (root / METADATA).write_text(f'{{"id":"{query_id}"}}\n')
 
 
-def write_offsets(root: Path, batch: int, *sources: str, watermark_ms: int = 0) -> None:
-    """``offsets/<batch>`` with one line per source (its end offset as JSON, or "-")."""
+def write_offsets(root: Path, batch: int, *sources: str, watermark_ms: int = 0,
+                  version: str = "v1") -> None:
+    """``offsets/<batch>`` with one line per source (its end offset as JSON, or "-"; in Spark's
+    v2 format, ``name:offset``)."""
     (root / OFFSETS).mkdir(parents=True, exist_ok=True)
-    lines = ["v1", f'{{"batchWatermarkMs":{watermark_ms}}}', *sources]
+    lines = [version, f'{{"batchWatermarkMs":{watermark_ms}}}', *sources]
     (root / OFFSETS / str(batch)).write_text("\n".join(lines) + "\n")
 
 

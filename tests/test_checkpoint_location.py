@@ -80,6 +80,20 @@ def test_spark_checkpoint_lists_planned_and_finished_batches(tmp_path):
     assert ck.has_metadata() and ck.query_id() == "q-1" and ck.metadata_path == f"{tmp_path}/metadata"
 
 
+def test_spark_offset_log_v2_lines_are_read_by_source_name_and_other_versions_refused(tmp_path):
+    # Spark's v2 offset log (sources named with .name()): "<name>:<offset>" lines, map order.
+    write_offsets(tmp_path, 0, 'payments:{"p":{"0":3}}', 'orders:{"t":{"0":9}}', "files:-",
+                  version="v2", watermark_ms=5)
+    entry = spark_checkpoint.SparkCheckpoint(str(tmp_path)).read_offsets(0)
+    assert entry.names == ("files", "orders", "payments")
+    assert entry.sources == ("-", '{"t":{"0":9}}', '{"p":{"0":3}}')
+    assert entry.topic_offsets("t") == {0: 9} and entry.watermark_ms == 5
+    write_offsets(tmp_path, 1, '{"t":{"0":9}}', version="v3")
+    with pytest.raises(CommitLogError, match=r"offsets/1 starts with 'v3': Spark's offset log "
+                                             r"formats v1 and v2 are read"):
+        spark_checkpoint.SparkCheckpoint(str(tmp_path)).read_offsets(1)
+
+
 def test_spark_checkpoint_of_a_query_that_never_planned_a_batch(tmp_path):
     ck = spark_checkpoint.SparkCheckpoint(str(tmp_path / "none-yet"))
     assert ck.offsets_batch_ids() == [] and ck.committed_batch_ids() == []

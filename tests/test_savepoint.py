@@ -420,12 +420,16 @@ def test_a_savepoint_of_other_topics_is_an_error_naming_both():
             savepoint_start(sp, opts, [("payments", 0)])
 
 
-def test_unknown_partitions_start_where_starting_offsets_says():
+def test_unknown_partitions_start_at_earliest_unless_starting_offsets_says():
     start, warnings = savepoint_start(_sp(positions={T0: 10, ("t", 5): 3}),
                                       _options(savepoint="/sp"), [T0, T1])
     assert start == {T0: 10}
     assert any("t-5@3 do not exist any more" in w for w in warnings)
-    assert any("no position for 1 partition(s) (t-1)" in w for w in warnings)
+    assert any("no position for 1 partition(s) (t-1): they start at their earliest" in w
+               for w in warnings)
+    _, warnings = savepoint_start(_sp(positions={T0: 10}),
+                                  _options(savepoint="/sp", startingOffsets="latest"), [T0, T1])
+    assert any("(t-1): they start where startingOffsets says" in w for w in warnings)
 
 
 def test_a_topic_read_at_two_positions_needs_savepoint_source():
@@ -457,6 +461,12 @@ def test_the_savepoint_wins_for_its_partitions_and_starting_offsets_covers_the_r
     write_savepoint(_sp(positions={T0: 10}), path)
     fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path, startingOffsets="earliest")
     assert starting_offsets(fake, opts, [T0, T1]) == {T0: 10, T1: 4}
+    # A partition grown since: the old query would have read it from its start, so the new one
+    # does too (a stream's default, latest, would skip what was written to it meanwhile).
+    fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path)
+    assert starting_offsets(fake, opts, [T0, T1]) == {T0: 10, T1: 4}
+    fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path, startingOffsets="latest")
+    assert starting_offsets(fake, opts, [T0, T1]) == {T0: 10, T1: 60}
     fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path,
                               startingOffsets='{"t":{"1":7}}')
     assert starting_offsets(fake, opts, [T0, T1]) == {T0: 10, T1: 7}

@@ -44,6 +44,7 @@ from ..secrets_redaction import redact_uri
 from ..source.options import (
     Assign,
     ConsumerStrategy,
+    EarliestOffsets,
     PartitionTimestamps,
     SourceOptions,
     SpecificOffsets,
@@ -479,7 +480,9 @@ def savepoint_start(sp: Savepoint, options: SourceOptions, tps: Iterable[TopicPa
     if new:
         warnings.append(f"{where} has no position for {len(new)} partition(s) "
                         f"({describe_offsets({tp: 0 for tp in new}).replace('@0', '')}): they "
-                        "start where startingOffsets says")
+                        + ("start where startingOffsets says" if options.starting_given else
+                           "start at their earliest offsets, as the old query would have read "
+                           "them once found (set startingOffsets to choose otherwise)"))
     return start, warnings
 
 
@@ -515,7 +518,11 @@ def starting_offsets(reader: "KafkaOffsetReader", options: SourceOptions,
         log.warning("%s", w)
     check_starting_overlap(options, start)
     rest = [tp for tp in tps if tp not in start]
-    out = reader.resolve(options.starting, rest, starting=True, latest=latest) if rest else {}
+    # A partition the old query had not read yet it would have read from its earliest offset
+    # once found (Spark's rule for new partitions): the default startingOffsets (latest, for a
+    # stream) would skip what was written to it meanwhile.
+    spec = options.starting if options.starting_given or not start else EarliestOffsets()
+    out = reader.resolve(spec, rest, starting=True, latest=latest) if rest else {}
     reader.check_specific_starting(
         start, set(start), option="savepoint",
         hint=" (was the savepoint taken on another cluster, or the topic deleted and created "

@@ -63,7 +63,10 @@ class OffsetLogEntry:
 
     batch_id: int
     metadata: dict[str, Any]
-    sources: tuple[str, ...]  # one raw line per source, in the query's source order
+    # One raw offset per source: in the query's source order (Spark's offset log v1), or by
+    # source name (v2, sources named with .name(): ``names`` holds them, in the same order).
+    sources: tuple[str, ...]
+    names: tuple[str, ...] = ()
 
     @property
     def watermark_ms(self) -> int:
@@ -190,12 +193,23 @@ class SparkCheckpoint:
         if raw is None:
             return None
         lines = raw.splitlines()
+        version = lines[0].strip() if lines else ""
+        if version not in ("v1", "v2"):
+            raise self.error(
+                f"{redact_uri(self.offsets_path(batch_id))} starts with {version[:20]!r}: Spark's "
+                "offset log formats v1 and v2 are read, not this one (a newer Spark, or not a "
+                "checkpoint's file); this txkafka cannot use this checkpoint")
         try:
             metadata = json.loads(lines[1]) if len(lines) > 1 else {}
         except ValueError:
             metadata = {}
-        return OffsetLogEntry(batch_id, metadata if isinstance(metadata, dict) else {},
-                              tuple(lines[2:]))
+        metadata = metadata if isinstance(metadata, dict) else {}
+        if version == "v1":
+            return OffsetLogEntry(batch_id, metadata, tuple(lines[2:]))
+        # v2: "<source name>:<offset>" per line, in no set order: sorted by name here.
+        named = sorted(tuple(line.split(":", 1)) for line in lines[2:] if ":" in line)
+        return OffsetLogEntry(batch_id, metadata, tuple(o for _, o in named),
+                              tuple(n for n, _ in named))
 
     def describe_offsets(self, batch_id: int) -> str | None:
         """The sources' offsets of batch N on one line, for error messages."""

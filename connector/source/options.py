@@ -159,6 +159,8 @@ class SourceOptions:
     starting: OffsetSpec
     ending: OffsetSpec
     on_no_matching_starting_timestamp: str = "error"
+    # startingOffsets, startingOffsetsByTimestamp or startingTimestamp was set (not the default)
+    starting_given: bool = False
     fail_on_data_loss: bool = True
     max_offsets_per_trigger: Optional[int] = None
     min_offsets_per_trigger: Optional[int] = None
@@ -502,6 +504,8 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
         client_config=tuple(sorted(conf.items())),
         strategy=strategy,
         starting=starting,
+        starting_given=any(k in opts for k in ("startingoffsets", "startingoffsetsbytimestamp",
+                                               "startingtimestamp")),
         ending=ending,
         on_no_matching_starting_timestamp=strategy_raw,
         fail_on_data_loss=parse_bool(opts, "failondataloss", True),
