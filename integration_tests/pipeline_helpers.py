@@ -54,9 +54,11 @@ def run_pipeline(driver_processes, args: list[str], timeout: float = 300.0):
     return code, proc
 
 
-def sink_prefix(checkpoint: str, prefix: str = "txkafka") -> str:
-    """The transactional-id prefix of the sink whose commit log lives under ``checkpoint``."""
-    ident = SinkCommitLog(checkpoint).identity(prefix)
+def sink_prefix(checkpoint: str) -> str:
+    """The transactional-id prefix of the sink whose commit log lives under ``checkpoint`` (never
+    creates one: a wrong path would otherwise check a new, empty prefix and pass)."""
+    ident = SinkCommitLog(checkpoint).existing_identity()
+    assert ident is not None, f"no sink commit log (sink.json) under {checkpoint}"
     return TransactionalIdFactory(ident.prefix, ident.sink_id).sink_prefix
 
 

@@ -78,18 +78,21 @@ def _sink_prefix(ck: str):
 
 
 def _check_late_transactions(ck: str, seen, injected: dict[tuple[int, int], Path],
-                             last_batch: int) -> dict:
+                             zombies: set[tuple[int, int]], last_batch: int) -> dict:
     """Every transaction no decision covers ended within BOUND_MS of its batch's commit; the
-    injected late attempts really opened after it. Returns the measurements."""
+    injected late attempts really opened after it, and the watcher saw each zombie's (open
+    until a follow-up sweep ends it: many of the watcher's polls). Returns the measurements."""
     log = SinkCommitLog(ck)
     assert log.batch_ids()[-1] == last_batch, f"batches {log.batch_ids()}: the layout changed"
     ident = log.existing_identity()
+    assert ident is not None, f"no sink commit log under {ck}"
     ids = TransactionalIdFactory(ident.prefix, ident.sink_id)
     states = {b: log.batch_state(b) for b in log.batch_ids()}
     decided = {c.key for st in states.values() for r in st.rounds for c in r.decision}
     committed_ms = {b: st.last.outcome["completed_ms"] for b, st in states.items()}
     undecided = [t for t in seen if t.key not in decided]
     # A transaction's time open after its batch committed is at most its whole open time.
+    # (Each zombie's is among them: required below, so this bound is never checked on nothing.)
     worst = max(undecided, key=lambda t: t.end_ms - t.start_ms, default=None)
     assert worst is None or worst.end_ms - worst.start_ms <= BOUND_MS, (
         f"{worst} open {worst.end_ms - worst.start_ms} ms (bound {BOUND_MS} ms)")
@@ -101,6 +104,10 @@ def _check_late_transactions(ck: str, seen, injected: dict[tuple[int, int], Path
         mine = [t for t in undecided
                 if (p := ids.parse(t.transactional_id)) is not None and p.partition == partition
                 and p.attempt == 0 and p.parity == batch % 2 and t.start_ms > committed_ms[batch]]
+        assert mine or (batch, partition) not in zombies, (
+            f"batch {batch}: the zombie's transaction (partition {partition}, attempt 0, opened "
+            f"after the commit at {committed_ms[batch]}) was never seen open; the watcher saw: "
+            f"{seen}")
         for t in mine:
             late_after_commit[t.transactional_id] = t.end_ms - committed_ms[batch]
             assert t.end_ms - committed_ms[batch] <= BOUND_MS, (t, committed_ms[batch])
@@ -126,7 +133,9 @@ def _run_with_late_attempts(kafka, spark_cluster, driver_processes, tmp_path, *,
     with _explained(proc):
         assert code == 0
         assert not watcher.errors, watcher.errors[:3]
-        measured = _check_late_transactions(ck, watcher.seen, markers, last_batch)
+        measured = _check_late_transactions(ck, watcher.seen, markers,
+                                            {key for key, zombie in late.items() if zombie},
+                                            last_batch)
         print(f"\nlate transactions ({'AvailableNow' if available_now else 'processing-time'}): "
               f"{json.dumps(measured)}")
         assert re.search(r"aborted \d+ late transaction", proc.output())
@@ -181,6 +190,9 @@ def test_late_attempt_of_a_batch_write(kafka, spark_cluster, driver_processes, t
         assert marker.exists(), "the losing attempt never wrote"
         written_ms = written.stat().st_mtime * 1000
         late = [t for t in watcher.seen if t.start_ms > written_ms]
+        # The zombie's transaction stays open until a follow-up sweep: the watcher sees it.
+        assert late, (f"no transaction opened after the write returned at {written_ms}; the "
+                      f"watcher saw: {watcher.seen}")
         assert all(t.end_ms - written_ms <= BOUND_MS for t in late), (late, written_ms)
         print(f"\nlate transactions (batch write): "
               f"{json.dumps({t.transactional_id: round(t.end_ms - written_ms) for t in late})}")

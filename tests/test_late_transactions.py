@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from types import SimpleNamespace
 
 import pyarrow as pa
 
@@ -368,15 +369,31 @@ def test_the_task_check_is_cheap_on_local_disk(tmp_path):
           f"{(time.perf_counter() - started) / 200 * 1000:.3f} ms")
 
 
-def test_a_slow_sweep_is_not_followed_by_a_burst():
+def test_a_slow_sweep_is_not_followed_by_a_burst(monkeypatch):
+    """The schedule's clock is the test's: it moves only when the test moves it, so which times
+    passed during the slow sweep does not depend on the machine's load."""
+    now = [0.0]
+    monkeypatch.setattr(lts, "time", SimpleNamespace(monotonic=lambda: now[0]))
     sweeper = FollowUpSweeps("unit-slow")
-    calls = []
+    calls: list[float] = []
+    release = threading.Event()
 
-    def slow():
-        calls.append(time.monotonic())
+    def slow() -> None:
+        calls.append(now[0])
         if len(calls) == 1:
-            time.sleep(0.5)  # the next four times pass meanwhile
+            release.wait(20)  # the test moves the clock past the next four times meanwhile
+
+    def move_to(t: float) -> None:
+        with sweeper._cond:  # wakes the schedule's wait to look at the clock again
+            now[0] = t
+            sweeper._cond.notify_all()
 
     sweeper.restart(slow, [0.01, 0.1, 0.2, 0.3, 0.4, 1.0])
+    move_to(0.01)
+    _wait(lambda: len(calls) == 1)
+    move_to(0.45)
+    release.set()
+    _wait(lambda: len(calls) >= 2)
+    move_to(1.0)
     _wait(lambda: not sweeper.active)
-    assert len(calls) == 3, calls  # 0.01, one for 0.1-0.4, then 1.0
+    assert calls == [0.01, 0.45, 1.0]  # 0.01, one for 0.1-0.4, then 1.0

@@ -7,7 +7,6 @@ integration_tests/test_security_transport.py; these tests pin the translation ru
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -166,7 +165,6 @@ def test_authentication_failure_at_the_coordinator_is_raised_not_retried(call):
     tc.find_coordinators = lambda ids: {i: ("127.0.0.1", 9) for i in ids}  # type: ignore
     refusing = _RefusingConn()
     tc._conn = refusing  # type: ignore[method-assign]
-    started = time.monotonic()
     with pytest.raises(KafkaAuthenticationError):
         if call == "end_txn":
             tc.end_txn("tx-1", 5, 0, True)
@@ -174,7 +172,6 @@ def test_authentication_failure_at_the_coordinator_is_raised_not_retried(call):
             tc.describe(["tx-1"])
     # Before the fix these were treated as "coordinator moved" and retried until the timeout.
     assert refusing.calls == 1
-    assert time.monotonic() - started < 5
 
 
 def test_every_kafka_acls_hint_names_an_operation_the_tool_accepts():
