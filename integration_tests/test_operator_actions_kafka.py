@@ -80,16 +80,23 @@ def test_coordinator_epochs_after_a_timeout_a_commit_and_a_fencing(kafka, tmp_pa
     - InitProducerId on an id whose transaction completed moves it to e+1, Empty (so a commit
       retried at e is fenced although it landed);
     - InitProducerId on an Ongoing transaction aborts it at e+1, the new producer gets e+2;
-    - an abort at e answers a later commit at e with INVALID_TXN_STATE, state CompleteAbort at e.
+    - an abort at e answers a later commit at e with INVALID_TXN_STATE, state CompleteAbort at e;
+    - the coordinator's aborts keep the transaction's start time (DescribeTransactions), which
+      InitProducerId clears: how an abort of ours is told from a later transaction's at e+1.
     """
     topic = kafka.create_topic(partitions=1)
     cfg, _, ids = _setup(kafka, tmp_path / "a", topic, **{"kafka.transaction.timeout.ms": "3000"})
     with TransactionClient(kafka.conf) as tc:
         timed_out = _task(cfg, ids, 0, 0, 0, 5).committable
+        started = tc.describe([timed_out.transactional_id])[timed_out.transactional_id]
+        assert started.state == "Ongoing" and started.start_time_ms > 0, started
         d = _describe_until(kafka, timed_out.transactional_id, lambda d: d.state != "Ongoing")
         assert (d.producer_id, d.producer_epoch) == (timed_out.producer_id,
                                                       timed_out.producer_epoch + 1), d
         assert d.state in ("PrepareAbort", "CompleteAbort"), d
+        d = _describe_until(kafka, timed_out.transactional_id,
+                            lambda d: d.state == "CompleteAbort")
+        assert d.start_time_ms == started.start_time_ms, (started, d)
         assert tc.end_many([timed_out.key], commit=True)[timed_out.transactional_id] in FENCED_CODES
 
         cfg, _, ids = _setup(kafka, tmp_path / "b", topic)
@@ -100,6 +107,7 @@ def test_coordinator_epochs_after_a_timeout_a_commit_and_a_fencing(kafka, tmp_pa
         d = tc.describe([committed.transactional_id])[committed.transactional_id]
         assert (d.producer_id, d.producer_epoch, d.state) == (
             committed.producer_id, committed.producer_epoch + 1, "Empty"), d
+        assert d.start_time_ms == -1, d
         assert tc.end_many([committed.key], commit=True)[committed.transactional_id] \
             == PRODUCER_FENCED
 
@@ -110,6 +118,7 @@ def test_coordinator_epochs_after_a_timeout_a_commit_and_a_fencing(kafka, tmp_pa
             fenced.producer_id, fenced.producer_epoch + 2, "Empty"), d
 
         aborted = _task(cfg, ids, 1, 0, 300, 5).committable
+        started = tc.describe([aborted.transactional_id])[aborted.transactional_id]
         assert tc.end_many([aborted.key], commit=False)[aborted.transactional_id] == 0
         _describe_until(kafka, aborted.transactional_id, lambda d: d.state == "CompleteAbort")
         assert tc.end_many([aborted.key], commit=True)[aborted.transactional_id] \
@@ -117,6 +126,7 @@ def test_coordinator_epochs_after_a_timeout_a_commit_and_a_fencing(kafka, tmp_pa
         d = tc.describe([aborted.transactional_id])[aborted.transactional_id]
         assert (d.producer_id, d.producer_epoch, d.state) == (
             aborted.producer_id, aborted.producer_epoch, "CompleteAbort"), d
+        assert d.start_time_ms == started.start_time_ms, (started, d)
     assert _values(kafka, topic) == [f"v{i}" for i in range(100, 105)]
 
 

@@ -256,12 +256,14 @@ class FakeCoordinator:
         self.stale: dict[str, int] = {}  # id -> answers left from a resumed broker's old state
 
     def open(self, c: KafkaCommittable):
+        import time as _t
+
+        # (the coordinator's start time: set when the transaction starts, kept by its aborts)
         self.txns[c.transactional_id] = {"pid": c.producer_id, "epoch": c.producer_epoch,
-                                         "state": "Ongoing", "start": 0,
+                                         "state": "Ongoing", "start": int(_t.time() * 1000),
                                          "parts": c.topic_partitions}
 
     def describe(self, ids, fresh=False):
-        import time as _t
 
         ids = list(ids)
         self.calls.append(("describe", tuple(sorted(ids)), fresh))
@@ -273,8 +275,7 @@ class FakeCoordinator:
                 out[tid] = TransactionDescription(tid, 0, "CompleteCommit", 60000, 0, t["pid"],
                                                   t["epoch"] - 1, {})
             elif t:
-                out[tid] = TransactionDescription(tid, 0, t["state"], 60000,
-                                                  int(_t.time() * 1000) - t["start"], t["pid"],
+                out[tid] = TransactionDescription(tid, 0, t["state"], 60000, t["start"], t["pid"],
                                                   t["epoch"], t.get("parts") or {"out": [0]})
         return out
 
@@ -432,6 +433,41 @@ def test_lost_transaction_is_recorded_and_redone(tmp_path):
     report = committer.commit(4, [TaskResult(0, 0, 4, None, 0, True), redo[0],
                                   TaskResult(2, 0, 4, None, 0, True)])
     assert report.transactions == 1 and log.latest().complete
+
+
+def test_a_landed_commit_is_never_taken_for_lost_after_a_zombie_s_own_abort(tmp_path):
+    """EndTxn(commit) lands but its answer is lost; a zombie attempt with the same id (PySpark
+    has no stage attempt number) re-initialises it (epoch e+1) and its own transaction there is
+    aborted. DescribeTransactions then shows the same producer, e+1, CompleteAbort: what the
+    coordinator's timeout abort of ours looks like, but with another start time. Taking it for
+    lost would write the committed task partition again."""
+
+    class AnswerLost(FakeCoordinator):
+        def end_many(self, items, commit, parallelism=8):
+            out = super().end_many(items, commit, parallelism)
+            if commit and self.lose in out:
+                out[self.lose] = REQUEST_TIMED_OUT  # committed; the answer never came
+                self.lose = None
+            return out
+
+    fake = AnswerLost()
+    committer, ids, log = _committer(tmp_path, fake)
+    _spark_offsets(tmp_path, 6, '{"in":{"0":60}}')
+    results = _results(ids, fake, 6, [0, 1])
+    t1 = results[1].committable
+    fake.lose = t1.transactional_id
+    with pytest.raises(TransactionError, match="did not finish"):
+        committer.commit(6, results)
+    txn = fake.txns[t1.transactional_id]
+    assert txn["state"] == "CompleteCommit"
+    txn.update(epoch=t1.producer_epoch + 1, state="Ongoing", start=txn["start"] + 5000)  # zombie
+    with pytest.raises(TransactionOutcomeUnknownError):
+        committer.abort(6, results)
+    assert txn["state"] == "CompleteAbort" and txn["epoch"] == t1.producer_epoch + 1
+    with pytest.raises(TransactionOutcomeUnknownError,
+                       match=f"epoch {t1.producer_epoch + 1}, state CompleteAbort"):
+        _committer(tmp_path, fake)[0].plan()  # the restart: unknown, never "lost"
+    assert log.latest().pending is not None  # no outcome recorded
 
 
 def test_fault_spec_parsing():

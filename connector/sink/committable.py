@@ -21,9 +21,16 @@ class KafkaCommittable:
     record_count: int
     # topic -> partitions written in this transaction (from librdkafka's statistics)
     topic_partitions: dict[str, list[int]] = field(default_factory=dict)
+    # The coordinator's start time of this transaction (DescribeTransactions, read by the driver
+    # before it decides; -1 in records written before it was kept): an abort of the same id and
+    # producer at the next epoch is this transaction's only if the start time is the same.
+    start_time_ms: int = -1
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.start_time_ms < 0:
+            del d["start_time_ms"]  # unknown: left out, as records written before it read back
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "KafkaCommittable":
@@ -37,6 +44,7 @@ class KafkaCommittable:
             batch_id=int(d["batch_id"]),
             record_count=int(d["record_count"]),
             topic_partitions=tp,
+            start_time_ms=int(d.get("start_time_ms", -1)),
         )
 
     @property

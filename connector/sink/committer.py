@@ -593,7 +593,8 @@ class KafkaCommitter:
                 )
             else:
                 parts = {t: sorted(ps) for t, ps in d.partitions.items()} or c.topic_partitions
-                checked.append(KafkaCommittable(**{**c.to_json(), "topic_partitions": parts}))
+                checked.append(KafkaCommittable(**{**c.to_json(), "topic_partitions": parts,
+                                                   "start_time_ms": d.start_time_ms}))
         if problems:
             self._abort(committables)
             raise TransactionError(
@@ -658,10 +659,11 @@ class KafkaCommitter:
         DescribeTransactions shows the coordinator's own abort of exactly this transaction.
 
         The coordinator's timeout abort moves the id to epoch e+1 in PrepareAbort/CompleteAbort
-        (same producer id); an abort at epoch e answers a commit with INVALID_TXN_STATE. Anything
-        else (an Empty id at e+1 after a commit landed and a zombie re-initialised the id, a newer
-        epoch, another producer id) does not prove the commit failed. Returns (lost, unconfirmed,
-        not described: retry later, descriptions).
+        (same producer id), keeping the transaction's start time; an abort at epoch e answers a
+        commit with INVALID_TXN_STATE. Anything else (an Empty id at e+1 after a commit landed and
+        a zombie re-initialised the id; that zombie's own transaction at e+1, aborted: another
+        start time; a newer epoch; another producer id) does not prove the commit failed.
+        Returns (lost, unconfirmed, not described: retry later, descriptions).
         """
         if not fenced:
             return [], [], [], {}
@@ -678,6 +680,7 @@ class KafkaCommitter:
             aborted_by_coordinator = (
                 d is not None and not d.error_code and d.producer_id == c.producer_id
                 and d.state in _ABORT_STATES
+                and (c.start_time_ms < 0 or d.start_time_ms == c.start_time_ms)
                 and (d.producer_epoch == c.producer_epoch + 1
                      or (codes.get(c.transactional_id) == INVALID_TXN_STATE
                          and d.producer_epoch == c.producer_epoch)))
@@ -728,9 +731,9 @@ class KafkaCommitter:
             reasons.append(
                 "the coordinator answered as if the transaction were fenced or aborted, but "
                 "DescribeTransactions does not show its own abort of exactly this transaction "
-                "(producer id unchanged, epoch one higher, PrepareAbort/CompleteAbort): another "
-                "producer with the same id (a zombie task attempt) may have re-initialised it "
-                "after the commit landed")
+                "(producer id unchanged, epoch one higher, the same start time, "
+                "PrepareAbort/CompleteAbort): another producer with the same id (a zombie task "
+                "attempt) may have re-initialised it after the commit landed")
         offsets = self.log.spark_source_offsets(batch_id) if self.log else None
         where = f" The batch read source offsets {offsets}." if offsets else ""
         known = (f" Of the round's other transactions, {len(committed)} committed and {len(lost)} "
