@@ -241,7 +241,7 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
                 if tp in end and end[tp] < start[tp]:
                     raise KafkaConfigError(_ends_before_start(opts, tp, start[tp], end[tp]))
             end = {tp: off for tp, off in end.items() if tp in start}
-            earliest = reader.earliest_offsets(_nonempty_or_new(start, end))
+            earliest = reader.log_starts(_nonempty_or_new(start, end), start)
             ranges = plan_ranges(start, end, earliest=earliest,
                                  fail_on_data_loss=opts.fail_on_data_loss)
         finally:
@@ -406,7 +406,7 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
             # Nothing to read: in practice batch 0 from "latest" or an empty topic, since Spark
             # plans no later batch whose end equals its start.
             return []
-        earliest = self.offset_reader.earliest_offsets(_nonempty_or_new(start_map, end_map))
+        earliest = self.offset_reader.log_starts(_nonempty_or_new(start_map, end_map), start_map)
         ranges = plan_ranges(start_map, end_map, earliest=earliest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
         return _input_partitions(self.options, ranges, earliest)

@@ -165,6 +165,20 @@ def test_partition_unknown_after_every_attempt_is_left_out():
     assert reader(admin).latest_offsets([("t", 0), ("t", 1)]) == {("t", 0): 5}
 
 
+def test_a_listed_partition_without_a_log_start_answer_keeps_its_planned_start():
+    """ListOffsets answering UNKNOWN_TOPIC_OR_PARTITION for a partition metadata still lists (a
+    broker out of step) must not read as "deleted": that would cut its range to nothing and skip
+    its records (failOnDataLoss=false) or fail the query for nothing. Gone is gone, though."""
+    admin = ScriptedAdmin(TWO, earliest={("t", 0): 0, ("t", 1): 0},
+                          errors=[{("t", 1): KafkaError.UNKNOWN_TOPIC_OR_PART}] * 3)
+    r = reader(admin)
+    assert r.log_starts([("t", 0), ("t", 1)], {("t", 0): 10, ("t", 1): 10}) == {
+        ("t", 0): 0, ("t", 1): 10}
+    admin = ScriptedAdmin({"t": [0]}, earliest={("t", 0): 0},
+                          errors=[{("t", 1): KafkaError.UNKNOWN_TOPIC_OR_PART}] * 3)
+    assert reader(admin).log_starts([("t", 0), ("t", 1)], {("t", 1): 10}) == {("t", 0): 0}
+
+
 def test_specific_starting_offsets_must_name_every_partition():
     admin = ScriptedAdmin(TWO, earliest={("t", 0): 0, ("t", 1): 2}, latest={("t", 0): 8, ("t", 1): 9},
                           high={("t", 0): 8, ("t", 1): 9})

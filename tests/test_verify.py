@@ -266,3 +266,39 @@ def test_cli_passes_a_good_count_run(monkeypatch, capsys, check):
                                   for i, (k, ts) in enumerate(_WIN_IN)], dst=_msgs(_WIN_OUT))
     assert main(["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst", *check]) == 0
     assert "EXACTLY ONCE" in capsys.readouterr().out
+
+
+def test_a_repeated_input_id_fails_so_a_lost_copy_cannot_hide(monkeypatch):
+    # Input A twice (two partitions) and B; output A once: one input record is lost, though
+    # every id is found. The ids check needs unique input ids.
+    src = [FakeMessage(b"A", 0, 0), FakeMessage(b"A", 1, 0), FakeMessage(b"B", 0, 1)]
+    _topics(monkeypatch, src=src, dst=[FakeMessage(b"A"), FakeMessage(b"B", 0, 1)])
+    rep = verify({}, "src", "dst")
+    assert not rep.ok and rep.input_repeated == 1, rep.text()
+    assert "repeated input ids 1" in rep.text() and "A at src[0]@0 and [1]@0" in rep.text()
+
+
+def test_input_records_without_an_id_fail_as_their_loss_would_pass(monkeypatch):
+    src = [FakeMessage(None, 0, 0), FakeMessage(None, 0, 1), *_ids(2)]
+    _topics(monkeypatch, src=src, dst=_ids(2))  # both id-less input records lost
+    rep = verify({}, "src", "dst")
+    assert not rep.ok and rep.input_without_id == 2, rep.text()
+    assert "input without id   2" in rep.text()
+
+
+def test_a_topic_is_read_whole_only_once_no_transaction_is_open(monkeypatch):
+    """A read_committed reader stops at the last stable offset: with a transaction open, what
+    follows it (committed records included: a duplicate) would be unseen. verify waits for the
+    end of open transactions, then fails naming them; and fails if the end moved meanwhile."""
+    from txkafka import kafka_admin
+
+    marks = {"read_committed": {0: (0, 3), 1: (0, 5)}, "read_uncommitted": {0: (0, 6), 1: (0, 5)}}
+    monkeypatch.setattr(kafka_admin, "watermarks",
+                        lambda conf, topic, isolation="read_committed": marks[isolation])
+    monkeypatch.setattr(kafka_admin.time, "sleep", lambda s: None)
+    with pytest.raises(kafka_admin.OpenTransactionError,
+                       match=r"out: a transaction is still open after 0s at \[0\] from offset 3 "
+                             r"\(end 6\).*txkafka transactions list\|abort"):
+        kafka_admin.settled_ends({}, "out", 0)
+    marks["read_committed"][0] = (0, 6)
+    assert kafka_admin.settled_ends({}, "out", 0) == {0: 6, 1: 5}

@@ -14,6 +14,8 @@ import time
 import uuid
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from .connector.errors import TxKafkaError
+
 # librdkafka's own log lines (connection refused while a broker starts...) stay out of the output.
 QUIET = logging.getLogger("txkafka.librdkafka")
 QUIET.addHandler(logging.NullHandler())
@@ -159,12 +161,45 @@ def produce(conf: Mapping[str, Any], topic: str, records: Iterable[tuple], *,
     return n
 
 
+class OpenTransactionError(TxKafkaError, TimeoutError):
+    """A topic to be read whole has a transaction open, or changed while it was read."""
+
+
+def _unsettled(conf: Mapping[str, Any], topic: str) -> dict[int, tuple[int, int]]:
+    """Partitions whose last stable offset is below the high watermark: {p: (LSO, HW)}."""
+    stable, high = watermarks(conf, topic), watermarks(conf, topic, "read_uncommitted")
+    return {p: (stable[p][1], hw) for p, (_lo, hw) in high.items()
+            if p in stable and stable[p][1] < hw}
+
+
+def settled_ends(conf: Mapping[str, Any], topic: str, timeout_s: float) -> dict[int, int]:
+    """Wait until no transaction is open on ``topic``, then its high watermarks. A read_committed
+    reader stops at the last stable offset: with a transaction open it would not see anything
+    after it, committed records included, and a verdict on what it saw would hide them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        open_ = _unsettled(conf, topic)
+        if not open_:
+            return end_offsets(conf, topic, "read_uncommitted")
+        if time.monotonic() > deadline:
+            where = ", ".join(f"[{p}] from offset {lso} (end {hw})"
+                              for p, (lso, hw) in sorted(open_.items())[:5])
+            raise OpenTransactionError(
+                f"{topic}: a transaction is still open after {timeout_s:.0f}s at {where}: "
+                "read_committed readers see nothing after it, so the topic cannot be checked "
+                "whole. Wait for it to end, or abort it (txkafka transactions list|abort)")
+        time.sleep(0.5)
+
+
 def scan_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 120.0,
-               isolation: str = "read_committed") -> Iterator[Any]:
+               isolation: str = "read_committed", *, whole: bool = False) -> Iterator[Any]:
     """Every committed record of ``topic`` (confluent-kafka Messages), partition by partition up
     to the last stable offset (read_uncommitted: up to the high watermark, open transactions'
-    records included)."""
+    records included). ``whole``: first wait until no transaction is open, and fail if the
+    topic's end moved while it was read (a verdict needs every committed record)."""
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+    ends = settled_ends(conf, topic, timeout_s) if whole else None
 
     # librdkafka's default fetch.queue.backoff.ms idles a second per 100k queued records, however
     # fast they are taken: the value txkafka's reader uses; a caller's own value wins.
@@ -197,5 +232,10 @@ def scan_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 120.0,
                         continue
                     raise KafkaException(err)
                 yield m
+        if ends is not None and (_unsettled(conf, topic)
+                                 or end_offsets(conf, topic, "read_uncommitted") != ends):
+            raise OpenTransactionError(
+                f"{topic}: its end moved while it was read (a writer, or a transaction opened): "
+                "check it again once nothing writes to it")
     finally:
         c.close()

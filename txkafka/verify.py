@@ -93,7 +93,8 @@ class VerifyReport(_Verdict):
     id_out: str = "key"
     allow_empty: bool = False  # an empty run passes (only when the caller says so)
     input_records: int = 0     # committed input records read, with or without an id
-    input_without_id: int = 0
+    input_without_id: int = 0  # a failure: a 1:1 pipeline's output cannot account for them
+    input_repeated: int = 0    # input records whose id an earlier input record has (a failure)
     output_without_id: int = 0  # counted as unexpected: no input record can have produced them
     expected: int = 0
     found: int = 0
@@ -108,7 +109,8 @@ class VerifyReport(_Verdict):
     examples: dict[str, list[str]] = field(default_factory=dict)
 
     def _failures(self) -> int:
-        return self.duplicates + self.missing + self.unexpected + self.order_violations
+        return (self.duplicates + self.missing + self.unexpected + self.order_violations
+                + self.input_without_id + self.input_repeated)
 
     def _nothing_reasons(self) -> list[str]:
         """A misspelt --id, or the wrong or an empty input or output topic."""
@@ -126,9 +128,12 @@ class VerifyReport(_Verdict):
         lines = [f"txkafka verify: {self.input_topic} -> {self.output_topic}: {self.verdict}"]
         lines += self._evidence_lines()
         lines += [
-            f"  expected ids       {self.expected}"
-            + (f" ({self.input_without_id} input records without an id, skipped)"
-               if self.input_without_id else ""),
+            f"  expected ids       {self.expected}",
+            f"  input without id   {self.input_without_id} (their output cannot be told apart: "
+            f"every input record needs an id under {self.id_in!r})" if self.input_without_id
+            else None,
+            f"  repeated input ids {self.input_repeated} (input records whose id an earlier "
+            "one has: the ids check needs unique ids)" if self.input_repeated else None,
             f"  found records      {self.found} ({self.distinct_found} distinct ids)",
             f"  duplicates         {self.duplicates}",
             f"  missing            {self.missing}",
@@ -137,7 +142,7 @@ class VerifyReport(_Verdict):
                f"id spec {self.id_out!r})" if self.output_without_id else ""),
             f"  order violations   {self.order_violations}",
         ]
-        return "\n".join(lines + self._example_lines(self.examples))
+        return "\n".join([x for x in lines if x is not None] + self._example_lines(self.examples))
 
 
 def id_extractor(spec: str) -> IdExtractor:
@@ -173,13 +178,21 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
                        allow_empty=allow_empty)
     get_in, get_out = id_extractor(id_in), id_extractor(id_out)
     origin: dict[bytes, tuple[int, int]] = {}
+    repeated: list[str] = []
     in_parts: set[int] = set()
-    for m in (input_records if input_records is not None else scan_topic(conf, input_topic)):
+    for m in (input_records if input_records is not None
+              else scan_topic(conf, input_topic, whole=True)):
         rep.input_records += 1
         rid = get_in(m)
         if rid is None:
             rep.input_without_id += 1
             continue
+        if rid in origin:
+            rep.input_repeated += 1
+            if len(repeated) < 5:
+                first = origin[rid]
+                repeated.append(f"{_show(rid)} at {input_topic}[{first[0]}]@{first[1]} and "
+                                f"[{m.partition()}]@{m.offset()}")
         origin.setdefault(rid, (m.partition(), m.offset()))
         in_parts.add(m.partition())
     rep.expected = len(origin)
@@ -190,7 +203,7 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
     out_parts: set[int] = set()
     order_examples: list[str] = []
     no_id_examples: list[str] = []
-    for m in scan_topic(conf, output_topic):
+    for m in scan_topic(conf, output_topic, whole=True):
         rid = get_out(m)
         if rid is None:
             rep.output_without_id += 1
@@ -222,6 +235,7 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
         "missing": [_show(r) for r in missing[:5]],
         "unexpected": [_show(r) for r in unexpected[:5]],
         "unexpected without id": no_id_examples,
+        "repeated input ids": repeated,
         "order": order_examples,
     }
     rep.seconds = round(time.monotonic() - started, 3)
@@ -367,7 +381,8 @@ def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
 
     per_batch: dict[int, list[bytes]] = defaultdict(list)
     final: Counter[bytes] = Counter()
-    for m in (input_records if input_records is not None else scan_topic(conf, input_topic)):
+    for m in (input_records if input_records is not None
+              else scan_topic(conf, input_topic, whole=True)):
         rep.input_total += 1
         key = m.key()
         if key is None:
@@ -409,7 +424,8 @@ def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
         if len(ex[kind]) < 5:
             ex[kind].append(text)
 
-    for m in (output_records if output_records is not None else scan_topic(conf, output_topic)):
+    for m in (output_records if output_records is not None
+              else scan_topic(conf, output_topic, whole=True)):
         key = m.key()
         out_parts.add(m.partition())
         rep.found_updates += 1
@@ -552,7 +568,8 @@ def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, wind
     rep = WindowCountReport(input_topic, output_topic, window_ms, allow_empty=allow_empty)
     counts: Counter[tuple[bytes, int]] = Counter()
     newest = None
-    for m in (input_records if input_records is not None else scan_topic(conf, input_topic)):
+    for m in (input_records if input_records is not None
+              else scan_topic(conf, input_topic, whole=True)):
         rep.input_total += 1
         key = m.key()
         if key is None:
@@ -585,7 +602,8 @@ def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, wind
             ex[kind].append(text)
 
     seen: Counter[tuple[bytes, int]] = Counter()
-    for m in (output_records if output_records is not None else scan_topic(conf, output_topic)):
+    for m in (output_records if output_records is not None
+              else scan_topic(conf, output_topic, whole=True)):
         raw = m.key()
         rep.found += 1
         if raw is None:

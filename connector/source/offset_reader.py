@@ -371,6 +371,25 @@ class KafkaOffsetReader:
             return {}
         return self._list_offsets("earliest offsets", specs, self.isolation)
 
+    def log_starts(self, tps: Iterable[TopicPartitionKey],
+                   planned: Mapping[TopicPartitionKey, int]) -> PartitionOffsets:
+        """Log start offsets to plan a batch's ranges with. A partition ListOffsets gave no answer
+        for (UNKNOWN_TOPIC_OR_PARTITION from a broker out of step) that metadata still lists is
+        not taken for deleted, which would skip its records or fail the query for nothing: it
+        keeps its planned start, and the task reading it applies the data-loss rules."""
+        tps = list(tps)
+        earliest = dict(self.earliest_offsets(tps))
+        absent = [tp for tp in tps if tp not in earliest]
+        if absent:
+            listed = set(self.topic_partitions())
+            for tp in absent:
+                if tp in listed:
+                    log.warning("the earliest offset of %s[%d] could not be read, though the "
+                                "partition exists: its range is read from %d as planned",
+                                tp[0], tp[1], planned.get(tp, 0))
+                    earliest[tp] = planned.get(tp, 0)
+        return earliest
+
     def latest_offsets(self, tps: Iterable[TopicPartitionKey], *,
                        isolation: IsolationLevel | None = None) -> PartitionOffsets:
         """Next offset to read up to: the LSO under read_committed, else the high watermark."""
