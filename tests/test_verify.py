@@ -302,3 +302,16 @@ def test_a_topic_is_read_whole_only_once_no_transaction_is_open(monkeypatch):
         kafka_admin.settled_ends({}, "out", 0)
     marks["read_committed"][0] = (0, 6)
     assert kafka_admin.settled_ends({}, "out", 0) == {0: 6, 1: 5}
+
+
+def test_verify_reads_whole_topics_unless_told_it_is_a_look_at_a_running_pipeline(monkeypatch):
+    seen = []
+
+    def scan(conf, topic, *a, whole=False, **kw):
+        seen.append((topic, whole))
+        return iter(_ids(2))
+
+    monkeypatch.setattr(verify_mod, "scan_topic", scan)
+    assert verify({}, "src", "dst").ok and seen == [("src", True), ("dst", True)]
+    seen.clear()
+    assert verify({}, "src", "dst", whole=False).ok and seen == [("src", False), ("dst", False)]

@@ -166,12 +166,14 @@ def id_extractor(spec: str) -> IdExtractor:
 
 def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key",
            id_out: str = "key", check_order: bool = True,
-           input_records: Iterable | None = None, allow_empty: bool = False) -> VerifyReport:
+           input_records: Iterable | None = None, allow_empty: bool = False,
+           whole: bool = True) -> VerifyReport:
     """Check every input id is in the output exactly once (and in order).
 
     An input without any id fails unless ``allow_empty``: otherwise a misspelt ``id_in`` or the
     wrong input topic would check nothing and still pass. An output record without an id counts
-    as unexpected: no input record can have produced it.
+    as unexpected: no input record can have produced it. ``whole=False`` reads what is committed
+    now, without waiting for open transactions (a look at a pipeline still running: no verdict).
     """
     started = time.monotonic()
     rep = VerifyReport(input_topic, output_topic, id_in=id_in, id_out=id_out,
@@ -181,7 +183,7 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
     repeated: list[str] = []
     in_parts: set[int] = set()
     for m in (input_records if input_records is not None
-              else scan_topic(conf, input_topic, whole=True)):
+              else scan_topic(conf, input_topic, whole=whole)):
         rep.input_records += 1
         rid = get_in(m)
         if rid is None:
@@ -203,7 +205,7 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
     out_parts: set[int] = set()
     order_examples: list[str] = []
     no_id_examples: list[str] = []
-    for m in scan_topic(conf, output_topic, whole=True):
+    for m in scan_topic(conf, output_topic, whole=whole):
         rid = get_out(m)
         if rid is None:
             rep.output_without_id += 1
