@@ -165,11 +165,12 @@ class OpenTransactionError(TxKafkaError, TimeoutError):
     """A topic to be read whole has a transaction open, or changed while it was read."""
 
 
-def _unsettled(conf: Mapping[str, Any], topic: str) -> dict[int, tuple[int, int]]:
-    """Partitions whose last stable offset is below the high watermark: {p: (LSO, HW)}."""
-    stable, high = watermarks(conf, topic), watermarks(conf, topic, "read_uncommitted")
-    return {p: (stable[p][1], hw) for p, (_lo, hw) in high.items()
-            if p in stable and stable[p][1] < hw}
+def _ends(conf: Mapping[str, Any],
+          topic: str) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+    """Each partition's high watermark, and those whose last stable offset is below it (a
+    transaction open): ({p: HW}, {p: (LSO, HW)})."""
+    stable, high = end_offsets(conf, topic), end_offsets(conf, topic, "read_uncommitted")
+    return high, {p: (stable[p], hw) for p, hw in high.items() if p in stable and stable[p] < hw}
 
 
 def settled_ends(conf: Mapping[str, Any], topic: str, timeout_s: float) -> dict[int, int]:
@@ -178,9 +179,9 @@ def settled_ends(conf: Mapping[str, Any], topic: str, timeout_s: float) -> dict[
     after it, committed records included, and a verdict on what it saw would hide them."""
     deadline = time.monotonic() + timeout_s
     while True:
-        open_ = _unsettled(conf, topic)
+        high, open_ = _ends(conf, topic)
         if not open_:
-            return end_offsets(conf, topic, "read_uncommitted")
+            return high
         if time.monotonic() > deadline:
             where = ", ".join(f"[{p}] from offset {lso} (end {hw})"
                               for p, (lso, hw) in sorted(open_.items())[:5])
@@ -232,8 +233,7 @@ def scan_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 120.0,
                         continue
                     raise KafkaException(err)
                 yield m
-        if ends is not None and (_unsettled(conf, topic)
-                                 or end_offsets(conf, topic, "read_uncommitted") != ends):
+        if ends is not None and _ends(conf, topic) != (ends, {}):
             raise OpenTransactionError(
                 f"{topic}: its end moved while it was read (a writer, or a transaction opened): "
                 "check it again once nothing writes to it")

@@ -71,7 +71,6 @@ KIND_KAFKA = "kafka"
 KIND_OTHER = "other"
 
 
-
 @dataclass(frozen=True)
 class SourcePosition:
     """One source of the old query, in Spark's source order (its line in ``offsets/N``)."""

@@ -576,11 +576,10 @@ class _NodeSender:
         if not self.inflight:
             self.conn.connect_idle()
         body = p._produce_body(req)
-        # Written within the time the request before it may hold the broker (the answer's bound).
-        cid = self.conn.send_pipelined(
-            PRODUCE, self.conn.version_for(*PRODUCE_API.spec), body, flexible=True,
-            deadline=time.monotonic() + p.request_timeout_ms / 1000 + _ANSWER_MARGIN_S)
+        # Written, then answered, within the time the request before it may hold the broker.
         answer_by = time.monotonic() + p.request_timeout_ms / 1000 + _ANSWER_MARGIN_S
+        cid = self.conn.send_pipelined(PRODUCE, self.conn.version_for(*PRODUCE_API.spec), body,
+                                       flexible=True, deadline=answer_by)
         self.inflight.append((cid, req, answer_by))
         p.produce_requests += 1
         p.produce_bytes += sum(len(x) for x in body)

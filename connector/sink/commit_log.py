@@ -25,7 +25,8 @@ Decisions, outcomes, empty-batch records and sink.json are created exclusively, 
 name exists; elsewhere (HDFS, S3, GCS: pyarrow has no create-if-absent, and its HDFS rename
 replaces) by a check before the write and a read-back of the writer's nonce after it, which
 catches a second driver unless both write within the same moment (docs/design.md, "Exclusive
-records"). A second driver on the same checkpoint gets ConcurrentWriterError. The unresolved note is the one rewritable record.
+records"). A second driver on the same checkpoint gets ConcurrentWriterError. The unresolved
+note is the one rewritable record.
 
 Every record carries its format version and the txkafka version that wrote it (connector/formats.py,
 which owns the versions); every read checks the version first, so a record a newer txkafka wrote
