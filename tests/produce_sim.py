@@ -163,6 +163,9 @@ class SimCluster:
         self.cut_pending = False
         self.next_pid = 4000
         self.metadata_down: set[int] = set()  # nodes whose Metadata requests are all cut
+        # Error codes the coordinator answers the next AddPartitionsToTxn requests with, one
+        # request each, for all their partitions (none added).
+        self.add_partitions_answers: list[int] = []
         self.metadata_requests: dict[int, int] = {}  # node -> Metadata requests it got
 
     # ------------------------------------------------------------------ time
@@ -358,14 +361,16 @@ class SimCluster:
             r.int16()
             topics = []
             busy = self.rng.random() < self.faults.coordinator_busy
+            code = 51 if busy else 0  # CONCURRENT_TRANSACTIONS
+            if self.add_partitions_answers:
+                code = self.add_partitions_answers.pop(0)
             for _ in range(r.uvarint() - 1):
                 name = r.string() or ""
                 parts = [r.int32() for _ in range(r.uvarint() - 1)]
                 r.tags()
                 topics.append((name, parts))
-                if not busy:
+                if not code:
                     self.in_txn.update((name, p) for p in parts)
-            code = 51 if busy else 0  # CONCURRENT_TRANSACTIONS
             if busy:
                 self.stats.count("coordinator_busy")
             return (Writer(True).int32(0)
@@ -412,6 +417,7 @@ class SimConnection:
         self.closed = False
         self.muted_until = 0.0
         self._cid = 0
+        self.login_expiring = False  # (no login: the simulation's sessions do not end)
 
     def connect_idle(self) -> "SimConnection":
         if self.closed:
@@ -464,7 +470,7 @@ class SimConnection:
                 c.stats.count("cut_after")
                 self._cut(handled=None)
                 raise KafkaProtocolError(f"connection to broker {self.node} reset (answer lost)")
-            return Reader(_produce_answer(answer, throttle), True)
+            return Reader(produce_answer(answer, throttle), True)
 
     def _cut(self, handled: bool | None) -> None:
         """The connection breaks: the broker handles each request it already read, or not
@@ -495,6 +501,10 @@ class _CoordinatorConnection:
     def connected(self) -> bool:
         return not self.closed
 
+    @property
+    def broken(self) -> bool:
+        return self.closed
+
     def close(self) -> None:
         self.closed = True
 
@@ -507,7 +517,11 @@ class _CoordinatorConnection:
             raise KafkaProtocolError(f"connection to {self.host} was closed")
         if api == METADATA:
             assert self.node is not None and version == 12, (self.host, version)
-            return Reader(self.cluster.handle_metadata(self.node, body), True)
+            try:
+                return Reader(self.cluster.handle_metadata(self.node, body), True)
+            except KafkaProtocolError:
+                self.closed = True  # as a real connection's stream breaks with its request
+                raise
         return Reader(self.cluster.handle_coordinator(api, body), True)
 
 
@@ -532,7 +546,7 @@ def metadata_answer(brokers: list[tuple[int, str, int]],
             .string("sim").int32(brokers[0][0]).array(topics, topic).tags().build())
 
 
-def _produce_answer(answer: dict[tuple[str, int], int], throttle_ms: int) -> bytes:
+def produce_answer(answer: dict[tuple[str, int], int], throttle_ms: int) -> bytes:
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (t, p), code in sorted(answer.items()):
         by_topic.setdefault(t, []).append((p, code))

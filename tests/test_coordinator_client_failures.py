@@ -42,7 +42,8 @@ FIND_COORDINATOR, END_TXN, DESCRIBE_TRANSACTIONS = 10, 26, 65
 # (api key, min, max) the fake offers, and whether the version the client picks is flexible.
 OFFERED = [(18, 0, 3), (17, 0, 1), (36, 0, 2), (10, 0, 4), (26, 0, 4), (65, 0, 0), (3, 0, 12),
            (22, 0, 4)]
-FLEXIBLE = {18: True, 17: False, 36: True, 10: True, 26: True, 65: True, 3: True, 22: True}
+FLEXIBLE = {18: True, 17: False, 36: True, 10: True, 26: True, 65: True, 3: True, 22: True,
+            0: True, 24: True}  # (Produce v9+ and AddPartitionsToTxn v3, when a test offers them)
 METADATA = 3
 LOADING, CONCURRENT = COORDINATOR_LOAD_IN_PROGRESS, CONCURRENT_TRANSACTIONS
 
@@ -63,12 +64,16 @@ def _free_port() -> int:
 class FakeBroker:
     """Just enough of a Kafka broker: ApiVersions, SASL (PLAIN, SCRAM), FindCoordinator, EndTxn,
     DescribeTransactions, Metadata; InitProducerId when a test adds its handler.
-    ``handlers[api_key](conn_no, body) -> response body`` may be replaced."""
+    ``handlers[api_key](conn_no, body) -> response body`` may be replaced. ``session_ms``: the
+    SASL session's lifetime it announces (KIP-368's connections.max.reauth.ms); a request after
+    it ends closes the connection unanswered, as Kafka does, and is counted in ``expired``."""
 
     def __init__(self, port: int = 0, *, sasl_password: str | None = None,
                  tls: ssl.SSLContext | None = None, api_versions_delay: float = 0.0,
-                 offered: list[tuple[int, int, int]] | None = None) -> None:
+                 offered: list[tuple[int, int, int]] | None = None, session_ms: int = 0) -> None:
         self.sasl_password = sasl_password
+        self.session_ms = session_ms
+        self.expired: list[int] = []  # connection numbers closed at a request after the session
         self.tls = tls
         self.api_versions_delay = api_versions_delay
         self.offered = OFFERED if offered is None else offered  # what ApiVersions announces
@@ -125,6 +130,7 @@ class FakeBroker:
                 sock = self.tls.wrap_socket(sock, server_side=True)
                 self._socks.append(sock)
             authenticated = self.sasl_password is None
+            session_ends: float | None = None
             scram: dict[str, str] = {}
             while True:
                 frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
@@ -142,8 +148,13 @@ class FakeBroker:
                                                        lambda w, m: w.string(m)).build()
                 elif key == SASL_AUTHENTICATE:
                     out, authenticated = self._sasl(body.bytes_() or b"", scram)
+                    if authenticated and self.session_ms:
+                        session_ends = time.monotonic() + self.session_ms / 1000
                 elif not authenticated:
                     raise Hangup  # what Kafka does with a request before the SASL login
+                elif session_ends is not None and time.monotonic() > session_ends:
+                    self.expired.append(n)
+                    raise Hangup
                 else:
                     out = self.handlers[key](n, body)
                 head = struct.pack(">i", cid) + (b"\x00" if flexible_header else b"")
@@ -164,7 +175,8 @@ class FakeBroker:
             _, reply = real_scram_client_final("SCRAM-SHA-256", self.sasl_password or "",
                                                scram["bare"], scram["server_first"])
             done = True
-        out = Writer(True).int16(0).string(None).bytes_(reply.encode()).int64(0).tags().build()
+        out = (Writer(True).int16(0).string(None).bytes_(reply.encode())
+               .int64(self.session_ms if done else 0).tags().build())
         return out, done
 
 
@@ -254,6 +266,18 @@ def _end_txn_on(conn: BrokerConnection, tid: str) -> int:
 
 
 # ------------------------------------------------------ 1. threads sharing one connection
+
+
+def test_correlation_ids_wrap_within_int32(brokers):
+    """A pooled connection lives as long as its worker: after 2**31 - 1 requests its correlation
+    id wraps to 0, as the Java client's and librdkafka's do. (It was packed as 2**31:
+    struct.error, on every later request too.)"""
+    broker = brokers()
+    conn = BrokerConnection("127.0.0.1", broker.port, SecurityConfig()).connect()
+    conn._correlation = 2**31 - 1
+    assert [_end_txn_on(conn, "t"), _end_txn_on(conn, "t")] == [0, 0]
+    assert conn._correlation == 1
+    conn.close()
 
 
 def test_threads_queued_behind_a_failed_request_reconnect_instead_of_crashing(brokers):

@@ -4,11 +4,14 @@ changed only under the lock; no EndTxn while a Produce request is in flight; at_
 delivery limit counted per batch; a pipelined answer waits for the request's own timeout, not the
 connection's per-read cap; Metadata and an idempotent InitProducerId asked of every broker in turn
 (also against fake brokers on sockets), until the delivery timeout, then a typed error naming
-them."""
+them; coordinator lookups asking every broker the link knows, within the producer's budget; a
+partition the coordinator does not know yet added again; a connection that only waited for its
+lock kept; a busy Produce connection's login renewed before its session ends."""
 
 from __future__ import annotations
 
 import random
+import threading
 import time
 
 import pyarrow as pa
@@ -21,23 +24,37 @@ from tests.produce_sim import (
     StepRunner,
     VirtualClock,
     metadata_answer,
+    produce_answer,
 )
 from tests.test_coordinator_client_failures import (  # noqa: F401 (brokers: a fixture)
     END_TXN,
+    FIND_COORDINATOR,
     METADATA,
+    OFFERED,
     Hangup,
     brokers,
 )
 from txkafka.connector.client import connection as broker_connection
 from txkafka.connector.client.connection import BrokerConnection, SecurityConfig
+from txkafka.connector.client.error_codes import (
+    COORDINATOR_NOT_AVAILABLE,
+    NOT_COORDINATOR,
+    UNKNOWN_TOPIC_OR_PARTITION,
+)
 from txkafka.connector.errors import (
     BrokersUnavailableError,
     KafkaAuthorizationError,
     KafkaProtocolError,
     TransactionError,
 )
-from txkafka.connector.client.protocol import Writer
-from txkafka.connector.client.producer import INIT_PRODUCER_ID, ClusterLink, WireProducer
+from txkafka.connector.client.protocol import Reader, Writer
+from txkafka.connector.client.producer import (
+    ADD_PARTITIONS_TO_TXN,
+    INIT_PRODUCER_ID,
+    PRODUCE,
+    ClusterLink,
+    WireProducer,
+)
 
 
 def _producer(cluster: SimCluster, *, tid: str | None = "sim-0", **conf: str) -> WireProducer:
@@ -360,3 +377,271 @@ def test_an_idempotent_producer_id_is_asked_of_another_broker_after_one_failed(b
     finally:
         link.close()
     assert sum(1 for _, key, _ in failing.log if key == INIT_PRODUCER_ID) == 1
+
+
+# --------------------------------------------- the link's coordinator lookups and connections
+# Fake brokers on sockets; where only the client's own clock matters, on the virtual clock
+# (tests/conftest.py): waits and retries take no real time, and the machine's load cannot
+# stretch them.
+
+PRODUCER_OFFERED = OFFERED + [(PRODUCE, 9, 11), (ADD_PARTITIONS_TO_TXN, 3, 3)]
+
+
+def _producer_id(n: int, body: Reader) -> bytes:
+    return Writer(True).int32(0).int16(0).int64(77).int16(3).tags().build()
+
+
+def _coordinator_from(broker, ready) -> object:
+    """A FindCoordinator handler naming ``broker``; COORDINATOR_NOT_AVAILABLE until ready()."""
+
+    def find(n: int, body: Reader) -> bytes:
+        body.int8()
+        keys = body.array(lambda r: r.string())
+        err = 0 if ready() else COORDINATOR_NOT_AVAILABLE
+        return Writer(True).int32(0).array(keys, lambda w, k: w.string(k).int32(1).string(
+            "127.0.0.1").int32(broker.port).int16(err).string(None).tags()).tags().build()
+
+    return find
+
+
+def _add_partitions(code) -> object:
+    """An AddPartitionsToTxn (v3) handler answering every partition code() (called per request)."""
+
+    def add(n: int, body: Reader) -> bytes:
+        body.string()
+        body.int64()
+        body.int16()
+        topics = body.array(lambda r: (r.string(), r.array(lambda rr: rr.int32()), r.tags())[:2])
+        err = code()
+        return Writer(True).int32(0).array(topics, lambda w, tp: w.string(tp[0]).array(
+            tp[1], lambda ww, p: ww.int32(p).int16(err).tags()).tags()).tags().build()
+
+    return add
+
+
+def _produce_ok(n: int, body: Reader) -> bytes:
+    """A Produce (v9+) handler appending every batch."""
+    body.string()
+    body.int16()
+    body.int32()
+    answer = {}
+    for _ in range(body.uvarint() - 1):
+        name = body.string() or ""
+        for _ in range(body.uvarint() - 1):
+            p = body.int32()
+            body.view(body.uvarint() - 1)
+            body.tags()
+            answer[(name, p)] = 0
+        body.tags()
+    return produce_answer(answer, 0)
+
+
+def test_coordinator_lookups_ask_the_brokers_metadata_named_once_the_bootstrap_one_is_gone(
+        brokers, virtual_clock):  # noqa: F811
+    """One bootstrap address (a load balancer's name, a managed service's) whose broker
+    restarts: FindCoordinator goes to a broker the link's Metadata named, as the Java client and
+    librdkafka send it to any known broker. (The lookup asked the bootstrap broker and
+    coordinators found before only: a task's InitProducerId failed after the whole budget.)"""
+    b0, b1 = brokers(), brokers()
+    for b in (b0, b1):
+        b.handlers[METADATA] = lambda n, body: _topic_answer(b0.port, b1.port, leader=2)
+        b.handlers[INIT_PRODUCER_ID] = _producer_id
+    conf = {"bootstrap.servers": f"127.0.0.1:{b0.port}"}
+    link = ClusterLink(conf, timeout_s=3.0)
+    try:
+        assert WireProducer(conf, transactional_id="a", link=link, timeout_s=3).begin() == (77, 3)
+        assert link.topic("t").leaders == {0: 2}  # a task's first send: both brokers named
+        b0.close()
+        assert WireProducer(conf, transactional_id="b", link=link, timeout_s=3).begin() == (77, 3)
+        assert link.coordinators.coordinator("b") == ("127.0.0.1", b1.port)
+    finally:
+        link.close()
+    assert any(key == FIND_COORDINATOR for _, key, _ in b1.log)
+
+
+def test_a_link_and_its_coordinator_client_share_one_token_source():
+    """One OIDC token source per link: its coordinator client used to read the settings again,
+    and fetched a token of its own."""
+    link = ClusterLink({
+        "bootstrap.servers": "127.0.0.1:1", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "OAUTHBEARER", "sasl.oauthbearer.method": "oidc",
+        "sasl.oauthbearer.client.id": "writer", "sasl.oauthbearer.client.secret": "s",
+        "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token"})
+    assert link.security.oauthbearer is not None
+    assert link.coordinators.security.oauthbearer is link.security.oauthbearer
+
+
+def test_a_coordinator_lookup_is_retried_for_the_producer_s_budget_not_the_link_s(
+        brokers, virtual_clock):  # noqa: F811
+    """FindCoordinator answers COORDINATOR_NOT_AVAILABLE (the coordinator's partition has no
+    leader for a while) for longer than the link's timeout (1 s here; 30 s by default) and less
+    than the producer's budget (commitTimeoutMs): the task starts. (The lookup's error at the
+    link's timeout escaped the producer's retries, while no broker answering at all was retried
+    for the whole budget.) Past the budget, the producer's own error, as for no answer."""
+    b = brokers()
+    available_at = time.monotonic() + 2.0
+    b.handlers[FIND_COORDINATOR] = _coordinator_from(b, lambda: time.monotonic() >= available_at)
+    b.handlers[INIT_PRODUCER_ID] = _producer_id
+    conf = {"bootstrap.servers": f"127.0.0.1:{b.port}"}
+    link = ClusterLink(conf, timeout_s=1.0)
+    try:
+        assert WireProducer(conf, transactional_id="t", link=link, timeout_s=10).begin() == (77, 3)
+        available_at = float("inf")
+        with pytest.raises(TransactionError, match=r"starting transaction u: InitProducerId "
+                                                   r"answered COORDINATOR_NOT_AVAILABLE \(last: "
+                                                   r"no transaction coordinator for \['u'\]"):
+            WireProducer(conf, transactional_id="u", link=link, timeout_s=3).begin()
+    finally:
+        link.close()
+
+
+def test_adding_partitions_looks_the_coordinator_up_for_the_producer_s_budget(
+        brokers, virtual_clock):  # noqa: F811
+    """The coordinator moves (AddPartitionsToTxn answers NOT_COORDINATOR) and the new one is
+    not available for longer than the link's timeout: the partition is added within the
+    producer's budget, and the records written."""
+    b = brokers(offered=PRODUCER_OFFERED)
+    available_at = -float("inf")
+    answers = [NOT_COORDINATOR]
+
+    def moved() -> int:
+        nonlocal available_at
+        if answers:
+            available_at = time.monotonic() + 2.0
+            return answers.pop()
+        return 0
+
+    b.handlers[FIND_COORDINATOR] = _coordinator_from(b, lambda: time.monotonic() >= available_at)
+    b.handlers[INIT_PRODUCER_ID] = _producer_id
+    b.handlers[METADATA] = lambda n, body: _topic_answer(b.port, leader=1)
+    b.handlers[ADD_PARTITIONS_TO_TXN] = _add_partitions(moved)
+    b.handlers[PRODUCE] = _produce_ok
+    conf = {"bootstrap.servers": f"127.0.0.1:{b.port}"}
+    link = ClusterLink(conf, timeout_s=1.0)
+    try:
+        p = WireProducer(conf, transactional_id="t", link=link, timeout_s=10)
+        p.begin()
+        p.send("t", _values(0, 10), partitions=_to(0, 10))
+        assert p.flush().record_count == 10
+        p.close()
+    finally:
+        link.close()
+    assert answers == []  # the coordinator did move
+    assert sum(1 for _, key, _ in b.log if key == FIND_COORDINATOR) > 2
+
+
+def test_a_partition_the_coordinator_does_not_know_yet_is_added_again():
+    """AddPartitionsToTxn answers UNKNOWN_TOPIC_OR_PARTITION while the coordinator's metadata
+    lacks the partition (a topic just created, partitions just added, a lagging coordinator):
+    asked again, as librdkafka and the Java client do, and the task writes. (It failed the task
+    with "topic does not exist".)"""
+    cluster = SimCluster(random.Random(1), Faults(), topics={"t": 3})
+    cluster.add_partitions_answers = [UNKNOWN_TOPIC_OR_PARTITION]
+    p = _producer(cluster)
+    p.send("t", _values(0, 100), partitions=_to(0, 100))
+    assert p.flush().record_count == 100
+    p.close()
+    assert cluster.add_partitions_answers == []
+    assert cluster.written(("t", 0)) == _values(0, 100).to_pylist()
+
+
+def test_a_partition_the_coordinator_never_knows_fails_after_the_propagation_patience(
+        virtual_clock):
+    """A topic deleted after the task's Metadata found it: asked again for
+    kafka.topic.metadata.propagation.max.ms (2 s here), then the error names the topic and the
+    setting."""
+    cluster = SimCluster(random.Random(1), Faults(), topics={"t": 3})
+    cluster.add_partitions_answers = [UNKNOWN_TOPIC_OR_PARTITION] * 1000
+    link = SimLink(cluster)
+    link.conf["topic.metadata.propagation.max.ms"] = "2000"
+    p = WireProducer({"bootstrap.servers": "sim:9092"}, transactional_id="sim-0", link=link,
+                     where="test task")
+    p.begin()
+    started = time.monotonic()
+    with pytest.raises(TransactionError, match=r"topic 't' does not exist \(UNKNOWN_TOPIC_OR_PAR"
+                                               r"TITION, still after 2s: kafka.topic.metadata."
+                                               r"propagation.max.ms\); txkafka never creates"):
+        p.send("t", _values(0, 10), partitions=_to(0, 10))
+        p.flush()
+    p.close()
+    assert len(cluster.add_partitions_answers) < 999  # asked again
+    assert time.monotonic() - started >= 2 - 0.2  # virtual seconds: patience less a back-off
+
+
+def test_a_metadata_request_that_only_waited_for_the_shared_connection_leaves_it_open(
+        brokers):  # noqa: F811
+    """Another thread's slow request (an InitProducerId at a busy coordinator) holds the link's
+    connection to a broker past a Metadata attempt's deadline: that attempt fails, and the
+    connection stays open, shared, its broker not counted as failed. (The failed attempt closed
+    it once the slow request was answered: the next request paid a new connection and login, and
+    the broker was asked last.)"""
+    b = brokers()
+    b.handlers[METADATA] = lambda n, body: _topic_answer(b.port, leader=1)
+    release = threading.Event()
+
+    def slow_producer_id(n: int, body: Reader) -> bytes:
+        release.wait(10)
+        return _producer_id(n, body)
+
+    b.handlers[INIT_PRODUCER_ID] = slow_producer_id
+    link = ClusterLink({"bootstrap.servers": f"127.0.0.1:{b.port}"})
+    conn = link.connection("127.0.0.1", b.port)
+    answered: list[object] = []
+    body = Writer(True).string("tid").int32(60000).int64(-1).int16(-1).tags().build()
+    slow = threading.Thread(target=lambda: answered.append(conn.request(
+        INIT_PRODUCER_ID, 4, body, flexible=True, deadline=time.monotonic() + 10)))
+    slow.start()
+    try:
+        waiting_until = time.monotonic() + 10
+        while not any(key == INIT_PRODUCER_ID for _, key, _ in b.log):
+            assert time.monotonic() < waiting_until, "the slow request never reached the broker"
+            time.sleep(0.01)
+        with pytest.raises(BrokersUnavailableError, match="timed out waiting for the connection"):
+            link.topic("t", timeout_s=0.3)
+    finally:
+        release.set()
+        slow.join(10)
+    try:
+        assert answered and not conn.closed and link._failed == {}
+        assert link.topic("t").leaders == {0: 1}
+        assert link.connection("127.0.0.1", b.port) is conn
+    finally:
+        link.close()
+
+
+def test_a_busy_produce_connection_logs_in_again_before_its_session_ends(
+        brokers, virtual_clock):  # noqa: F811
+    """A broker with connections.max.reauth.ms (KIP-368; 500 ms here) closes a connection at
+    the first request after its session ended, losing the answers in flight. A sender that
+    always has requests in flight stops sending once its login nears the end, reads the answers,
+    logs in again and goes on. (Only an idle connection renewed its login: a busy one reached
+    the end, and its requests went again.) Virtual time: each Produce takes the broker 5 ms."""
+    b = brokers(sasl_password="pw", session_ms=500, offered=PRODUCER_OFFERED)
+    b.handlers[METADATA] = lambda n, body: _topic_answer(b.port, leader=1)
+    b.handlers[INIT_PRODUCER_ID] = _producer_id
+    queued = threading.Event()  # every batch queued before the first answer: a busy sender
+
+    def produce(n: int, body: Reader) -> bytes:
+        queued.wait(10)
+        time.sleep(0.005)
+        return _produce_ok(n, body)
+
+    b.handlers[PRODUCE] = produce
+    conf = {"bootstrap.servers": f"127.0.0.1:{b.port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "pw",
+            "batch.size": "200"}
+    link = ClusterLink(conf)
+    try:
+        p = WireProducer(conf, link=link, where="test task")
+        p.begin()
+        p.send("t", _values(0, 3000), partitions=_to(0, 3000))
+        queued.set()
+        assert p.flush().record_count == 3000
+        p.close()
+    finally:
+        queued.set()
+        link.close()
+    produced = [n for n, key, _ in b.log if key == PRODUCE]
+    assert len(produced) * 0.005 > 2 * 0.5  # the sender was busy for more than two sessions
+    assert b.expired == []
+    assert len(set(produced)) >= 3  # logged in again on a new connection each session

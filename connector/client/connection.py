@@ -48,6 +48,11 @@ _MECHANISMS = TXKAFKA_SASL_MECHANISMS
 # lifetime) is this far through is replaced by a new login before the next request.
 SESSION_RENEW_FRACTION = 0.85
 
+# Correlation ids are int32 on the wire: they wrap to 0 after 2**31 - 1 (the Java client and
+# librdkafka wrap too); a connection's answers come in order, so an id only has to differ from
+# those of the few requests in flight.
+_CORRELATION_MOD = 2**31
+
 # Cap of one socket operation (connect, TLS handshake, one read): a host that drops packets costs
 # this much per attempt, so retries on other brokers fit in the caller's budget.
 ATTEMPT_TIMEOUT_S = 10.0
@@ -282,6 +287,22 @@ class BrokerConnection:
         """Logged in and not closed (a request may still find the broker gone)."""
         return self._sock is not None and not self._closed
 
+    @property
+    def broken(self) -> bool:
+        """After a request on it failed: whether the failure broke this connection (its stream
+        was dropped: a socket error, a read past its timeout, a mismatched answer; or it never
+        logged in). A request that failed before it was written (no time left, or its deadline
+        passed waiting for the lock behind other threads' requests) leaves a healthy connection:
+        a pool keeps it shared, and does not count its broker as failed."""
+        return not self.connected
+
+    @property
+    def login_expiring(self) -> bool:
+        """The broker session is nearly over (SESSION_RENEW_FRACTION of it passed): the next
+        request should go on a new login."""
+        renew_at = self._renew_at
+        return renew_at is not None and time.monotonic() >= renew_at
+
     def _deadline(self, deadline: float | None) -> float:
         if deadline is not None:
             return deadline
@@ -381,11 +402,11 @@ class BrokerConnection:
         expired at its next request, unanswered; an OAUTHBEARER session ends with its token. A new
         login (with a fresh token) before that is cheaper than a failed request.
         """
-        renew_at = self._renew_at
-        if renew_at is None or time.monotonic() < renew_at:
+        if not self.login_expiring:
             return
         with self._lock:
-            if self._renew_at == renew_at and self._sock is not None:
+            # (checked again: another thread may have logged in anew meanwhile)
+            if self.login_expiring and self._sock is not None:
                 sock, self._sock, self._renew_at = self._sock, None, None
                 with contextlib.suppress(OSError):
                     sock.close()
@@ -595,7 +616,7 @@ class BrokerConnection:
         """Append one request's frame to ``frames`` (the caller holds the lock); its
         correlation id. A body may come in pieces (a Produce request's record batches), written
         from where they are."""
-        self._correlation += 1
+        self._correlation = (self._correlation + 1) % _CORRELATION_MOD
         head = request_header(key, version, self._correlation, self.client_id, flexible)
         pieces = body if isinstance(body, list) else [body]
         size = len(head) + sum(len(b) for b in pieces)
@@ -618,7 +639,8 @@ class BrokerConnection:
 
         For a connection one caller owns alone (a producer's sender): it keeps several requests
         in flight and reads the answers, in the order sent, with :meth:`receive_pipelined`. The
-        login is renewed only by :meth:`connect_idle`, never with answers outstanding. With an
+        login is renewed only by :meth:`connect_idle`, never with answers outstanding: once
+        :attr:`login_expiring`, the owner sends nothing more until its answers are in. With an
         explicit ``deadline`` the write has no per-attempt cap: a broker reads a connection's
         next request only once it answered the one before, which an acks=all Produce may hold up
         to its own timeout, so a large request can wait that long in the socket's buffers.

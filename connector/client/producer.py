@@ -136,6 +136,13 @@ class _Fatal(Exception):
     """Carries a typed error out of a sender thread."""
 
 
+def _lookup_ran_out(e: TransactionError) -> bool:
+    """FindCoordinator still answered "retry" when the link's coordinator client gave up (its
+    own timeout; TransactionClient.find_coordinators raises that without a code): a caller with a
+    longer budget (the producer's, commitTimeoutMs) asks again, as when no broker answered."""
+    return e.code is None
+
+
 # --------------------------------------------------------------------------- per-worker links
 
 @dataclass
@@ -173,7 +180,6 @@ class ClusterLink:
         self.security = SecurityConfig.from_kafka_config(conf)
         self.client_id = str(conf.get("client.id") or client_id)
         self.timeout_s = timeout_s
-        self.coordinators = TransactionClient(conf, timeout=timeout_s, client_id=self.client_id)
         self._lock = threading.Lock()
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
         self.brokers: dict[int, tuple[str, int]] = {}
@@ -185,6 +191,7 @@ class ClusterLink:
         # Connections a producer's sender owns while it pipelines Produce requests, kept for the
         # next task's producer.
         self._produce_idle: dict[tuple[str, int], list[BrokerConnection]] = {}
+        self.coordinators: TransactionClient = _LinkCoordinators(self)
 
     def close(self) -> None:
         with self._lock:
@@ -229,7 +236,11 @@ class ClusterLink:
 
     def drop(self, conn: BrokerConnection) -> None:
         """Forget a connection whose request failed (the next request opens a new one); its
-        broker is asked last by requests any broker can answer, until it answers again."""
+        broker is asked last by requests any broker can answer, until it answers again. A
+        connection the failure did not break (:attr:`BrokerConnection.broken`: the request only
+        waited for it behind another thread's slow one) stays shared, its broker not failed."""
+        if not conn.broken:
+            return
         addr = (conn.host, conn.port)
         with self._lock:
             if self._conns.get(addr) is conn:
@@ -325,9 +336,8 @@ class ClusterLink:
 
         Each Metadata request asks the brokers in turn for up to ``timeout_s`` while they fail or
         do not answer (default the link's timeout; ``budget`` names it in the error), see
-        :meth:`_metadata`. A topic the broker does not know yet is asked for again until
-        ``topic.metadata.propagation.max.ms`` (librdkafka's setting, 30 s): a topic created a
-        moment ago reaches every broker's metadata a little later.
+        :meth:`_metadata`. A topic the broker does not know yet is asked for again for
+        :meth:`propagation_patience_s`.
         """
         with self._lock:
             hit = self._topics.get(name)
@@ -336,7 +346,7 @@ class ClusterLink:
             return hit
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         budget = f"{timeout_s:g}s" + (f" ({budget})" if budget else "")
-        patience = int(str(self.conf.get("topic.metadata.propagation.max.ms", 30_000))) / 1000
+        patience = self.propagation_patience_s()
         give_up = now + patience
         backoff = 0.02
         while True:
@@ -350,11 +360,7 @@ class ClusterLink:
                 raise KafkaProtocolError(f"{where}: Metadata for topic {name!r} answered "
                                          f"{error_name(err)}")
             if self.clock() + backoff > give_up:
-                raise TransactionError(
-                    f"{where}: topic {name!r} does not exist (UNKNOWN_TOPIC_OR_PARTITION, still "
-                    f"after {patience:g}s: kafka.topic.metadata.propagation.max.ms); txkafka "
-                    "never creates topics: create it, or fix the 'topic' option or column",
-                    UNKNOWN_TOPIC_OR_PARTITION)
+                raise _missing_topic(where, name, patience)
             self.sleep(backoff)
             backoff = min(backoff * 2, 1.0)
         leaders = {p: node for (t, p), node in md.leaders.items() if t == name}
@@ -363,6 +369,13 @@ class ClusterLink:
             self.brokers.update(md.brokers)
             self._topics[name] = info
         return info
+
+    def propagation_patience_s(self) -> float:
+        """How long a topic or partition the cluster does not know is asked for again before it
+        counts as missing: ``topic.metadata.propagation.max.ms`` (librdkafka's setting, 30 s). A
+        topic created (or partitions added) a moment ago reaches every broker's metadata, and the
+        transaction coordinator's, a little later."""
+        return int(str(self.conf.get("topic.metadata.propagation.max.ms", 30_000))) / 1000
 
     # -------------------------------------------------------- idempotent ids
 
@@ -373,6 +386,28 @@ class ClusterLink:
     def give_back(self, state: _IdempotentState) -> None:
         with self._lock:
             self._idle.append(state)
+
+
+class _LinkCoordinators(TransactionClient):
+    """A link's coordinator client (FindCoordinator, a task's EndTxn abort) on the link's own
+    connections and security settings, asking the brokers the link knows: the bootstrap ones and
+    every broker its Metadata named, those that failed lately last (:meth:`ClusterLink.any_broker`).
+    A bootstrap broker that restarts (one load-balancer name) must not stop coordinator lookups
+    while other brokers answer; the Java client and librdkafka ask any known broker too."""
+
+    def __init__(self, link: ClusterLink) -> None:
+        super().__init__(link.conf, timeout=link.timeout_s, client_id=link.client_id,
+                         security=link.security)
+        self._link = link
+
+    def _conn(self, host: str, port: int) -> BrokerConnection:
+        return self._link.connection(host, port)
+
+    def _drop(self, conn: BrokerConnection) -> None:
+        self._link.drop(conn)
+
+    def _any_broker(self) -> BrokerConnection:
+        return self._link.any_broker()
 
 
 _LINKS: dict[tuple, ClusterLink] = {}
@@ -412,6 +447,13 @@ atexit.register(_close_links)
 
 
 # --------------------------------------------------------------------------- errors
+
+def _missing_topic(where: str, topic: str, patience_s: float) -> TransactionError:
+    return TransactionError(
+        f"{where}: topic {topic!r} does not exist (UNKNOWN_TOPIC_OR_PARTITION, still after "
+        f"{patience_s:g}s: kafka.topic.metadata.propagation.max.ms); txkafka never creates "
+        "topics: create it, or fix the 'topic' option or column", UNKNOWN_TOPIC_OR_PARTITION)
+
 
 def _error(code: int, conf: Mapping[str, object], where: str, *, topic: str | None = None,
            transactional_id: str | None = None) -> TxKafkaError:
@@ -520,7 +562,12 @@ class _NodeSender:
         p = self.producer
         stopping = p._stopping or p._error is not None
         throttled = self.resume_at - p._runner.clock()
-        if not stopping and len(self.inflight) < MAX_IN_FLIGHT and throttled <= 0:
+        # A login about to expire (KIP-368, a token's lifetime) is renewed only with no answer
+        # outstanding (_send): until then nothing more is sent, else a connection kept busy would
+        # reach the session's end, and the broker close it with answers in flight.
+        renewing = bool(self.inflight) and self.conn is not None and self.conn.login_expiring
+        if (not stopping and len(self.inflight) < MAX_IN_FLIGHT and throttled <= 0
+                and not renewing):
             req = p._next_request(self.node)
             if req:
                 return "send", req
@@ -711,6 +758,10 @@ class WireProducer:
                 if conn is not None:
                     self.link.drop(conn)
                 err, failure = COORDINATOR_NOT_AVAILABLE, f" (last: {e})"
+            except TransactionError as e:
+                if not _lookup_ran_out(e):
+                    raise
+                err, failure = COORDINATOR_NOT_AVAILABLE, f" (last: {e})"
             if err == NONE:
                 return pid, epoch
             if err in (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED):
@@ -828,6 +879,8 @@ class WireProducer:
         topics = sorted(by_topic.items())
         started = self._runner.clock()  # the transaction's timeout may start counting now
         deadline = time.monotonic() + self.timeout_s
+        patience = self.link.propagation_patience_s()
+        missing_by: float | None = None  # given up on an unknown partition then
         backoff = 0.005
         refresh = False
         while True:
@@ -858,6 +911,10 @@ class WireProducer:
                 if conn is not None:
                     self.link.drop(conn)
                 errors = {new[0]: COORDINATOR_NOT_AVAILABLE}
+            except TransactionError as e:
+                if not _lookup_ran_out(e):
+                    raise
+                errors = {new[0]: COORDINATOR_NOT_AVAILABLE}
             if not errors:
                 if not self._in_txn:
                     self._txn_deadline = started + self.transaction_timeout_ms / 1000
@@ -871,11 +928,14 @@ class WireProducer:
             if err in _FENCED:
                 raise self._fenced(err)
             if err == UNKNOWN_TOPIC_OR_PARTITION:
-                raise TransactionError(
-                    f"{where}: topic {topic!r} does not exist (UNKNOWN_TOPIC_OR_PARTITION); "
-                    "txkafka never creates topics: create it, or fix the 'topic' option or "
-                    "column", err)
-            if err not in _COORDINATOR_RETRIABLE or time.monotonic() + backoff > deadline:
+                # The coordinator's metadata may not have the partition yet (a topic just
+                # created, partitions just added, a coordinator lagging behind): asked again, as
+                # librdkafka and the Java client do, as long as a topic's metadata would be.
+                if missing_by is None:
+                    missing_by = time.monotonic() + patience
+                if time.monotonic() + backoff > missing_by:
+                    raise _missing_topic(where, topic, patience)
+            elif err not in _COORDINATOR_RETRIABLE or time.monotonic() + backoff > deadline:
                 raise TransactionError(f"{where}: AddPartitionsToTxn answered {error_name(err)}",
                                        err)
             refresh = err in _COORDINATOR_MOVED

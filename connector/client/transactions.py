@@ -140,6 +140,9 @@ class TransactionClient:
     ``kafka_config`` is the librdkafka-style config (``bootstrap.servers`` and security settings).
     Every call is bounded by ``timeout`` seconds including retries; one socket operation by
     ``min(timeout, ATTEMPT_TIMEOUT_S)``, so an unresponsive broker leaves time to try others.
+    ``security``: the settings already read from ``kafka_config`` (one OAUTHBEARER token source
+    for a client sharing another's). Connections go through :meth:`_conn`, :meth:`_drop` and
+    :meth:`_any_broker`: a producer's link (``ClusterLink``) lends its own instead.
     """
 
     def __init__(
@@ -148,12 +151,13 @@ class TransactionClient:
         *,
         timeout: float = 30.0,
         client_id: str = "txkafka-committer",
+        security: SecurityConfig | None = None,
     ) -> None:
         servers = str(kafka_config.get("bootstrap.servers") or "")
         if not servers:
             raise KafkaProtocolError("kafka.bootstrap.servers is empty")
         self.bootstrap = [split_host_port(s) for s in servers.split(",") if s.strip()]
-        self.security = SecurityConfig.from_kafka_config(kafka_config)
+        self.security = security or SecurityConfig.from_kafka_config(kafka_config)
         self.timeout = timeout
         self.client_id = client_id
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
@@ -195,24 +199,20 @@ class TransactionClient:
                 self._conns[key] = conn
         return conn.connect()
 
-    def _drop(self, host: str, port: int, conn: BrokerConnection | None = None) -> None:
-        """Close the pooled connection to host:port; with ``conn``, only if it is still that one.
+    def _drop(self, conn: BrokerConnection) -> None:
+        """Close ``conn``, whose request failed, if that broke it (:attr:`BrokerConnection.broken`),
+        and take it out of the pool if the pool still holds it.
 
         Why: threads share pooled connections; one whose request failed on an old connection
         must not close the fresh one another thread already opened.
         """
-        if conn is not None and conn.connected:
-            return  # its socket survived the failure (e.g. no time left to send): keep it
+        if not conn.broken:
+            return
+        key = (conn.host, conn.port)
         with self._lock:
-            pooled = self._conns.get((host, port))
-            if pooled is None or (conn is not None and pooled is not conn):
-                pooled = None
-            else:
-                del self._conns[(host, port)]
-        if pooled is not None:
-            pooled.close()
-        elif conn is not None:
-            conn.close()
+            if self._conns.get(key) is conn:
+                del self._conns[key]
+        conn.close()
 
     def _remember(self, addresses: Iterable[tuple[str, int]]) -> None:
         with self._lock:
@@ -295,7 +295,7 @@ class TransactionClient:
         try:
             md = request_metadata(conn, [])
         except KafkaProtocolError:
-            self._drop(conn.host, conn.port, conn)
+            self._drop(conn)
             raise
         return [(node, host, port) for node, (host, port) in md.brokers.items()]
 
@@ -331,7 +331,11 @@ class TransactionClient:
     @_within_timeout
     def find_coordinators(self, transactional_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
         """Batched FindCoordinator (v4+, KIP-699), retried while coordinators load or brokers
-        restart (every known broker is tried, until the deadline)."""
+        restart (every known broker is tried, until the deadline).
+
+        At the deadline: KafkaProtocolError when no broker answered, TransactionError without a
+        code when coordinators still answered "retry" (a final answer's error carries its code):
+        callers with a longer budget of their own ask again."""
         pending = sorted(set(transactional_ids))
         found: dict[str, tuple[str, int]] = {}
         deadline = self._deadline()
@@ -354,7 +358,7 @@ class TransactionClient:
                 raise
             except KafkaProtocolError as e:
                 # A pooled connection to a broker that died or restarted: drop it, ask another.
-                self._drop(conn.host, conn.port, conn)
+                self._drop(conn)
                 self._pause(e, deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
                 continue
@@ -447,7 +451,7 @@ class TransactionClient:
             r = conn.request(DESCRIBE_TRANSACTIONS, v, body, flexible=True)
         except KafkaProtocolError as e:
             if not isinstance(e, KafkaAuthenticationError):
-                self._drop(host, port, conn)
+                self._drop(conn)
             raise
         r.int32()
 
@@ -512,6 +516,7 @@ class TransactionClient:
         body = (Writer(True).array(states, lambda ww, s: ww.string(s))
                 .array([], lambda ww, p: ww.int64(p)).tags().build())
         for _node, host, port in self._recent_brokers():
+            conn = None
             try:
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(*LIST_TRANSACTIONS_API.spec),
@@ -519,7 +524,8 @@ class TransactionClient:
             except KafkaAuthenticationError:
                 raise
             except KafkaProtocolError:
-                self._drop(host, port)
+                if conn is not None:
+                    self._drop(conn)
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(*LIST_TRANSACTIONS_API.spec),
                                  body, flexible=True)
@@ -593,7 +599,7 @@ class TransactionClient:
         except KafkaAuthenticationError:
             raise
         except KafkaProtocolError:
-            self._drop(host, port, conn)
+            self._drop(conn)
             return COORDINATOR_NOT_AVAILABLE
         r.int32()
         return r.int16()
@@ -636,7 +642,7 @@ class TransactionClient:
                 raise
             except KafkaProtocolError:
                 if conn is not None:
-                    self._drop(*addr, conn)  # the retry pass reconnects
+                    self._drop(conn)  # the retry pass reconnects
 
         if len(groups) == 1:
             pipelined(*next(iter(groups.items())))
