@@ -68,7 +68,8 @@ class DataLossError(TxKafkaError):
 
 
 class OffsetsUnavailableError(TxKafkaError):
-    """Offsets could not be fetched within the bounded number of retries."""
+    """Offsets could not be fetched within the bounded number of retries, or the brokers'
+    metadata answers kept disagreeing on whether a partition the query reads exists."""
 
 
 class RecordFetchTimeoutError(TxKafkaError, TimeoutError):

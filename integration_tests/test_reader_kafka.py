@@ -12,6 +12,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
 from integration_tests.kafka_helpers import unique
 from integration_tests.reader_support import list_offsets
+from python_datasource.kafka_reader import KafkaBatchReader
 from txkafka.connector.source.range_reader import ConsumerPool, FetchTask, fetch_range
 from txkafka.connector.source.group_offsets import ConsumerGroupCommitter
 from txkafka.connector.errors import DataLossError, KafkaConfigError
@@ -201,6 +202,24 @@ def test_executor_sees_retention_before_reading(kafka, fetcher, handoffs):
     assert _read(_task(lenient, topic, 2, 8, fetcher=fetcher), pool) == []  # all of it gone
     if fetcher == "wire":
         assert len(handoffs()) == 3 and all("OFFSET_OUT_OF_RANGE" in h for h in handoffs())
+    pool.close_all()
+
+
+def test_a_batch_read_from_earliest_starts_where_the_log_starts_when_its_task_runs(kafka, fetcher):
+    """Like Spark, a batch read binds startingOffsets=earliest when its task runs: retention or
+    delete-records between planning and a queued task is not data loss (an explicit start is:
+    the test above)."""
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce(topic, [(None, f"v{i}", 0) for i in range(100)])
+    reader = KafkaBatchReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
+                               "fetcher": fetcher, "kafkaConsumer.pollTimeoutMs": "15000"}, None)
+    [part] = reader.partitions()
+    assert (part.task.start, part.task.end) == (0, 100)
+    admin = kafka.admin()  # (held: a client collected early never resolves its futures)
+    for f in admin.delete_records([TopicPartition(topic, 0, 50)]).values():
+        f.result(timeout=60)
+    pool = ConsumerPool()
+    assert [o for o, _ in _read(part.task, pool)] == list(range(50, 100))
     pool.close_all()
 
 

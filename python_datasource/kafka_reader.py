@@ -22,7 +22,7 @@ Facts of the Python Data Source API this module is built on (pyspark 4.3):
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -73,6 +73,9 @@ from txkafka.connector.source.options import (
 )
 
 from .spark_worker import frozen_after, tune_worker_socket
+
+if TYPE_CHECKING:
+    from txkafka.connector.checkpoint.savepoint import StartingOffsets
 
 log = logging.getLogger("txkafka.reader")
 
@@ -141,7 +144,8 @@ def _input_partitions(options: SourceOptions, ranges: list[OffsetRange],
     return [KafkaInputPartition(FetchTask(
         topic=r.topic, partition=r.partition, start=r.start, end=r.end, consumer_config=conf,
         poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
-        include_headers=options.include_headers, fetcher=options.fetcher)) for r in ranges]
+        include_headers=options.include_headers, fetcher=options.fetcher,
+        earliest_start=r.earliest_start)) for r in ranges]
 
 
 def _read(partition: Optional[InputPartition]) -> Iterator[Any]:
@@ -168,17 +172,20 @@ def _faults_at_read(task: FetchTask) -> None:
 
 def _starting_offsets(reader: KafkaOffsetReader, options: SourceOptions,
                       tps: list[TopicPartitionKey], latest: Optional[PartitionOffsets] = None
-                      ) -> PartitionOffsets:
-    """Where a new query or a batch read starts (startingOffsets, or option savepoint)."""
+                      ) -> StartingOffsets:
+    """Where a new query or a batch read starts (startingOffsets, or option savepoint), and which
+    partitions start at "earliest"."""
     # Imported here: only a new query's first trigger or a batch read needs it, not every start.
     from txkafka.connector.checkpoint.savepoint import starting_offsets
 
     return starting_offsets(reader, options, tps, latest=latest)
 
 
-def _nonempty_or_new(start: Mapping[TopicPartitionKey, int],
-                     end: Mapping[TopicPartitionKey, int]) -> list[TopicPartitionKey]:
-    return sorted(tp for tp, off in end.items() if tp not in start or off > start[tp])
+def _moved_or_new(start: Mapping[TopicPartitionKey, int],
+                  end: Mapping[TopicPartitionKey, int]) -> list[TopicPartitionKey]:
+    """The partitions whose log starts plan_ranges needs: those with records to read, and those
+    whose offsets went backwards (their report names what is skipped)."""
+    return sorted(tp for tp, off in end.items() if tp not in start or off != start[tp])
 
 
 class _ClientHolder:
@@ -235,15 +242,16 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
         try:
             reader.check_assignment()
             tps = reader.topic_partitions()
-            start = _starting_offsets(reader, opts, tps)
+            start, at_log_start = _starting_offsets(reader, opts, tps)
             end = reader.resolve(opts.ending, tps, starting=False)
             for tp in sorted(start):
                 if tp in end and end[tp] < start[tp]:
                     raise KafkaConfigError(_ends_before_start(opts, tp, start[tp], end[tp]))
             end = {tp: off for tp, off in end.items() if tp in start}
-            earliest = reader.log_starts(_nonempty_or_new(start, end), start)
+            earliest = reader.log_starts(_moved_or_new(start, end), start)
             ranges = plan_ranges(start, end, earliest=earliest,
-                                 fail_on_data_loss=opts.fail_on_data_loss)
+                                 fail_on_data_loss=opts.fail_on_data_loss,
+                                 at_log_start=at_log_start)
         finally:
             reader.close()
             self._offset_reader = None
@@ -354,25 +362,26 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
         reader = self.offset_reader
         reader.check_assignment()
         starting = _starting_offsets(reader, self.options, reader.topic_partitions(),
-                                     latest=self._available_now_target)
+                                     latest=self._available_now_target).offsets
         log.info("txkafka starting offsets: %s", to_offset_json(starting))
         return starting
 
     def _latest_offsets(self, start: PartitionOffsets) -> PartitionOffsets:
         """Latest offsets of the partitions to read, never moving a partition backwards unless its
-        log really went backwards (so a start past the LSO waits for the open transaction)."""
+        log really went backwards (so a start past the LSO waits for the open transaction), and
+        never without a partition of ``start`` that only one metadata answer lacked."""
         reader = self.offset_reader
         if self._available_now_target is not None:
             latest = dict(self._available_now_target)
             unknown = [tp for tp in start if tp not in latest]
             if unknown:
-                present = set(reader.topic_partitions())
+                present = set(reader.confirmed_partitions(unknown))
                 for tp in unknown:
                     if tp in present:
                         latest[tp] = start[tp]  # found after the target was fixed: no progress
                 # (the others were deleted: left out, so partitions() reports the loss)
         else:
-            tps = reader.topic_partitions()
+            tps = reader.confirmed_partitions(start)
             latest = reader.latest_offsets(tps)
             present = set(tps)
             for tp, off in start.items():
@@ -399,14 +408,15 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
             replayed = self._batch_0_start(end)
             if replayed is None:
                 return []
-            start_map = {tp: off for tp, off in replayed.items() if tp in end_map}
+            # (all of it: a partition deleted before the end was chosen is plan_ranges' to report)
+            start_map = replayed
         else:
             start_map = from_offset_json(start)
         if start_map == end_map:
             # Nothing to read: in practice batch 0 from "latest" or an empty topic, since Spark
             # plans no later batch whose end equals its start.
             return []
-        earliest = self.offset_reader.log_starts(_nonempty_or_new(start_map, end_map), start_map)
+        earliest = self.offset_reader.log_starts(_moved_or_new(start_map, end_map), start_map)
         ranges = plan_ranges(start_map, end_map, earliest=earliest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
         return _input_partitions(self.options, ranges, earliest)

@@ -1,6 +1,7 @@
 """Executor reads without a broker: Arrow batches exactly as Spark wants them, and the range logic
 (markers, EOF, overshoot, consumer reuse, out-of-range, stalls) against a scripted consumer."""
 
+import dataclasses
 import datetime as dt
 import logging
 import pickle
@@ -228,6 +229,40 @@ def test_start_deleted_by_retention_fails_or_skips():
     consumer, batches = run(False)
     assert offsets_of(batches) == [5, 6]
     assert consumer.assigned[-1] == [(T, 0, 5)]  # re-assigned at the log start
+
+
+@pytest.mark.parametrize("handoff", [None, 2, 4])
+def test_only_a_batch_read_s_earliest_start_follows_the_log_start(monkeypatch, handoff):
+    """startingOffsets=earliest of a batch read is bound when its task runs, as Spark binds it: the
+    log start having moved past the planned start is no loss. An explicit start still is, and so
+    are records deleted after the task read some (here txkafka's own fetch read [2, 4), then
+    handed over)."""
+    if handoff is not None:
+        import txkafka.connector.client.fetcher as wire
+
+        def read_range(wr):
+            wr.handoff, wr.handoff_reason = handoff, "the broker answered OFFSET_OUT_OF_RANGE"
+            return iter(())
+
+        monkeypatch.setattr(wire, "read_range", read_range)
+
+    def run(earliest_start):
+        at = handoff or 2
+        consumer = ScriptedConsumer(
+            [[event(KafkaError._AUTO_OFFSET_RESET, at)], [msg(5), msg(6)], [eof(8)]],
+            watermarks=(5, 8))
+        t = dataclasses.replace(task(2, 8), earliest_start=earliest_start,
+                                fetcher="librdkafka" if handoff is None else "wire")
+        return offsets_of(fetch_range(t, pool=FakePool([consumer])))
+
+    lost = r"offsets \[%d, 5\) were deleted" % (handoff or 2)
+    with pytest.raises(DataLossError, match=lost):
+        run(earliest_start=False)
+    if handoff == 4:
+        with pytest.raises(DataLossError, match=lost):
+            run(earliest_start=True)
+    else:
+        assert run(earliest_start=True) == [5, 6]
 
 
 def test_log_that_went_backwards_fails_or_skips():

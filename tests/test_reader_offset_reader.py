@@ -179,6 +179,31 @@ def test_a_listed_partition_without_a_log_start_answer_keeps_its_planned_start()
     assert reader(admin).log_starts([("t", 0), ("t", 1)], {("t", 1): 10}) == {("t", 0): 0}
 
 
+class _FlakyMetadata(ScriptedAdmin):
+    """Metadata answers from a script (then the last one for good)."""
+
+    def __init__(self, answers):
+        super().__init__(answers[-1])
+        self.answers = list(answers)
+
+    def list_topics(self, timeout=None):
+        return _Metadata(self.answers.pop(0) if len(self.answers) > 1 else self.answers[0])
+
+
+def test_a_partition_one_metadata_answer_lacks_is_gone_only_once_fresh_answers_agree():
+    known = [("t", 0), ("t", 1)]
+    whole, without_t = {"t": [0, 1], "other": [0]}, {"other": [0]}
+    # Lacked once: asked again until two answers in a row agree; it is there.
+    assert reader(_FlakyMetadata([without_t, whole])).confirmed_partitions(known) == known
+    # Lacked by a fresh answer too: gone.
+    assert reader(_FlakyMetadata([without_t, without_t])).confirmed_partitions(known) == []
+    # Answers that keep disagreeing: no offsets are chosen from them; a typed, retriable error.
+    flapping = _FlakyMetadata([without_t, whole] * 4)
+    with pytest.raises(OffsetsUnavailableError, match=r"metadata answers disagree on whether t-0, "
+                       r"t-1 still exist.*Restart the query once the cluster has settled"):
+        reader(flapping, **{"fetchOffset.numRetries": "3"}).confirmed_partitions(known)
+
+
 def test_specific_starting_offsets_must_name_every_partition():
     admin = ScriptedAdmin(TWO, earliest={("t", 0): 0, ("t", 1): 2}, latest={("t", 0): 8, ("t", 1): 9},
                           high={("t", 0): 8, ("t", 1): 9})

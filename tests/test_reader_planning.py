@@ -5,6 +5,7 @@ import random
 
 import pytest
 
+from python_datasource.kafka_reader import KafkaBatchReader
 from txkafka.connector.errors import DataLossError
 from txkafka.connector.source.range_planner import (
     AdmissionControl,
@@ -114,6 +115,15 @@ def test_offsets_going_backwards_is_data_loss():
     assert plan_ranges({A0: 50}, {A0: 10}, earliest={A0: 0}, fail_on_data_loss=False) == []
 
 
+def test_offsets_going_backwards_names_what_going_on_skips(caplog):
+    """The log was re-created (or an unclean election truncated it): going on from the new end
+    skips the new log's records below it, and the old log's past the old position."""
+    with caplog.at_level(logging.WARNING, logger="txkafka.reader"):
+        assert plan_ranges({A0: 50}, {A0: 10}, earliest={A0: 0}, fail_on_data_loss=False) == []
+    assert "skips the partition's records at offsets [0, 10), and any the log held past " \
+           "offset 50 before" in caplog.text
+
+
 def test_retention_is_data_loss_naming_the_offsets():
     with pytest.raises(DataLossError, match=r"offsets \[10, 40\) were deleted.*earliest available "
                                             r"offset is 40"):
@@ -148,6 +158,32 @@ def test_retention_or_deletion_before_a_replay_moves_no_task_to_another_index():
 def test_partition_gone_between_steps_is_data_loss():
     with pytest.raises(DataLossError, match="disappeared before offsets \\[3, 8\\)"):
         plan_ranges({A0: 3}, {A0: 8}, earliest={}, fail_on_data_loss=True)
+
+
+def test_a_batch_read_s_earliest_start_is_bound_by_its_first_task_only():
+    """startingOffsets=earliest of a batch read: the log start moving past it before planning is
+    no loss, and the task reading from it binds it again (FetchTask.earliest_start); later pieces
+    of the partition start at offsets the planning chose, so losing theirs still is."""
+    planned = plan_ranges({A0: 0, A1: 0}, {A0: 100, A1: 100}, earliest={A0: 30, A1: 0},
+                          fail_on_data_loss=True, at_log_start={A0})
+    assert planned == [OffsetRange("a", 0, 0, 100, True), OffsetRange("a", 1, 0, 100)]
+    pieces = readable(split_ranges(planned[:1], min_partitions=2), {A0: 30})
+    assert pieces == [OffsetRange("a", 0, 30, 50, True), OffsetRange("a", 0, 50, 100)]
+    with pytest.raises(DataLossError, match=r"partition 1: offsets \[0, 30\) were deleted"):
+        plan_ranges({A1: 0}, {A1: 100}, earliest={A1: 30}, fail_on_data_loss=True,
+                    at_log_start={A0})
+
+
+def test_a_batch_read_marks_only_the_starts_that_are_earliest():
+    from tests.test_reader_stream_start import FakeLogs
+
+    r = KafkaBatchReader({"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "a",
+                          "startingOffsets": '{"a": {"0": -2, "1": 3}}', "minPartitions": "3"},
+                         None)
+    r._offset_reader = FakeLogs({A0: (0, 20), A1: (0, 20)})
+    assert [(t.partition, t.start, t.end, t.earliest_start) for t in
+            (p.task for p in r.partitions())] == [
+        (0, 0, 10, True), (0, 10, 20, False), (1, 3, 20, False)]
 
 
 # ---- splitting -----------------------------------------------------------------------------

@@ -10,6 +10,7 @@ integration_tests/test_reader_streaming.py.
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
@@ -54,6 +55,7 @@ def stream(logs: dict, **options) -> tuple[KafkaMicroBatchStream, FakeLogs]:
     opts = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t", **options}
     s = KafkaMicroBatchStream(opts, None)
     fake = FakeLogs(logs)
+    fake.options = s.options
     s._offset_reader = fake
     return s, fake
 
@@ -198,3 +200,57 @@ def test_a_checkpoint_from_before_the_carried_start_replays_as_it_was_planned(st
     s, _ = stream(logs, startingOffsets=starting)
     old_end = {"t": {"0": 0 if starting == "earliest" else 20}}
     assert ranges(s.partitions(s.initialOffset(), old_end)) == batch_0
+
+
+def test_a_partition_deleted_before_batch_0_s_end_was_chosen_is_reported():
+    """Between resolving the start and fetching the latest offsets a partition was deleted: batch 0
+    reports it like any later batch (plan_ranges), it is not dropped silently."""
+    logs = {T0: (0, 10), T1: (0, 10)}
+
+    def deleted_after_start(s: KafkaMicroBatchStream) -> dict:
+        resolve = s._offset_reader.earliest_offsets
+
+        def earliest_then_delete(tps):
+            out = resolve(tps)
+            logs.pop(T1, None)
+            return out
+
+        s._offset_reader.earliest_offsets = earliest_then_delete
+        return logged(s.latestOffset(s.initialOffset(), ReadAllAvailable()))
+
+    s, _ = stream(logs, startingOffsets="earliest")
+    end = deleted_after_start(s)
+    with pytest.raises(DataLossError, match="partition 1 no longer exists"):
+        s.partitions(s.initialOffset(), end)
+    logs[T1] = (0, 10)
+    tolerant, _ = stream(logs, startingOffsets="earliest", failOnDataLoss="false")
+    end = deleted_after_start(tolerant)
+    assert ranges(tolerant.partitions(tolerant.initialOffset(), end)) == [(0, 0, 10)]
+
+
+def test_one_metadata_answer_without_a_topic_does_not_end_a_batch_without_it():
+    """A broker out of step answers "unknown topic" for a live topic once: the end Spark logs
+    still has the partition (an end without it would make every replay of the batch report it
+    deleted, or drop it and later read it again from 0)."""
+    logs = {T0: (0, 10), T1: (0, 10)}
+    s, fake = stream(logs, startingOffsets="earliest", **{"fetchOffset.retryIntervalMs": "0"})
+    end0 = logged(s.latestOffset(s.initialOffset(), ReadAllAvailable()))
+    logs[T0], logs[T1] = (0, 20), (0, 20)
+    answers = [[T0]]  # the next metadata answer lacks T1; later ones are whole again
+    listed = fake.topic_partitions
+    fake.topic_partitions = lambda: answers.pop(0) if answers else listed()
+    end1 = logged(s.latestOffset(end0, ReadAllAvailable()))
+    assert from_offset_json(end1) == {T0: 20, T1: 20}
+    assert ranges(s.partitions(end0, end1)) == [(0, 10, 20), (1, 10, 20)]
+
+
+def test_offsets_going_backwards_name_the_records_going_on_skips(caplog):
+    logs = {T0: (0, 50)}
+    s, _ = stream(logs, startingOffsets="earliest", failOnDataLoss="false")
+    end0 = logged(s.latestOffset(s.initialOffset(), ReadAllAvailable()))
+    logs[T0] = (0, 10)  # the topic re-created, 10 records written since
+    end1 = logged(s.latestOffset(end0, ReadAllAvailable()))
+    with caplog.at_level(logging.WARNING, logger="txkafka.reader"):
+        assert s.partitions(end0, end1) == []
+    assert "offsets went backwards from 50 to 10" in caplog.text
+    assert "records at offsets [0, 10)" in caplog.text

@@ -460,16 +460,16 @@ def test_the_savepoint_wins_for_its_partitions_and_starting_offsets_covers_the_r
     path = str(tmp_path / "sp.json")
     write_savepoint(_sp(positions={T0: 10}), path)
     fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path, startingOffsets="earliest")
-    assert starting_offsets(fake, opts, [T0, T1]) == {T0: 10, T1: 4}
+    assert starting_offsets(fake, opts, [T0, T1]) == ({T0: 10, T1: 4}, {T1})
     # A partition grown since: the old query would have read it from its start, so the new one
     # does too (a stream's default, latest, would skip what was written to it meanwhile).
     fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path)
-    assert starting_offsets(fake, opts, [T0, T1]) == {T0: 10, T1: 4}
+    assert starting_offsets(fake, opts, [T0, T1]) == ({T0: 10, T1: 4}, {T1})
     fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path, startingOffsets="latest")
-    assert starting_offsets(fake, opts, [T0, T1]) == {T0: 10, T1: 60}
+    assert starting_offsets(fake, opts, [T0, T1]) == ({T0: 10, T1: 60}, set())
     fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path,
                               startingOffsets='{"t":{"1":7}}')
-    assert starting_offsets(fake, opts, [T0, T1]) == {T0: 10, T1: 7}
+    assert starting_offsets(fake, opts, [T0, T1]) == ({T0: 10, T1: 7}, set())
     fake, opts = _fake_reader({T0: (0, 50), T1: (4, 60)}, savepoint=path,
                               startingOffsets='{"t":{"0":7,"1":7}}')
     with pytest.raises(KafkaConfigError, match="both set the start of t-0"):

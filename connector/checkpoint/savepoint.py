@@ -27,7 +27,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, NamedTuple, Optional
 
 import pyarrow.fs as pafs
 
@@ -51,6 +51,7 @@ from ..source.options import (
     Subscribe,
     SubscribePattern,
     TopicPartitionKey,
+    at_log_start,
 )
 from .spark_checkpoint import OffsetLogEntry, checkpoint_filesystem
 
@@ -503,14 +504,22 @@ def check_starting_overlap(options: SourceOptions, from_savepoint: Mapping[Topic
             "partitions from it)")
 
 
+class StartingOffsets(NamedTuple):
+    """Where a read starts, and which of its partitions start at their log start ("earliest")."""
+
+    offsets: PartitionOffsets
+    at_log_start: frozenset[TopicPartitionKey]
+
+
 def starting_offsets(reader: "KafkaOffsetReader", options: SourceOptions,
                      tps: list[TopicPartitionKey], *,
-                     latest: Mapping[TopicPartitionKey, int] | None = None) -> PartitionOffsets:
+                     latest: Mapping[TopicPartitionKey, int] | None = None) -> StartingOffsets:
     """Where a new query (or a batch read) starts: ``startingOffsets`` resolved for ``tps``; with
     option ``savepoint``, the savepoint's positions for the partitions it has and
     ``startingOffsets`` for the others. The file is read here, once, on the driver."""
     if options.savepoint is None:
-        return reader.resolve(options.starting, tps, starting=True, latest=latest)
+        return StartingOffsets(reader.resolve(options.starting, tps, starting=True, latest=latest),
+                               at_log_start(options.starting, tps))
     sp = read_savepoint(options.savepoint, error=KafkaConfigError, name="option 'savepoint'")
     start, warnings = savepoint_start(sp, options, tps)
     for w in warnings:
@@ -529,4 +538,4 @@ def starting_offsets(reader: "KafkaOffsetReader", options: SourceOptions,
     out.update(start)
     log.info("txkafka starting from savepoint %s (%s): %s", redact_uri(options.savepoint),
              describe_basis(sp.basis, sp.batch_id), describe_offsets(start))
-    return out
+    return StartingOffsets(out, at_log_start(spec, rest))

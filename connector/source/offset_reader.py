@@ -180,6 +180,39 @@ class KafkaOffsetReader:
         assert isinstance(strategy, Assign)
         return sorted((t, p) for t, p in strategy.partitions if p in md.get(t, ()))
 
+    def confirmed_partitions(self, known: Iterable[TopicPartitionKey]) -> list[TopicPartitionKey]:
+        """``topic_partitions()``, in which a partition of ``known`` (one the query reads) that the
+        answer lacks counts as gone only once a fresh answer lacks it too.
+
+        A broker out of step (restarting, behind the controller) can answer "unknown topic" for a
+        live topic. An end offset logged without the partition would make every replay of that
+        batch report it deleted, or with failOnDataLoss=false drop it and later read it again from
+        offset 0 as a new partition. Answers that keep disagreeing (``fetchOffset.numRetries``
+        more, ``fetchOffset.retryIntervalMs`` apart) raise OffsetsUnavailableError: no offset is
+        chosen from them, and the restarted query asks again.
+        """
+        known = set(known)
+        answer = self.topic_partitions()
+        if known <= set(answer):
+            return answer
+        attempts = max(1, self.options.fetch_offset_num_retries) + 1
+        unsettled: list[TopicPartitionKey] = []
+        for i in range(attempts):
+            if i:
+                time.sleep(self.options.fetch_offset_retry_interval_ms / 1000.0)
+            fresh = self.topic_partitions()
+            unsettled = sorted(tp for tp in known if (tp in answer) != (tp in fresh))
+            if not unsettled:
+                return fresh
+            answer = fresh
+        raise OffsetsUnavailableError(
+            f"the brokers' metadata answers disagree on whether "
+            f"{describe_offsets({tp: 0 for tp in unsettled}).replace('@0', '')} still exist(s) "
+            f"({attempts + 1} answers, fetchOffset.retryIntervalMs="
+            f"{self.options.fetch_offset_retry_interval_ms} apart; a broker restarting or out of "
+            "step): no offsets were chosen from them. Restart the query once the cluster has "
+            "settled; it resumes from its checkpoint")
+
     def _log_absent(self, absent: frozenset[str]) -> None:
         """A subscribed topic that is not there is waited for (Spark's reader fails instead): say
         so when the set changes, so a misspelt name does not make a quietly empty stream."""
@@ -376,12 +409,13 @@ class KafkaOffsetReader:
         """Log start offsets to plan a batch's ranges with. A partition ListOffsets gave no answer
         for (UNKNOWN_TOPIC_OR_PARTITION from a broker out of step) that metadata still lists is
         not taken for deleted, which would skip its records or fail the query for nothing: it
-        keeps its planned start, and the task reading it applies the data-loss rules."""
+        keeps its planned start, and the task reading it applies the data-loss rules (nor is one
+        metadata answer lacking it: ``confirmed_partitions``)."""
         tps = list(tps)
         earliest = dict(self.earliest_offsets(tps))
         absent = [tp for tp in tps if tp not in earliest]
         if absent:
-            listed = set(self.topic_partitions())
+            listed = set(self.confirmed_partitions(absent))
             for tp in absent:
                 if tp in listed:
                     log.warning("the earliest offset of %s[%d] could not be read, though the "

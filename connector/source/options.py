@@ -14,7 +14,7 @@ import logging
 import re
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from ..errors import KafkaConfigError
 from ..client.config import (
@@ -145,6 +145,18 @@ class PartitionTimestamps:
 
 OffsetSpec = Union[EarliestOffsets, LatestOffsets, SpecificOffsets, GlobalTimestamp,
                    PartitionTimestamps]
+
+
+def at_log_start(spec: OffsetSpec,
+                 tps: Iterable[TopicPartitionKey]) -> frozenset[TopicPartitionKey]:
+    """The partitions of ``tps`` that ``spec`` starts at their log start ("earliest", -2 in JSON):
+    a batch read binds those when its task runs (``FetchTask.earliest_start``)."""
+    if isinstance(spec, EarliestOffsets):
+        return frozenset(tps)
+    if isinstance(spec, SpecificOffsets):
+        wanted = spec.as_dict()
+        return frozenset(tp for tp in tps if wanted.get(tp) == EARLIEST)
+    return frozenset()
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,13 @@ so they are unit-tested without Kafka or Spark.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional
+from typing import Callable, Collection, Mapping, Optional
 
 from ..errors import DataLossError
 from .offsets import PartitionOffsets
@@ -29,12 +30,16 @@ _WARN_HINT = "Some data may have been lost; going on because failOnDataLoss=fals
 
 @dataclass(frozen=True, order=True)
 class OffsetRange:
-    """Records of one topic partition with offsets in [start, end): one Spark task."""
+    """Records of one topic partition with offsets in [start, end): one Spark task.
+
+    ``earliest_start``: ``start`` is a batch read's startingOffsets "earliest", which the task
+    binds to the log start when it runs, as Spark's batch source does (``FetchTask``)."""
 
     topic: str
     partition: int
     start: int
     end: int
+    earliest_start: bool = False
 
     @property
     def size(self) -> int:
@@ -126,8 +131,8 @@ class AdmissionControl:
 
 
 def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartitionKey, int], *,
-                earliest: Mapping[TopicPartitionKey, int],
-                fail_on_data_loss: bool) -> list[OffsetRange]:
+                earliest: Mapping[TopicPartitionKey, int], fail_on_data_loss: bool,
+                at_log_start: Collection[TopicPartitionKey] = ()) -> list[OffsetRange]:
     """The batch's ranges [start, end) per partition, with every kind of data loss reported.
 
     The ranges depend only on the offsets (a new partition, in ``end`` but not ``start``, starts
@@ -139,6 +144,10 @@ def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartit
     but not ``end`` was deleted; a new partition whose log does not start at 0 lost its head; an end
     below the start means the offsets went backwards; a start below the log start means retention
     (or delete-records) removed records before they were read. Empty ranges are dropped.
+
+    ``at_log_start`` (batch reads only): partitions whose start is startingOffsets "earliest".
+    Their log start moving past it is no loss (Spark resolves "earliest" without reporting any):
+    their ranges are marked ``earliest_start``, and the task reads from the log start it finds.
     """
     ranges: list[OffsetRange] = []
     for tp in sorted(set(start) - set(end)):
@@ -151,10 +160,12 @@ def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartit
         log_start = earliest.get(tp)
         begin = start.get(tp, 0)
         if until < begin:
+            now = f"[{log_start}, {until})" if log_start is not None else f"below {until}"
             report_data_loss(
                 f"topic {topic!r} partition {partition}: offsets went backwards from {begin} to "
-                f"{until} (topic deleted and re-created, or an unclean leader election); records "
-                f"after {until} may have been missed", fail_on_data_loss)
+                f"{until} (topic deleted and re-created, or an unclean leader election); going on "
+                f"from {until} skips the partition's records at offsets {now}, and any the log "
+                f"held past offset {begin} before", fail_on_data_loss)
             continue
         if until == begin:
             continue
@@ -167,12 +178,12 @@ def plan_ranges(start: Mapping[TopicPartitionKey, int], end: Mapping[TopicPartit
                 f"new partition {partition} of topic {topic!r} starts at offset {log_start}, "
                 f"not 0: records 0..{log_start - 1} were deleted before the query saw the "
                 "partition", fail_on_data_loss)
-        elif begin < log_start:
+        elif begin < log_start and tp not in at_log_start:
             report_data_loss(
                 f"topic {topic!r} partition {partition}: offsets [{begin}, {min(log_start, until)}) "
                 f"were deleted (retention or delete-records) before they were read; the earliest "
                 f"available offset is {log_start}", fail_on_data_loss)
-        ranges.append(OffsetRange(topic, partition, begin, until))
+        ranges.append(OffsetRange(topic, partition, begin, until, tp in at_log_start))
     return ranges
 
 
@@ -184,7 +195,7 @@ def readable(pieces: list[OffsetRange],
     for p in pieces:
         low = earliest.get((p.topic, p.partition))
         begin = p.end if low is None else min(max(p.start, low), p.end)
-        out.append(OffsetRange(p.topic, p.partition, begin, p.end))
+        out.append(dataclasses.replace(p, start=begin))
     return out
 
 
@@ -192,7 +203,8 @@ def split_ranges(ranges: list[OffsetRange], *, min_partitions: Optional[int] = N
                  max_records_per_partition: Optional[int] = None) -> list[OffsetRange]:
     """More, smaller tasks: each piece at most ``max_records_per_partition`` offsets, and about
     ``min_partitions`` pieces in total, the biggest ranges split first. Pieces of one range differ
-    in size by at most one offset and keep the partition's offset order."""
+    in size by at most one offset and keep the partition's offset order; only the first keeps
+    ``earliest_start`` (the others start at offsets the planning chose, like Spark's)."""
     ranges = [r for r in ranges if r.size > 0]
     parts = {i: 1 for i in range(len(ranges))}
     if max_records_per_partition:
@@ -217,6 +229,7 @@ def split_ranges(ranges: list[OffsetRange], *, min_partitions: Optional[int] = N
         for k in range(n):
             step = base + (1 if k < extra else 0)
             if step > 0:
-                out.append(OffsetRange(r.topic, r.partition, pos, pos + step))
+                out.append(dataclasses.replace(r, start=pos, end=pos + step,
+                                               earliest_start=r.earliest_start and k == 0))
             pos += step
     return out

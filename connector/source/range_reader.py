@@ -90,6 +90,10 @@ class FetchTask:
     fail_on_data_loss: bool
     include_headers: bool
     fetcher: str = "librdkafka"  # or "wire": txkafka's own Fetch (client/fetcher), see SourceOptions
+    # ``start`` is a batch read's startingOffsets "earliest" (range_planner.plan_ranges): the task
+    # reads from the log start it finds, so records retention or delete-records removed after
+    # planning are not data loss (Spark binds "earliest" in the task too).
+    earliest_start: bool = False
 
     def __repr__(self) -> str:
         return (f"FetchTask({self.topic}-{self.partition} [{self.start}, {self.end}), "
@@ -373,7 +377,8 @@ def fetch_range(task: FetchTask, pool: ConsumerPool = POOL, batch_rows: int = BA
         if wr.handoff is None:
             return
         handoff_log(wr)
-        task = dataclasses.replace(task, start=wr.handoff)
+        task = dataclasses.replace(task, start=wr.handoff,
+                                   earliest_start=task.earliest_start and wr.handoff == task.start)
     pc = pool.acquire(task)
     reusable = False
     try:
@@ -596,10 +601,14 @@ class _RangeReader:
         low, high = self._watermarks()
         end = self.task.end
         if self.pos < low:
-            report_data_loss(
-                f"{self._where()}: offsets [{self.pos}, {min(low, end)}) were deleted (retention "
-                f"or delete-records) before they were read; the earliest available offset is "
-                f"{low}", self.task.fail_on_data_loss)
+            if self.task.earliest_start and self.pos == self.task.start:
+                log.info("reading %s from its log start %d: startingOffsets=earliest was %d when "
+                         "the read was planned", self._where(), low, self.pos)
+            else:
+                report_data_loss(
+                    f"{self._where()}: offsets [{self.pos}, {min(low, end)}) were deleted "
+                    f"(retention or delete-records) before they were read; the earliest "
+                    f"available offset is {low}", self.task.fail_on_data_loss)
             if low >= end:
                 self._finish_abnormally()
                 return
