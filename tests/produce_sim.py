@@ -41,6 +41,7 @@ from txkafka.connector.client.metadata import METADATA
 from txkafka.connector.errors import KafkaProtocolError
 from txkafka.connector.client.error_codes import (
     DUPLICATE_SEQUENCE_NUMBER,
+    INVALID_TXN_STATE,
     NONE,
     NOT_ENOUGH_REPLICAS,
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -166,6 +167,9 @@ class SimCluster:
         # Error codes the coordinator answers the next AddPartitionsToTxn requests with, one
         # request each, for all their partitions (none added).
         self.add_partitions_answers: list[int] = []
+        # The next AddPartitionsToTxn requests whose answers are lost with their connection, one
+        # request each: True, the coordinator handled it (as above); False, it never arrived.
+        self.add_partitions_lost: list[bool] = []
         self.metadata_requests: dict[int, int] = {}  # node -> Metadata requests it got
 
     # ------------------------------------------------------------------ time
@@ -379,13 +383,18 @@ class SimCluster:
                     .tags().build())
 
     def end_txn(self, commit: bool) -> int:
+        """EndTxn (v<=4) as the coordinator answers it: INVALID_TXN_STATE while no partition was
+        added (the transaction never started: state Empty), else the transaction ends."""
         with self.lock:
             n = self.outstanding()
             self.end_txn_calls.append((commit, n))
             if n:
                 self.violations.append(f"EndTxn(commit={commit}) sent while {n} Produce "
                                        "request(s) were still in flight")
-            return 0
+            if not self.in_txn:
+                return INVALID_TXN_STATE
+            self.in_txn.clear()
+            return NONE
 
     # ------------------------------------------------------------------ checks
 
@@ -522,7 +531,13 @@ class _CoordinatorConnection:
             except KafkaProtocolError:
                 self.closed = True  # as a real connection's stream breaks with its request
                 raise
-        return Reader(self.cluster.handle_coordinator(api, body), True)
+        c = self.cluster
+        if api == wire_producer.ADD_PARTITIONS_TO_TXN and c.add_partitions_lost:
+            if c.add_partitions_lost.pop(0):
+                c.handle_coordinator(api, body)
+            self.closed = True
+            raise KafkaProtocolError(f"connection to {self.host} reset (answer lost)")
+        return Reader(c.handle_coordinator(api, body), True)
 
 
 def metadata_answer(brokers: list[tuple[int, str, int]],
@@ -589,6 +604,8 @@ class SimLink(wire_producer.ClusterLink):
 
     def connection(self, host: str, port: int) -> _CoordinatorConnection:  # type: ignore[override]
         if host == "coordinator":
+            if self._coordinator.closed:  # (dropped after an error: a new one)
+                self._coordinator = _CoordinatorConnection(self.cluster)
             return self._coordinator
         with self._lock:
             conn = self._conns.get((host, port))

@@ -1,15 +1,19 @@
 """txkafka's own fetch without a broker: a scripted connection answers Metadata and Fetch, so the
-retry, hand-off and shutdown rules are checked one by one (the real broker runs in
-integration_tests/test_reader_kafka.py)."""
+retry, hand-off and shutdown rules are checked one by one; the worker's connection pool against a
+fake broker on a socket (the real broker runs in integration_tests/test_reader_kafka.py)."""
 
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
+from tests.produce_sim import metadata_answer
 from tests.record_batch_encoding import batch, records_of
+from tests.test_coordinator_client_failures import brokers  # noqa: F401 (a fixture)
 from txkafka.connector.client import fetcher as wire_fetcher
+from txkafka.connector.client.connection import deadline_scope
 from txkafka.connector.client.metadata import METADATA
 from txkafka.connector.errors import KafkaProtocolError
 from txkafka.connector.client.protocol import Reader, Writer
@@ -197,6 +201,67 @@ def test_connections_are_kept_per_broker_and_capped():
     assert links.connection(CONFIG, "h2", 9092) is made[2]
     links.close_all()
     assert made[2].closed
+
+
+def test_a_worker_s_connections_of_one_config_share_one_token_source():
+    """One OIDC token source per client config: each connection built its own SecurityConfig,
+    so each fetched a token of its own from the identity provider."""
+    oidc = (("bootstrap.servers", "127.0.0.1:1"), ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.client.id", "reader"), ("sasl.oauthbearer.client.secret", "s"),
+            ("sasl.oauthbearer.method", "oidc"),
+            ("sasl.oauthbearer.token.endpoint.url", "https://idp.example/token"),
+            ("security.protocol", "SASL_SSL"))
+    links = _Links()
+    try:
+        a, b = links.connection(oidc, "h1", 9092), links.connection(oidc, "h2", 9092)
+        assert a.security.oauthbearer is not None
+        assert b.security.oauthbearer is a.security.oauthbearer
+        other = links.connection(oidc + (("client.id", "x"),), "h1", 9092)
+        assert other.security.oauthbearer is not a.security.oauthbearer  # another config
+    finally:
+        links.close_all()
+
+
+def test_a_leader_look_up_that_only_waited_for_the_shared_connection_leaves_it_open(
+        brokers):  # noqa: F811
+    """Another range's slow request holds the worker's connection to a broker past a leader
+    look-up's deadline: the look-up fails, and the connection stays open and pooled. (It was
+    closed: the other ranges reading from that broker lost it too, and paid a new login.)"""
+    b = brokers()
+    b.handlers[METADATA] = lambda n, body: metadata_answer([(1, "127.0.0.1", b.port)],
+                                                           [(TOPIC, 0, {0: 1})])
+    release = threading.Event()
+
+    def slow(n: int, body: Reader) -> bytes:
+        release.wait(10)
+        return Writer(True).int32(0).int16(0).int64(7).int16(0).tags().build()
+
+    b.handlers[22] = slow  # (InitProducerId: any request the broker holds will do)
+    links = _Links()
+    wr = WireRange(TOPIC, 0, 0, 10, (("bootstrap.servers", f"127.0.0.1:{b.port}"),), links=links)
+    conn = links.connection(wr.config, "127.0.0.1", b.port).connect()
+    body = Writer(True).string("tid").int32(60000).int64(-1).int16(-1).tags().build()
+    answered: list[object] = []
+    other = threading.Thread(target=lambda: answered.append(conn.request(
+        22, 4, body, flexible=True, deadline=time.monotonic() + 10)))
+    other.start()
+    try:
+        waiting_until = time.monotonic() + 10
+        while not any(key == 22 for _, key, _ in b.log):
+            assert time.monotonic() < waiting_until, "the slow request never reached the broker"
+            time.sleep(0.01)
+        with deadline_scope(0.3), pytest.raises(
+                KafkaProtocolError, match="timed out waiting for the connection"):
+            wr._leader(refresh=True)
+    finally:
+        release.set()
+        other.join(10)
+    try:
+        assert answered and not conn.closed
+        assert wr._leader(refresh=True) == ("127.0.0.1", b.port)
+        assert links.connection(wr.config, "127.0.0.1", b.port) is conn
+    finally:
+        links.close_all()
 
 
 def test_a_leader_down_longer_than_the_retries_is_retried_within_the_budget(monkeypatch):

@@ -5,8 +5,9 @@ delivery limit counted per batch; a pipelined answer waits for the request's own
 connection's per-read cap; Metadata and an idempotent InitProducerId asked of every broker in turn
 (also against fake brokers on sockets), until the delivery timeout, then a typed error naming
 them; coordinator lookups asking every broker the link knows, within the producer's budget; a
-partition the coordinator does not know yet added again; a connection that only waited for its
-lock kept; a busy Produce connection's login renewed before its session ends."""
+partition the coordinator does not know yet added again; a transaction whose AddPartitionsToTxn
+went unanswered aborted; a connection that only waited for its lock kept; a busy Produce
+connection's login renewed before its session ends."""
 
 from __future__ import annotations
 
@@ -566,6 +567,40 @@ def test_a_partition_the_coordinator_never_knows_fails_after_the_propagation_pat
     p.close()
     assert len(cluster.add_partitions_answers) < 999  # asked again
     assert time.monotonic() - started >= 2 - 0.2  # virtual seconds: patience less a back-off
+
+
+@pytest.mark.parametrize("reached", [True, False], ids=["added", "never-arrived"])
+def test_an_abort_after_an_unanswered_add_partitions_ends_the_transaction(
+        reached, virtual_clock, caplog):
+    """AddPartitionsToTxn's answer is lost each time (the connection drops) until the producer's
+    budget ends, and the task aborts. The coordinator may have added the partitions (the
+    transaction is then open, holding back read_committed readers): EndTxn(abort) goes out.
+    (abort() sent nothing, as no partition was known to be added: the transaction stayed open
+    until the committer's sweep or its timeout.) If the request never arrived, the coordinator
+    answers the abort INVALID_TXN_STATE (nothing started), which is no failure: not logged."""
+    cluster = SimCluster(random.Random(1), Faults(), topics={"t": 3})
+    cluster.add_partitions_lost = [reached] * 10_000
+    p = _producer(cluster)
+    with pytest.raises(TransactionError, match="AddPartitionsToTxn answered"):
+        p.send("t", _values(0, 10), partitions=_to(0, 10))
+        p.flush()
+    assert len(cluster.add_partitions_lost) < 10_000 - 1  # asked again until the budget's end
+    assert cluster.in_txn == ({("t", 0)} if reached else set())
+    with caplog.at_level("DEBUG", logger="txkafka.writer"):
+        p.abort()
+    p.close()
+    assert cluster.end_txn_calls == [(False, 0)]
+    assert cluster.in_txn == set()
+    assert not [r for r in caplog.records if r.levelname == "WARNING"], caplog.text
+
+
+def test_a_task_that_never_added_a_partition_sends_no_end_txn():
+    """Nothing was written, so no AddPartitionsToTxn went out: abort() has nothing to end."""
+    cluster = SimCluster(random.Random(1), Faults(), topics={"t": 3})
+    p = _producer(cluster)
+    p.abort()
+    p.close()
+    assert cluster.end_txn_calls == []
 
 
 def test_a_metadata_request_that_only_waited_for_the_shared_connection_leaves_it_open(

@@ -67,7 +67,8 @@ class _Links:
 
     Keyed by the client config without ``group.id`` (each query generates its own; the
     connection only depends on the broker and the security settings). At most ``MAX_CONNS``
-    are kept, the least recently used closed first.
+    are kept, the least recently used closed first. One :class:`SecurityConfig` per config, so
+    its connections share one OAUTHBEARER token source (one token fetched, not one each).
     """
 
     MAX_CONNS = 32
@@ -75,6 +76,7 @@ class _Links:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.conns: OrderedDict[tuple, BrokerConnection] = OrderedDict()
+        self.security: dict[tuple, SecurityConfig] = {}
         self.leaders: dict[tuple, tuple[str, int]] = {}
         # Brokers of Metadata answers, per client config: asked for leaders when the bootstrap
         # servers do not answer (a rolling restart takes each of them down in turn).
@@ -87,7 +89,10 @@ class _Links:
             conn = self.conns.get(key)
             if conn is None or conn.closed:
                 conf = dict(config)
-                conn = BrokerConnection(host, port, SecurityConfig.from_kafka_config(conf),
+                security = self.security.get(config)
+                if security is None:
+                    security = self.security[config] = SecurityConfig.from_kafka_config(conf)
+                conn = BrokerConnection(host, port, security,
                                         client_id=conf.get("client.id", "txkafka-reader"))
                 self.conns[key] = conn
             self.conns.move_to_end(key)
@@ -97,16 +102,23 @@ class _Links:
             old.close()
         return conn
 
-    def drop(self, config: tuple, host: str, port: int) -> None:
+    def drop(self, config: tuple, conn: BrokerConnection) -> None:
+        """Forget a connection whose request failed, if the failure broke it
+        (:attr:`BrokerConnection.broken`); one whose request only waited for it behind another
+        range's slow one stays shared."""
+        if not conn.broken:
+            return
+        key = (config, conn.host, conn.port)
         with self.lock:
-            conn = self.conns.pop((config, host, port), None)
-        if conn is not None:
-            conn.close()
+            if self.conns.get(key) is conn:
+                del self.conns[key]
+        conn.close()
 
     def close_all(self) -> None:
         with self.lock:
             conns = list(self.conns.values())
             self.conns.clear()
+            self.security.clear()
             self.leaders.clear()
             self.seen.clear()
         for c in conns:
@@ -160,10 +172,13 @@ class WireRange:
         with self.links.lock:
             hosts += [a for a in self.links.seen.get(self.config, {}) if a not in hosts]
         for host, port in hosts:
+            conn = None
             try:
-                found = self._metadata(self.links.connection(self.config, host, port).connect())
+                conn = self.links.connection(self.config, host, port)
+                found = self._metadata(conn.connect())
             except KafkaProtocolError as e:
-                self.links.drop(self.config, host, port)
+                if conn is not None:
+                    self.links.drop(self.config, conn)
                 errors.append(str(e))
                 continue
             if found is not None:

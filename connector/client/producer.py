@@ -61,6 +61,7 @@ from .error_codes import (
     FENCED_LEADER_EPOCH,
     INVALID_PRODUCER_EPOCH,
     INVALID_TRANSACTION_TIMEOUT,
+    INVALID_TXN_STATE,
     KAFKA_STORAGE_ERROR,
     LEADER_NOT_AVAILABLE,
     MESSAGE_TOO_LARGE,
@@ -700,6 +701,10 @@ class WireProducer:
         self._acc: dict[str, BatchAccumulator] = {}
         self._parts: dict[tuple[str, int], _Partition] = {}
         self._in_txn: set[tuple[str, int]] = set()
+        # An AddPartitionsToTxn whose answer never came: the coordinator may have added its
+        # partitions (the transaction open) all the same, so abort() ends it. (An answer with
+        # errors says none was added: the request is all or nothing.)
+        self._maybe_in_txn = False
         self._cv = threading.Condition()  # (an RLock: the model test steps senders inside)
         self._runner = _THREADS
         self._sticky_rng: random.Random | None = None  # null keys' partitions (tests seed it)
@@ -909,6 +914,7 @@ class WireProducer:
                 raise
             except KafkaProtocolError:
                 if conn is not None:
+                    self._maybe_in_txn = True  # sent, perhaps handled, and unanswered
                     self.link.drop(conn)
                 errors = {new[0]: COORDINATOR_NOT_AVAILABLE}
             except TransactionError as e:
@@ -1212,9 +1218,11 @@ class WireProducer:
     def abort(self) -> None:
         """Abort the open transaction at once (EndTxn abort), once no Produce request of it is in
         flight (the Java client's rule: a Produce handled after the abort would reopen the
-        transaction on its partition), so readers are not held up until its timeout."""
+        transaction on its partition), so readers are not held up until its timeout. Also after
+        an AddPartitionsToTxn that went unanswered: the transaction may be open all the same."""
         quiet = self._stop_senders()
-        if self.transactional_id is None or self.producer_id < 0 or not self._in_txn:
+        if (self.transactional_id is None or self.producer_id < 0
+                or not (self._in_txn or self._maybe_in_txn)):
             return
         if not quiet:
             log.warning("%s: Produce requests of transaction %s are still unanswered; not "
@@ -1223,7 +1231,11 @@ class WireProducer:
             return
         code = self.link.coordinators.end_txn(self.transactional_id, self.producer_id,
                                               self.producer_epoch, commit=False)
-        if code not in (NONE, *_FENCED):
+        if code == INVALID_TXN_STATE and not self._in_txn:
+            # (EndTxn v<=4 on a transaction that never started: no partition was added after all)
+            log.debug("%s: transaction %s had not started: nothing to abort", self.where,
+                      self.transactional_id)
+        elif code not in (NONE, *_FENCED):
             log.warning("%s: aborting transaction %s answered %s", self.where,
                         self.transactional_id, error_name(code))
 
