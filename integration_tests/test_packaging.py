@@ -70,6 +70,10 @@ def test_wheel_installs_under_txkafka_and_registers_by_scan(tmp_path, release):
     assert "txkafka/python_datasource/kafka_source_provider.py" in names
     assert not any(n.startswith(("connector/", "python_datasource/")) for n in names)
     assert not any(n.endswith(".pth") for n in names)  # nothing that runs in other programs
+    # pyproject's license expression comes with its text
+    license_text = zipfile.ZipFile(wheel).read(f"txkafka-{__version__}.dist-info/licenses/LICENSE")
+    assert license_text == (REPO / "LICENSE").read_bytes()
+    assert b"Apache License\n                           Version 2.0, January 2004" in license_text
 
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
