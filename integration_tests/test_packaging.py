@@ -70,6 +70,10 @@ def test_wheel_installs_under_txkafka_and_registers_by_scan(tmp_path, release):
     assert "txkafka/python_datasource/kafka_source_provider.py" in names
     assert not any(n.startswith(("connector/", "python_datasource/")) for n in names)
     assert not any(n.endswith(".pth") for n in names)  # nothing that runs in other programs
+    # pyproject's license expression comes with its text
+    license_text = zipfile.ZipFile(wheel).read(f"txkafka-{__version__}.dist-info/licenses/LICENSE")
+    assert license_text == (REPO / "LICENSE").read_bytes()
+    assert b"Apache License\n                           Version 2.0, January 2004" in license_text
 
     target = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
@@ -153,7 +157,11 @@ def test_wheel_in_a_new_environment_runs_an_exactly_once_query(release, user_env
     """`make dist`'s files carry the package version; the wheel, installed with its dependencies
     into a new environment, answers `txkafka --version`, imports from that environment only, and
     runs a Kafka -> txkafka -> Kafka query exactly once with the environment activated and no
-    other setting: Spark's own scan of that Python finds format("txkafka")."""
+    other setting: Spark's own scan of that Python finds format("txkafka").
+
+    The environment's Python started by its path, not activated (an IDE, cron, a service), fails
+    at load() as README's Install section says: Spark starts python3 from PATH, another Python,
+    whose scan finds no txkafka (DATA_SOURCE_NOT_FOUND), and nothing is written."""
     assert release.sdist.name == f"txkafka-{__version__}.tar.gz"
     assert release.wheel.name == f"txkafka-{__version__}-py3-none-any.whl"
     metadata = zipfile.ZipFile(release.wheel).read(
@@ -177,6 +185,15 @@ def test_wheel_in_a_new_environment_runs_an_exactly_once_query(release, user_env
     assert "editable" not in seen["direct_url"]  # installed from the wheel file, not a checkout
 
     topics = make_input(kafka, records=600, partitions=2, out_partitions=2, per_txn=150)
+    not_activated = user_env.start(driver_processes, _app_config(
+        kafka, topics, user_env.app / "checkpoint-not-activated", "local[1]", "available_now"),
+        _system_env())
+    assert not_activated.wait(APP_TIMEOUT_S) != 0, not_activated.tail()
+    assert "SESSION" in not_activated.output(), not_activated.tail()  # it failed at load()
+    assert "[DATA_SOURCE_NOT_FOUND] Failed to find the data source: txkafka" in \
+        not_activated.output(), not_activated.tail()
+    assert kafka.read_all(topics.sink, isolation="read_uncommitted") == []
+
     checkpoint = user_env.app / "checkpoint-local"
     cfg = _app_config(kafka, topics, checkpoint, "local[2]", "available_now")
     driver = user_env.start(driver_processes, cfg, shell)

@@ -1,4 +1,10 @@
-"""The benchmark's arithmetic: ratios against targets, interleaving order, the markdown report."""
+"""The benchmark's arithmetic: ratios against targets, interleaving order, the markdown report;
+the command's errors before a run and for a result file it cannot read."""
+
+import re
+import sys
+
+import pytest
 
 from txkafka.devtools.bench_runs import _rotated
 from txkafka.devtools.bench import (produce_requests, produce_summary, pyspark_bytecode_setting,
@@ -214,3 +220,43 @@ def test_spark_conf_pairs_parse_key_value_and_refuse_the_rest():
         "spark.python.unix.domain.socket.enabled": "true", "a.b": "c=d"}
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         spark_conf_pairs(["spark.sql.shuffle.partitions"])
+
+
+@pytest.fixture
+def no_broker(monkeypatch):
+    """A benchmark that gets as far as starting a broker fails the test instead."""
+    import txkafka.embedded_kafka as embedded
+
+    def started(*args, **kwargs):
+        raise AssertionError("the benchmark started a broker")
+
+    monkeypatch.setattr(embedded, "EmbeddedKafka", started)
+
+
+@pytest.mark.parametrize("command", ["bench", "bench-endurance"])
+def test_a_benchmark_without_the_bench_extra_stops_before_it_runs(monkeypatch, tmp_path,
+                                                                  no_broker, command):
+    """Its charts need matplotlib: without it the command says how to install it, before any
+    broker or suite starts, instead of failing at the end of the run."""
+    from txkafka.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ModuleNotFoundError
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit, match=r"^error: .*pip install 'txkafka\[bench\]'"):
+        main([command, "--out", str(out)])
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["bench", "bench-endurance"])
+def test_report_of_a_missing_or_damaged_file_is_an_error_line(tmp_path, command):
+    from txkafka.cli import main
+
+    missing = tmp_path / "nonexistent.json"
+    with pytest.raises(SystemExit, match=rf"^error: --report {re.escape(str(missing))}: cannot "
+                                         r"read it \(No such file or directory\)$"):
+        main([command, "--report", str(missing)])
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text("{")
+    with pytest.raises(SystemExit,
+                       match=rf"^error: --report {re.escape(str(damaged))}: not a benchmark's JSON"):
+        main([command, "--report", str(damaged)])

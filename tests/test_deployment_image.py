@@ -1,7 +1,8 @@
-"""docker/Dockerfile and docs/deployment.md, checked without Docker: the official Apache Spark image
-(python3 variant) of a Spark release txkafka supports, txkafka's wheel with its dependencies less
-PySpark in a virtual environment, PYSPARK_PYTHON naming that environment's Python, and a
-deployment page that says of every route whether it is tested here."""
+"""docker/Dockerfile and docs/deployment.md, checked without Docker (CI builds no image): the
+official Apache Spark image (python3 variant) of a Spark release txkafka supports, a Python that
+meets the wheel's Requires-Python from the base image's packages, txkafka's wheel with its
+dependencies less PySpark in a virtual environment on it, PYSPARK_PYTHON naming that environment's
+Python, and a deployment page that says of every route whether it is tested here."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,9 +38,12 @@ def _dependencies() -> list[Requirement]:
     return [Requirement(r) for r in project["dependencies"]]
 
 
+def _args() -> dict[str, str]:
+    return dict(a.split("=", 1) for kind, a in _instructions() if kind == "ARG" and "=" in a)
+
+
 def _default_image() -> str:
-    args = dict(a.split("=", 1) for kind, a in _instructions() if kind == "ARG" and "=" in a)
-    return args["SPARK_IMAGE"]
+    return _args()["SPARK_IMAGE"]
 
 
 def test_image_is_the_official_spark_python_image_of_a_supported_release():
@@ -59,12 +64,28 @@ def test_python_processes_run_the_environment_that_has_txkafka():
     python = Path(envs["PYSPARK_PYTHON"])
     venv = python.parent.parent
     run = " ".join(a for kind, a in steps if kind == "RUN")
-    assert f"python3 -m venv {venv}" in run
+    assert f"${{PYTHON}} -m venv {venv}" in run
     assert f"{venv}/bin/pip install --no-cache-dir --no-deps /tmp/wheels/txkafka-" in run
     assert f"{venv}/bin/txkafka --version" in run  # the build fails if the install does not work
     assert "PYSPARK_DRIVER_PYTHON" not in envs  # it would win over PYSPARK_PYTHON for executors
     users = [a for kind, a in steps if kind == "USER"]
     assert users[-1] == "spark"  # the official image's user again, not root
+
+
+def test_the_environment_is_made_on_a_python_that_meets_requires_python():
+    """The official python3 image is Ubuntu 22.04 with its python3, 3.10, and no venv module: the
+    image installs a versioned Python from Ubuntu's packages, with its venv, that the wheel's
+    Requires-Python accepts, and makes the environment on it."""
+    python = _args()["PYTHON"]
+    m = re.fullmatch(r"python(3\.\d+)", python)
+    assert m, python
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert Version(m.group(1)) in SpecifierSet(requires), (python, requires)
+    run = " ".join(a for kind, a in _instructions() if kind == "RUN")
+    install = re.search(r"apt-get install -y (?:--no-install-recommends )?([^;]+);", run)
+    assert install and install.group(1).split() == ["${PYTHON}", "${PYTHON}-venv"], run
+    assert run.index("apt-get update") < install.start() < run.index("${PYTHON} -m venv")
+    assert "rm -rf /var/lib/apt/lists/*" in run
 
 
 def test_image_installs_the_wheels_requirements_except_pyspark():

@@ -353,9 +353,14 @@ def test_a_source_offset_in_a_newer_format_is_refused(tmp_path):
     data = json.loads(entry[2])
     entry[2] = json.dumps({**data, "txkafka:format": fmt.current + 1})
     (ck / "offsets" / "3").write_text("\n".join(entry) + "\n")
-    with pytest.raises(SystemExit, match="^error: the source offset .*was written by a newer"):
+    with pytest.raises(SystemExit, match="^error: the source offset .*was written by a newer") \
+            as exc:
         main(["savepoint", "create", "--checkpoint", str(ck), "--out", str(tmp_path / "sp.json"),
               "-b", "127.0.0.1:9", "--quiet-period", "0"])
+    # The command knows the file and the checkpoint: the message names both.
+    msg = str(exc.value)
+    assert f"(a line of {ck / 'offsets' / '3'})" in msg, msg
+    assert f"commit-log show --checkpoint {ck}`" in msg, msg
 
 
 def test_a_savepoint_in_a_newer_format_is_refused(tmp_path, capsys):
@@ -390,13 +395,17 @@ def test_the_error_survives_pickling():
 
 
 def test_the_operations_page_lists_every_format():
-    """docs/operations.md's table: file, where, format, written since, as connector/formats.py."""
+    """docs/operations.md's table: file, where, format, written since, as connector/formats.py,
+    and what an earlier version does with a newer format: a cache is ignored (so it never stands
+    in the way of a downgrade), any other file refused."""
     page = (REPO / "docs" / "operations.md").read_text()
     section = page.split("## Upgrading txkafka", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in section.splitlines() if re.match(r"\|\s*\S", line)]
-    header, table = rows[0], [r for r in rows[2:] if len(r) == 4]
-    assert header == ["file", "where", "format", "written since"], header
-    assert [(name, int(version), since) for name, _where, version, since in table] == \
+    header, table = rows[0], [r for r in rows[2:] if len(r) == 5]
+    assert header == ["file", "where", "format", "written since", "in a newer format"], header
+    assert [(name, int(version), since) for name, _where, version, since, _ in table] == \
         [(f.name, f.current, f.since) for f in formats.FORMATS]
-    assert [w.replace("`", "") for _n, w, _v, _s in table] == [f.where for f in formats.FORMATS]
+    assert [w.replace("`", "") for _n, w, _v, _s, _o in table] == [f.where for f in formats.FORMATS]
+    assert [o == "ignored: a cache" if f.cache else o.startswith("refused")
+            for (*_, o), f in zip(table, formats.FORMATS)] == [True] * len(table), table

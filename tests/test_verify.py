@@ -315,3 +315,27 @@ def test_verify_reads_whole_topics_unless_told_it_is_a_look_at_a_running_pipelin
     assert verify({}, "src", "dst").ok and seen == [("src", True), ("dst", True)]
     seen.clear()
     assert verify({}, "src", "dst", whole=False).ok and seen == [("src", False), ("dst", False)]
+
+
+@pytest.mark.parametrize("check", [["--check", "counts"],
+                                   ["--check", "windowed-counts", "--window-ms", "1000"]])
+def test_a_checkpoint_without_an_offset_log_is_an_error_not_an_empty_log(monkeypatch, capsys,
+                                                                         tmp_path, check):
+    """A mistyped --checkpoint, or a folder that is not a query's checkpoint, exits 2 naming the
+    path (it read as an empty offset log: exit 1, "nothing verified"), before a topic is read."""
+    def no_scan(*args, **kwargs):
+        raise AssertionError("a topic was read")
+
+    monkeypatch.setattr(verify_mod, "scan_topic", no_scan)
+    not_a_checkpoint = tmp_path / "ck"
+    not_a_checkpoint.mkdir()
+    write_commits(not_a_checkpoint, 0)  # a folder, but no offsets/
+    for path, missing in ((tmp_path / "typo", tmp_path / "typo"),
+                          (not_a_checkpoint, not_a_checkpoint / "offsets")):
+        code = main(["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst", *check,
+                     "--checkpoint", str(path)])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert err == (f"error: --checkpoint {path}: no Spark offset log there ({missing} does "
+                       "not exist). Give the checkpointLocation of the query that wrote "
+                       "--output.\n"), err

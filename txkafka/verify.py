@@ -41,6 +41,7 @@ from typing import Callable, Iterable
 
 from .connector.errors import TxKafkaError
 from .connector.checkpoint.spark_checkpoint import SparkCheckpoint
+from .connector.secrets_redaction import redact_uri
 from .kafka_admin import scan_topic
 
 
@@ -326,7 +327,7 @@ class CountReport(_Verdict):
 
 
 class CheckpointError(TxKafkaError):
-    """The query's checkpoint location (Spark's offset log) cannot be opened."""
+    """The query's checkpoint location (Spark's offset log) cannot be opened, or is not there."""
 
 
 def read_offset_log(checkpoint: str, topic: str) -> tuple[list[tuple[int, dict[int, int]]], set[int]]:
@@ -336,9 +337,21 @@ def read_offset_log(checkpoint: str, topic: str) -> tuple[list[tuple[int, dict[i
     return batches, committed
 
 
+def _open_offset_log(checkpoint: str) -> SparkCheckpoint:
+    """The query's checkpoint, refused when its offset log is not there: a mistyped path would
+    read as an empty log and verify nothing."""
+    ck = SparkCheckpoint(checkpoint, error=CheckpointError, name="--checkpoint")
+    missing = ck.missing_offset_log()
+    if missing is not None:
+        raise CheckpointError(
+            f"--checkpoint {redact_uri(checkpoint)}: no Spark offset log there ({missing} does "
+            "not exist). Give the checkpointLocation of the query that wrote --output.")
+    return ck
+
+
 def _offset_log(checkpoint: str, topic: str):
     """(batches with end offsets, committed batch ids, {batch: batchWatermarkMs})."""
-    ck = SparkCheckpoint(checkpoint, error=CheckpointError, name="--checkpoint")
+    ck = _open_offset_log(checkpoint)
     batches: list[tuple[int, dict[int, int]]] = []
     marks: dict[int, int] = {}
     for b in ck.offsets_batch_ids():
@@ -567,6 +580,8 @@ def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, wind
     record without a key is unexpected.
     """
     started = time.monotonic()
+    if checkpoint:
+        _open_offset_log(checkpoint)  # a wrong path fails now, not after the topics are read
     rep = WindowCountReport(input_topic, output_topic, window_ms, allow_empty=allow_empty)
     counts: Counter[tuple[bytes, int]] = Counter()
     newest = None

@@ -214,8 +214,10 @@ def describe_basis(basis: str, batch_id: Optional[int]) -> str:
 
 # ---------------------------------------------------------------------- from the checkpoint
 
-def kafka_offsets(line: str) -> Optional[dict[str, Any]]:
-    """A source's logged offset parsed, if it has Spark's Kafka shape ``{"t": {"p": n}}``."""
+def kafka_offsets(line: str, entry: Optional[OffsetLogEntry] = None) -> Optional[dict[str, Any]]:
+    """A source's logged offset parsed, if it has Spark's Kafka shape ``{"t": {"p": n}}``
+    (``entry``: the ``offsets/N`` it is a line of, named if its format is newer than this
+    txkafka reads)."""
     try:
         data = json.loads(line)
     except ValueError:
@@ -227,8 +229,9 @@ def kafka_offsets(line: str) -> Optional[dict[str, Any]]:
         return None
     if not topics and BATCH_START_KEY not in data:
         return None
+    where = {"file": entry.path, "checkpoint": entry.checkpoint} if entry and entry.path else {}
     try:
-        from_offset_json(data)
+        from_offset_json(data, **where)
         if BATCH_START_KEY in data:
             from_offset_json(data[BATCH_START_KEY])
     except (KafkaConfigError, TypeError, AttributeError):
@@ -251,7 +254,7 @@ def resume_option(logged: str) -> str:
 
 
 def has_kafka_source(entry: OffsetLogEntry) -> bool:
-    return any(kafka_offsets(line) is not None for line in entry.sources)
+    return any(kafka_offsets(line, entry) is not None for line in entry.sources)
 
 
 def sources_of(entry: OffsetLogEntry, *, batch_start: bool) -> tuple[list[SourcePosition], list[str]]:
@@ -261,7 +264,7 @@ def sources_of(entry: OffsetLogEntry, *, batch_start: bool) -> tuple[list[Source
     out: list[SourcePosition] = []
     notes: list[str] = []
     for i, line in enumerate(entry.sources):
-        data = kafka_offsets(line)
+        data = kafka_offsets(line, entry)
         if data is None:
             out.append(SourcePosition(i, KIND_OTHER, {}, line))
             notes.append(f"source #{i} is not a Kafka source (its offset is {line!r}); a new query "

@@ -67,6 +67,9 @@ class OffsetLogEntry:
     # source name (v2, sources named with .name(): ``names`` holds them, in the same order).
     sources: tuple[str, ...]
     names: tuple[str, ...] = ()
+    # Where it was read (credentials redacted), for messages; empty for an entry built otherwise.
+    path: str = field(default="", compare=False)
+    checkpoint: str = field(default="", compare=False)
 
     @property
     def watermark_ms(self) -> int:
@@ -140,12 +143,23 @@ class SparkCheckpoint:
     def commit_path(self, batch_id: int) -> str:
         return self._path(COMMITS, str(batch_id))
 
+    def _exists(self, path: str) -> bool:
+        try:
+            return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+        except OSError as e:
+            raise self.error(f"cannot read {redact_uri(path)}: {e}") from None
+
     def has_metadata(self) -> bool:
         """Whether Spark's ``metadata`` file is here (Spark writes it when the query starts)."""
-        try:
-            return self.fs.get_file_info(self.metadata_path).type != pafs.FileType.NotFound
-        except OSError as e:
-            raise self.error(f"cannot read {redact_uri(self.metadata_path)}: {e}") from None
+        return self._exists(self.metadata_path)
+
+    def missing_offset_log(self) -> str | None:
+        """The checkpoint's folder, or else its ``offsets/``, if it does not exist (redacted for
+        messages); None when the offset log is there."""
+        for path in (self.root, self._path(OFFSETS)):
+            if not self._exists(path):
+                return redact_uri(path)
+        return None
 
     def query_id(self) -> str | None:
         raw = self._read_text(self.metadata_path)
@@ -181,11 +195,7 @@ class SparkCheckpoint:
     def has_commit(self, batch_id: int) -> bool:
         """Whether Spark wrote ``commits/N``: batch N is done, and any task of it still running
         is a loser or a zombie."""
-        path = self.commit_path(batch_id)
-        try:
-            return self.fs.get_file_info(path).type != pafs.FileType.NotFound
-        except OSError as e:
-            raise self.error(f"cannot read {redact_uri(path)}: {e}") from None
+        return self._exists(self.commit_path(batch_id))
 
     def read_offsets(self, batch_id: int) -> OffsetLogEntry | None:
         """``offsets/N`` parsed, or None if Spark has not logged batch N (or it was removed)."""
@@ -204,12 +214,14 @@ class SparkCheckpoint:
         except ValueError:
             metadata = {}
         metadata = metadata if isinstance(metadata, dict) else {}
+        where = {"path": redact_uri(self.offsets_path(batch_id)),
+                 "checkpoint": redact_uri(self.location)}
         if version == "v1":
-            return OffsetLogEntry(batch_id, metadata, tuple(lines[2:]))
+            return OffsetLogEntry(batch_id, metadata, tuple(lines[2:]), **where)
         # v2: "<source name>:<offset>" per line, in no set order: sorted by name here.
         named = sorted(tuple(line.split(":", 1)) for line in lines[2:] if ":" in line)
         return OffsetLogEntry(batch_id, metadata, tuple(o for _, o in named),
-                              tuple(n for n, _ in named))
+                              tuple(n for n, _ in named), **where)
 
     def describe_offsets(self, batch_id: int) -> str | None:
         """The sources' offsets of batch N on one line, for error messages."""

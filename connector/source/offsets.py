@@ -51,8 +51,13 @@ def batch_start_of(data: Mapping[str, Any] | None) -> PartitionOffsets | None:
     return from_offset_json(data[BATCH_START_KEY])
 
 
-def from_offset_json(data: Mapping[str, Any] | None) -> PartitionOffsets:
-    """Parse an offset from Spark (fresh or read back from ``offsets/N``) into (topic, partition) keys."""
+def from_offset_json(data: Mapping[str, Any] | None, *, file: str | None = None,
+                     checkpoint: str | None = None) -> PartitionOffsets:
+    """Parse an offset from Spark (fresh or read back from ``offsets/N``) into (topic, partition) keys.
+
+    ``file`` and ``checkpoint`` name where the offset was read, for a NewerFormatError: the
+    commands that read ``offsets/N`` know them; the query's reader is handed the offset alone
+    (a Python data source is not told its checkpoint), so its message shows the offset."""
     if not data:
         return {}
     if not isinstance(data, Mapping):
@@ -60,9 +65,10 @@ def from_offset_json(data: Mapping[str, Any] | None) -> PartitionOffsets:
     if FORMAT_KEY in data:
         shown = json.dumps(dict(data), separators=(",", ":"), default=str)
         shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        file = file or "Spark's <checkpoint>/offsets/<batch>"
         check_version(SOURCE_OFFSET, data[FORMAT_KEY],
-                      f"the source offset {shown} (a line of Spark's <checkpoint>/offsets/<batch>)",
-                      damaged=KafkaConfigError)
+                      f"the source offset {shown} (a line of {file})",
+                      damaged=KafkaConfigError, checkpoint=checkpoint)
     out: PartitionOffsets = {}
     for topic, parts in data.items():
         if topic in (BATCH_START_KEY, FORMAT_KEY):

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .. import kafka_admin
-from ..cli_options import KafkaConnection, add_kafka_options
+from ..cli_options import CommandLineError, KafkaConnection, add_kafka_options
 from ..kafka_admin import QUIET
 from ..spark_session import session_builder
 from .bench_runs import (
@@ -667,10 +667,33 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def require_charts() -> None:
+    """Stop before a run whose charts could not be drawn: matplotlib comes with the [bench] extra,
+    and a run that finds it missing at the end has measured for nothing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError:
+        raise CommandLineError(
+            "the benchmark's charts need matplotlib, which txkafka's bench extra installs: "
+            "pip install 'txkafka[bench]' (nothing was run)") from None
+
+
+def read_result(path: str) -> dict[str, Any]:
+    """A benchmark's result file (``--report``), or the command line's error naming it."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except OSError as e:
+        raise CommandLineError(f"--report {path}: cannot read it ({e.strerror})") from None
+    except ValueError as e:
+        raise CommandLineError(f"--report {path}: not a benchmark's JSON result ({e})") from None
+
+
 def run_bench(ns: argparse.Namespace) -> int:
     from ..embedded_kafka import EmbeddedKafka
 
     # Checked before anything starts: bad settings must not leave a broker running.
+    require_charts()
     spark_conf = spark_conf_pairs(getattr(ns, "spark_conf", None) or [])
     given = KafkaConnection.optional_from_args(ns)
     variant = [LIBRDKAFKA] if getattr(ns, "librdkafka_producer", False) else []
@@ -1179,8 +1202,7 @@ def report_markdown(r: dict[str, Any]) -> str:
 
 
 def cmd_report(ns: argparse.Namespace) -> int:
-    with open(ns.report) as fh:
-        print(report_markdown(json.load(fh)))
+    print(report_markdown(read_result(ns.report)))
     return 0
 
 

@@ -32,7 +32,7 @@ from typing import Any
 from .. import kafka_admin
 from ..cli_options import KafkaConnection, add_kafka_options
 from .bench_runs import TXKAFKA_READ_OPTIONS
-from .bench import _stop_between_batches, say, spark_session
+from .bench import _stop_between_batches, read_result, require_charts, say, spark_session
 from ..kafka_admin import QUIET as _quiet
 
 # What the run samples, by group: (label, unit).
@@ -514,8 +514,9 @@ def chart(r: dict[str, Any], path: Path) -> None:
 def cmd_endurance(ns: argparse.Namespace) -> int:
     out = Path(ns.out)
     if ns.report:
-        print(report_markdown(json.loads(Path(ns.report).read_text())))
+        print(report_markdown(read_result(ns.report)))
         return 0
+    require_charts()
     r = run(ns)
     out.mkdir(parents=True, exist_ok=True)
     (out / "endurance.json").write_text(json.dumps(r, indent=1))
