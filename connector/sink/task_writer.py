@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -457,10 +458,11 @@ class KafkaWriter(TaskAttempt):
     def write(self, batches: Iterable[pa.RecordBatch]) -> KafkaCommittable | None:
         """Produce every row; return the pre-committed transaction (None when there was no row,
         or when the attempt is late: then ``self.late`` is set and nothing it wrote remains)."""
-        self.prepare()
+        # Before the producer's init: init_transactions fences the id's holder, and batch N+2
+        # uses batch N's ids, so a late attempt of N would abort N+2's open transaction.
         if self._decided_without_me("before opening its transaction: it writes nothing"):
-            # (the check overlapped the producer's init, started by prepare())
             return self._drain_late(batches)
+        self.prepare()
         try:
             for batch in batches:
                 if batch.num_rows:
@@ -499,8 +501,8 @@ class KafkaWriter(TaskAttempt):
         return committable
 
     def _drain_late(self, batches: Iterable[pa.RecordBatch]) -> None:
-        """Consume the input (Spark requires it) without writing, and let the producer's init
-        finish so that it can never fence a later batch's producer of the same id."""
+        """Consume the input (Spark requires it) without writing, and let a producer's init that
+        started finish, so that it can never fence a later batch's producer of the same id."""
         for _ in batches:
             pass
         if self._init_thread is not None:
@@ -575,7 +577,8 @@ class KafkaWriter(TaskAttempt):
         longer, and a record must never be dropped by giving up early. Only a queue that stays
         full as long as a record may wait for delivery ends the write, with an error saying so.
         """
-        deadline = time.monotonic() + _room_timeout_s(self.cfg)
+        waits = _delivery_timeout_s(self.cfg)
+        deadline = time.monotonic() + waits
         while True:
             poll(0.05)
             try:
@@ -584,7 +587,7 @@ class KafkaWriter(TaskAttempt):
             except BufferError:
                 if time.monotonic() > deadline:
                     raise TransactionError(
-                        f"librdkafka's send queue stayed full for {_room_timeout_s(self.cfg):.0f}s "
+                        f"librdkafka's send queue stayed full for {waits:.0f}s "
                         f"(batch {self.batch_id}, task partition {self.partition_id}, "
                         f"{self.count} records written before this batch): the brokers are not "
                         "taking records; check their health, or raise "
@@ -613,8 +616,10 @@ class KafkaWriter(TaskAttempt):
                 self._produce_when_room(produce, poll, (t, v, k), kwargs)
 
     def _precommit(self) -> KafkaCommittable | None:
-        timeout = self.cfg.transaction_timeout_ms / 1000.0
-        remaining = self.producer.flush(timeout)
+        # As long as a record may wait for its delivery: at_least_once has no transaction to cap
+        # it, and a flush given up earlier would fail a task whose records are still delivered.
+        timeout = _delivery_timeout_s(self.cfg)
+        remaining = self.producer.flush(timeout if math.isfinite(timeout) else -1)
         if remaining:
             raise TransactionError(
                 f"{remaining} of {self.count} records were not delivered within {timeout:.0f}s "
@@ -698,9 +703,10 @@ class KafkaWriter(TaskAttempt):
         self.producer = None
 
 
-def _room_timeout_s(cfg: SinkConfig) -> float:
-    """How long a record may wait for room in librdkafka's queue: as long as a queued record may
-    wait for delivery (message.timeout.ms, capped by the transaction timeout when exactly once)."""
+def _delivery_timeout_s(cfg: SinkConfig) -> float:
+    """How long a record may wait for its delivery (message.timeout.ms, capped by the transaction
+    timeout when exactly once; inf: no limit): the pre-commit's flush waits that long, and a
+    record as long for room in librdkafka's queue."""
     return delivery_timeout_ms(cfg.kafka, cfg.transaction_timeout_ms if cfg.exactly_once
                                else None) / 1000.0
 
