@@ -41,6 +41,7 @@ from .commit_log import SinkCommitLog
 from .options import SinkConfig
 from ..client.config import delivery_timeout_ms
 from ..client.connection import ApiRange
+from ..client.record_batch_encoder import partition_out_of_range
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ class _ProducerProbe:
     def on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None and len(self.errors) < 20:
             if self.first_delivery_error is None:
-                self.first_delivery_error = (err, msg.topic())
+                self.first_delivery_error = (err, msg.topic(), msg.partition())
             self.errors.append(
                 f"{msg.topic()}[{msg.partition()}]: {redact_text(str(err), self.conf)}"
             )
@@ -516,10 +517,20 @@ class KafkaWriter(TaskAttempt):
         poll = self.producer.poll
         topics = self._topics(batch, n)
         parts = _partitions_list(_col(batch, "partition")) if self.schema.has_partition else None
-        if not self.schema.has_headers:
-            self._produce_all(produce, poll, topics, values, keys, parts)
-        else:
-            self._produce_general(batch, topics, values, keys, parts, produce, poll)
+        try:
+            if not self.schema.has_headers:
+                self._produce_all(produce, poll, topics, values, keys, parts)
+            else:
+                self._produce_general(batch, topics, values, keys, parts, produce, poll)
+        except Exception as e:
+            if parts is None or not _is_unknown_partition(e.args[0] if e.args else None):
+                raise
+            # librdkafka refuses a partition the topic lacks naming neither; say which (the
+            # caller aborts the attempt's transaction, as for any other bad row).
+            refusal = self._out_of_range(topics, parts)
+            if refusal is None:
+                raise
+            raise refusal from None
         self.count += n
         poll(0)
 
@@ -628,7 +639,12 @@ class KafkaWriter(TaskAttempt):
         if self.probe.fatal:
             raise TransactionError(f"the producer hit a fatal error: {self.probe.fatal}")
         if self.probe.first_delivery_error is not None:
-            err, topic = self.probe.first_delivery_error
+            err, topic, partition = self.probe.first_delivery_error
+            if _is_unknown_partition(err):
+                # (a record produced before the producer knew the topic's partitions)
+                raise self._out_of_range(topic, [partition]) or TransactionError(
+                    f"batch {self.batch_id}, task partition {self.partition_id}: {topic}"
+                    f"[{partition}]: {redact_text(str(err), self.cfg.kafka)}")
             if getattr(err, "code", lambda: None)() == TOPIC_AUTHORIZATION_FAILED:
                 raise translate_kafka_error(err, self.cfg.kafka, action="writing",
                                             topic=topic, role="writer")
@@ -662,6 +678,31 @@ class KafkaWriter(TaskAttempt):
             record_count=self.count,
             topic_partitions=_written_partitions(stats or {}),
         )
+
+    def _out_of_range(self, topics: str | list, parts: list) -> KafkaConfigError | None:
+        """The refusal of a ``partition`` value its topic lacks, in txkafka's producer's words
+        (one owner: record_batch_encoder), for the largest such value of the rows; None if the
+        topics' partition counts (asked now) show none."""
+        largest: dict[str, int] = {}
+        for topic, p in zip(repeat(topics) if isinstance(topics, str) else topics, parts):
+            largest[topic] = max(largest.get(topic, UNASSIGNED), p)
+        for topic, p in largest.items():
+            if p == UNASSIGNED:
+                continue  # only rows the partitioner placed
+            count = self._partition_count(topic)
+            if count is None or p >= count:
+                return partition_out_of_range(p, topic, count)
+        return None
+
+    def _partition_count(self, topic: str) -> int | None:
+        """The topic's partition count from the producer's metadata (None: not known)."""
+        try:
+            t = self.producer.list_topics(topic, timeout=min(5.0, self.cfg.commit_timeout_ms
+                                                             / 1000.0)).topics.get(topic)
+        except Exception as e:  # noqa: BLE001 - only for the message: None says "unknown"
+            log.debug("no metadata for topic %r: %s", topic, redact_text(str(e), self.cfg.kafka))
+            return None
+        return len(t.partitions) if t is not None and t.error is None and t.partitions else None
 
     def _diagnose_purged(self, err: Any, topic: str) -> None:
         """Records purged from a transactional producer: say why when it is a missing topic ACL.
@@ -709,6 +750,13 @@ def _delivery_timeout_s(cfg: SinkConfig) -> float:
     record as long for room in librdkafka's queue."""
     return delivery_timeout_ms(cfg.kafka, cfg.transaction_timeout_ms if cfg.exactly_once
                                else None) / 1000.0
+
+
+def _is_unknown_partition(err: Any) -> bool:
+    """librdkafka's answer to a record for a partition its topic does not have."""
+    from confluent_kafka import KafkaError
+
+    return getattr(err, "code", lambda: None)() == KafkaError._UNKNOWN_PARTITION
 
 
 def _written_partitions(stats: dict) -> dict[str, list[int]]:
