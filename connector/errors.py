@@ -86,6 +86,15 @@ class CheckpointMismatchError(TxKafkaError):
     """
 
 
+class CheckpointMovedError(CheckpointMismatchError):
+    """The sink's commit log was recorded for a checkpoint at another place: the checkpoint was
+    moved, or copied to run a second query beside the first. A copy shares the sink id, and so the
+    transactional ids, and each query's clean-up would abort the other's open transactions, so the
+    query stops before any task writes. The message names both places and both ways on: ``txkafka
+    commit-log moved`` after a move, a new checkpoint for a copy (docs/operations.md).
+    """
+
+
 class TaskLayoutChangedError(TransactionError):
     """A batch whose decided transactions the broker aborted was re-run with another task layout
     (task partitions, or rows per partition): re-writing only some partitions would lose or repeat

@@ -76,12 +76,14 @@ SAVEPOINT = FileFormat(
     "to stay on {mine}, set the reader's startingOffsets to the positions that the newer "
     "txkafka's `txkafka savepoint show --json` prints")
 
+PLACE = FileFormat(
+    "place record", "<checkpoint>/txkafka-sink/place.json", 1, "0.2.0", _NEW_CHECKPOINT)
 START_CHECKS = FileFormat(
     "start-checks record", "<checkpoint>/txkafka-sink/start-checks.json", 2, "0.2.0",
     "", cache=True)
 
 FORMATS: tuple[FileFormat, ...] = (SINK_JSON, DECISION, OUTCOME, EMPTY_BATCH, UNRESOLVED,
-                                   SOURCE_OFFSET, SAVEPOINT, START_CHECKS)
+                                   SOURCE_OFFSET, SAVEPOINT, PLACE, START_CHECKS)
 
 
 @functools.cache

@@ -7,6 +7,7 @@ failed run). Scenario numbers are the issue's:
    a checkpoint whose offsets/, commits/, sources/ and metadata were deleted, txkafka-sink kept;
 2. a decided batch lost to the transaction timeout, then restarted with another task layout;
 4. a second driver started on the checkpoint of a live one.
+Also: a checkpoint copied to run beside the original (refused at start), then moved.
 Scenario 4 as two committers deciding one batch, and scenario 5 (a fenced answer after the
 commit), are in test_operator_actions_kafka.py.
 """
@@ -203,6 +204,36 @@ def test_a_checkpoint_without_spark_state_but_with_the_sinks_log_stops(spark, ka
     assert "already committed batch" in text
     _no_duplicates(kafka, topics, expected_found=topics.expected_ids - 200)
     assert kafka.open_transactions(sink_prefix(ck)) == []
+
+
+def test_a_copied_checkpoint_stops_at_start_and_a_moved_one_continues_once_recorded(
+        spark, kafka, tmp_path):
+    """A copy of a checkpoint carries the sink's id, so a query on it beside the original would
+    abort the original's transactions (and the original its): it stops at start, before anything
+    is written. Once the original is gone (a move), `txkafka commit-log moved` records the new
+    place and the query continues exactly once."""
+    topics = make_input(kafka, records=1000, partitions=2, per_txn=100)
+    original = tmp_path / "ck"
+    _run(_start(spark, kafka, topics, str(original), "available_now", max_offsets=400),
+         "available_now")
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    _more_input(kafka, topics, 200)
+    text = _run_until_it_fails(
+        _start(spark, kafka, topics, str(copy), "available_now", max_offsets=400),
+        "the checkpoint was moved or copied")
+    assert f"recorded for the checkpoint at file://{original.resolve()}, not at " \
+           f"file://{copy.resolve()}" in text, text[-3000:]
+    _no_duplicates(kafka, topics, expected_found=topics.expected_ids - 200)
+
+    refused = _cli("commit-log", "moved", "--checkpoint", str(copy), "--yes")
+    assert refused.returncode == 1 and "copied, not moved" in refused.stderr, refused.stderr
+    shutil.rmtree(original)  # the copy is now the checkpoint's one place: a move
+    moved = _cli("commit-log", "moved", "--checkpoint", str(copy), "--yes")
+    assert moved.returncode == 0, moved.stderr
+    _run(_start(spark, kafka, topics, str(copy), "available_now", max_offsets=400),
+         "available_now")
+    assert_exactly_once(kafka, topics, str(copy))
 
 
 # ------------------------------------------------- scenario 2: layout changed during a redo

@@ -116,10 +116,13 @@ def _task_context() -> _TaskInfo:
 _CHECKPOINTS_SEEN: set[str] = set()
 
 
-def _require_spark_checkpoint(log: SinkCommitLog) -> None:
-    """Once per checkpoint and driver process (this runs before every batch)."""
+def _require_own_checkpoint(log: SinkCommitLog) -> None:
+    """Spark's checkpoint is where the sink's log is, and the log was recorded for this place (a
+    moved or copied checkpoint stops here, before the sink's identity is used and any task
+    writes). Once per checkpoint and driver process (this runs before every batch)."""
     if log.location not in _CHECKPOINTS_SEEN:
         log.require_spark_checkpoint()
+        log.require_own_place()
         _CHECKPOINTS_SEEN.add(log.location)
 
 
@@ -144,7 +147,7 @@ class _KafkaWrite:
         commit_log = (SinkCommitLog(self.cfg.checkpoint_location or "")
                       if streaming and self.cfg.exactly_once else None)
         if commit_log is not None:
-            _require_spark_checkpoint(commit_log)
+            _require_own_checkpoint(commit_log)
         # Keeps what the checks found beside the commit log: a broker down later never fails them.
         validate_at_start(self.cfg, self.sink_schema, commit_log=commit_log)
         if not self.cfg.exactly_once:

@@ -18,8 +18,8 @@ from txkafka.devtools import bench, bench_produce
 # Each leaf command, by how it is typed. A new one must be put in one of the two sets.
 CONNECTING = {"demo", "verify", "transactions list", "transactions abort", "savepoint create",
               "bench", "bench-endurance"}
-LOCAL = {"broker", "commit-log show", "commit-log resolve", "savepoint show", "pyspark-bytecode",
-         "pyspark-home"}
+LOCAL = {"broker", "commit-log show", "commit-log resolve", "commit-log moved", "savepoint show",
+         "pyspark-bytecode", "pyspark-home"}
 B = "127.0.0.1:1"
 SECRET = "hunter2-secret"
 

@@ -24,6 +24,7 @@ from txkafka.connector import formats
 from txkafka.connector.checkpoint.savepoint import kafka_offsets, read_savepoint
 from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
 from txkafka.connector.errors import (
+    CheckpointMovedError,
     KafkaConfigError,
     NewerFormatError,
     SavepointError,
@@ -120,6 +121,12 @@ def test_every_fixture_set_reads_as_it_was_written(fixture_set, tmp_path, capsys
         verdicts = known_verdicts(got)
         assert verdicts == {**{t: "committed" for t in note["committed"]},
                             **{t: "lost" for t in note["lost"]}, **note["resolved"]}
+
+    place = expected.get("place")  # sets from 0.2.0 on: the generator's checkpoint
+    if place is not None:
+        assert log.recorded_place() == place
+        with pytest.raises(CheckpointMovedError, match="moved or copied"):
+            log.require_own_place()  # the set is a copy of that checkpoint
 
     checks = expected.get("start_checks")  # sets from 0.2.0 on: what the start checks found
     if checks is not None:
@@ -275,6 +282,7 @@ def _assert_names_both(e: NewerFormatError, fmt: formats.FileFormat, file: str,
 LOG_RECORDS = {
     # kind -> (file under the checkpoint, how a reader reads it)
     "sink.json": ("txkafka-sink/sink.json", lambda log: log.existing_identity()),
+    "place record": ("txkafka-sink/place.json", lambda log: log.recorded_place()),
     "decision record": ("txkafka-sink/log/00000000000000000000-000.decision.json",
                         lambda log: log.batch_state(0)),
     "outcome record": ("txkafka-sink/log/00000000000000000002-001.outcome.json",

@@ -1,5 +1,6 @@
 """The sink's options fail at query start, naming the option, when every task would fail later."""
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -412,15 +413,24 @@ def test_a_broker_that_stops_answering_after_describe_configs_is_asked_later(mon
 
 @pytest.fixture
 def fake_cluster(monkeypatch):
-    """validate_at_start against fake brokers: ``cluster.answers`` (DescribeConfigs by broker),
-    ``cluster.admins`` counts the admin clients made (each start check makes one)."""
+    """validate_at_start against fake brokers: ``cluster.answers`` (DescribeConfigs by broker; the
+    metadata lists every broker there), ``cluster.admins`` counts the admin clients made (each
+    look at the cluster makes one), ``cluster.described`` the brokers asked, in order."""
     from txkafka.connector.sink import committer as kafka_committer, start_checks as sink_validation
 
-    cluster = SimpleNamespace(answers={1: OK, 2: OK, 3: OK}, admins=0)
+    cluster = SimpleNamespace(answers={1: OK, 2: OK, 3: OK}, admins=0, described=[])
 
     def admin(cfg, probe):
         cluster.admins += 1
-        return FakeAdmin(cluster.answers, brokers=sorted(cluster.answers))
+        fake = FakeAdmin(cluster.answers, brokers=sorted(cluster.answers))
+        describe = fake.describe_configs
+
+        def counted(resources, request_timeout=None):
+            cluster.described.extend(int(r.name) for r in resources)
+            return describe(resources, request_timeout)
+
+        fake.describe_configs = counted
+        return fake
 
     monkeypatch.setattr(sink_validation, "_admin", admin)
     monkeypatch.setattr(kafka_committer, "shared_client", lambda *a, **k: FakeVersions({}))
@@ -446,16 +456,18 @@ def _new_process(monkeypatch):
 def test_a_query_that_passed_its_checks_is_not_failed_by_a_broker_down_later(
         fake_cluster, monkeypatch, tmp_path):
     """Spark creates the writer again at every batch, maybe in a new process, and a restarted
-    driver does too: the record beside the commit log is trusted, no broker is asked again."""
+    driver does too: the record beside the commit log is trusted, no broker is asked again (the
+    cluster's metadata is looked at, for brokers that joined since)."""
     cfg, log = _query(tmp_path)
     validate_at_start(cfg, None, timeout_s=1.0, commit_log=log)
-    assert fake_cluster.admins == 1
+    assert fake_cluster.admins == 1 and fake_cluster.described == [1, 2, 3]
     assert log.read_start_checks()["unasked"] == []
     validate_at_start(cfg, None, timeout_s=1.0, commit_log=log)  # the same process: cached
+    assert fake_cluster.admins == 1
     fake_cluster.answers[2] = SILENT
     _new_process(monkeypatch)
     validate_at_start(cfg, None, timeout_s=1.0, commit_log=log)  # the record: nothing asked
-    assert fake_cluster.admins == 1
+    assert fake_cluster.described == [1, 2, 3]
 
 
 def test_a_broker_that_could_not_be_asked_is_asked_when_it_answers(
@@ -476,9 +488,10 @@ def test_a_broker_that_could_not_be_asked_is_asked_when_it_answers(
     assert fake_cluster.admins == 2 and log.read_start_checks()["unasked"] == []
     assert sorted(log.read_start_checks()["brokers"]) == ["1", "2", "3"]
     # A new process of the query: nothing left to ask.
+    asked = list(fake_cluster.described)
     _new_process(monkeypatch)
     validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
-    assert fake_cluster.admins == 2
+    assert fake_cluster.described == asked
 
 
 def test_a_broker_asked_later_that_proves_unsafe_stops_the_query(
@@ -490,6 +503,40 @@ def test_a_broker_asked_later_that_proves_unsafe_stops_the_query(
     fake_cluster.answers[3] = {V: "false", M: "900000"}
     with pytest.raises(UnsupportedBrokerError, match="broker 3: transaction.partition"):
         validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+
+
+def test_a_broker_that_joins_later_is_asked_when_the_query_restarts(
+        fake_cluster, monkeypatch, tmp_path):
+    """A broker id the record does not know (the cluster grown, a broker replaced under a new
+    id) is asked, though every broker of the record answered: a restarted driver does not trust
+    the record for it."""
+    cfg, log = _query(tmp_path)
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)  # brokers 1-3, all fine
+    fake_cluster.answers[4] = {V: "false", M: "900000"}
+    _new_process(monkeypatch)
+    with pytest.raises(UnsupportedBrokerError, match="broker 4: transaction.partition"):
+        validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.described == [1, 2, 3, 4]
+
+
+def test_a_broker_that_joins_while_the_query_runs_is_asked_within_the_interval(
+        fake_cluster, monkeypatch, tmp_path, virtual_clock):
+    from txkafka.connector.sink.start_checks import ASK_AGAIN_S
+
+    cfg, log = _query(tmp_path)
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    fake_cluster.answers[4] = OK
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)  # within the interval: cached
+    assert fake_cluster.admins == 1
+    time.sleep(ASK_AGAIN_S)
+    validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)  # asks broker 4 only
+    assert fake_cluster.described == [1, 2, 3, 4]
+    assert sorted(log.read_start_checks()["brokers"]) == ["1", "2", "3", "4"]
+    fake_cluster.answers[5] = {V: "true", M: "30000"}  # a lower cap than the query's timeout
+    time.sleep(ASK_AGAIN_S)
+    with pytest.raises(KafkaConfigError, match="transaction.max.timeout.ms=30000"):
+        validate_at_start(cfg, None, timeout_s=0.5, commit_log=log)
+    assert fake_cluster.described == [1, 2, 3, 4, 5]
 
 
 def test_the_record_is_judged_against_todays_options(fake_cluster, monkeypatch, tmp_path):
@@ -560,12 +607,12 @@ def test_an_acknowledged_record_counts_only_while_the_option_is_set(
     validate_at_start(acknowledged, None, timeout_s=0.5, commit_log=log)
     _new_process(monkeypatch)
     validate_at_start(acknowledged, None, timeout_s=0.5, commit_log=log)  # the record: trusted
-    assert fake_cluster.admins == 1
+    assert fake_cluster.described == [1, 2, 3]
     plain, _ = _query(tmp_path)
     _new_process(monkeypatch)
     with pytest.raises(UnsupportedBrokerError, match="cannot be confirmed"):
         validate_at_start(plain, None, timeout_s=0.5, commit_log=log)
-    assert fake_cluster.admins == 2  # asked afresh before refusing
+    assert fake_cluster.described == [1, 2, 3] * 2  # asked afresh before refusing
 
 
 # --------------------------------------------- the driver's protocol client against fake brokers

@@ -138,9 +138,9 @@ def test_a_queue_that_never_drains_fails_the_write_with_a_clear_error(monkeypatc
     assert w.producer.records == []
 
 
-def test_room_timeout_is_the_delivery_timeout_capped_by_the_transaction():
+def test_the_delivery_timeout_is_capped_by_the_transaction_only_when_exactly_once():
     eos = SinkConfig.from_options({**BASE, "kafka.transaction.timeout.ms": "20000"}, streaming=True)
-    assert kafka_writer._room_timeout_s(eos) == 20.0
+    assert kafka_writer._delivery_timeout_s(eos) == 20.0
     alo = SinkConfig.from_options({**BASE, "deliveryGuarantee": "at_least_once",
                                    "kafka.message.timeout.ms": "90000"}, streaming=True)
-    assert kafka_writer._room_timeout_s(alo) == 90.0
+    assert kafka_writer._delivery_timeout_s(alo) == 90.0

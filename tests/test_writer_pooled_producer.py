@@ -70,3 +70,37 @@ def test_a_task_after_a_fixed_acl_succeeds_on_the_same_producer(monkeypatch):
     producers[0].denied = False  # the operator granted WRITE on the topic
     assert _task(cfg, 1) is None  # delivered (at_least_once returns no committable)
     assert len(producers) == 1  # the pooled producer was reused
+
+
+class FlushProducer(AclProducer):
+    """Records what each flush was given (the test needs no broker and no wall clock)."""
+
+    def __init__(self, conf: dict) -> None:
+        super().__init__(conf)
+        self.denied = False
+        self.flushes: list[float] = []
+
+    def flush(self, timeout=None):
+        self.flushes.append(timeout)
+        return super().flush(timeout)
+
+
+@pytest.mark.parametrize("extra, waits", [
+    ({"kafka.message.timeout.ms": "20000"}, 20.0),
+    ({}, 300.0),  # librdkafka's default message.timeout.ms
+    ({"kafka.message.timeout.ms": "0"}, -1),  # no limit: a flush without one
+])
+def test_the_flush_waits_for_the_delivery_timeout_not_the_transaction_timeout(
+        monkeypatch, extra, waits):
+    """at_least_once has no transaction: a record may wait kafka.message.timeout.ms for its
+    delivery, and the pooled producer delivers it later anyway. A flush given up at the
+    (unused) transaction timeout failed the task during a shorter broker outage, and its retry
+    wrote the records again."""
+    producers: list[FlushProducer] = []
+    monkeypatch.setattr(kafka_writer, "_new_producer",
+                        lambda conf: producers.append(FlushProducer(conf)) or producers[-1])
+    monkeypatch.setattr(kafka_writer, "_POOL", {})
+    cfg = SinkConfig.from_options({**OPTIONS, "kafka.transaction.timeout.ms": "3000", **extra},
+                                  streaming=True)
+    assert _task(cfg, 0) is None
+    assert producers[0].flushes == [waits]

@@ -126,3 +126,62 @@ def test_producers_switch_to_the_advertised_broker_quickly_unless_the_user_says_
         assert producer_config(cfg, _ProducerProbe(cfg.kafka), tid)["reconnect.backoff.ms"] == 20
     cfg = SinkConfig.from_options({**BASE, "kafka.reconnect.backoff.ms": "250"}, streaming=True)
     assert producer_config(cfg, _ProducerProbe(cfg.kafka), "t-1-0-0")["reconnect.backoff.ms"] == "250"
+
+
+@pytest.fixture(scope="module")
+def mock_cluster():
+    """librdkafka's in-process mock cluster (one broker, no Kafka) with topics 'four' and 'two'
+    created by its auto-creation; yields the bootstrap address and {topic: partition count}."""
+    import logging
+
+    from confluent_kafka import Producer
+
+    quiet = logging.Logger("mock-cluster")
+    quiet.addHandler(logging.NullHandler())
+    host = Producer({"test.mock.num.brokers": 1, "logger": quiet})
+    brokers = host.list_topics(timeout=10).brokers
+    bootstrap = ",".join(f"{b.host}:{b.port}" for b in brokers.values())
+    creator = Producer({"bootstrap.servers": bootstrap, "allow.auto.create.topics": True,
+                        "logger": quiet})
+    counts = {t: len(creator.list_topics(t, timeout=10).topics[t].partitions)
+              for t in ("four", "two")}
+    yield bootstrap, counts
+    del host
+
+
+@pytest.mark.parametrize("guarantee, columns", [
+    ("exactly_once", ["value", "partition"]),
+    ("exactly_once", ["value", "partition", "headers"]),
+    ("at_least_once", ["topic", "value", "partition"]),
+])
+def test_a_partition_the_topic_lacks_is_refused_as_txkafkas_producer_refuses_it(
+        mock_cluster, monkeypatch, tmp_path, guarantee, columns):
+    """librdkafka answers only _UNKNOWN_PARTITION (at produce(), or in a delivery report when it
+    did not know the topic yet); the task names the value and the topic's partitions, in the
+    words of txkafka's own producer, and leaves no transaction open."""
+    from txkafka.connector.client.record_batch_encoder import partition_out_of_range
+    from txkafka.connector.sink import task_writer
+
+    monkeypatch.setattr(task_writer, "_POOL", {})  # a new pooled producer: topic not known yet
+    bootstrap, counts = mock_cluster
+    exactly_once = guarantee == "exactly_once"
+    options = {"kafka.bootstrap.servers": bootstrap, "producer": "librdkafka",
+               "deliveryGuarantee": guarantee, "checkpointLocation": str(tmp_path)}
+    if "topic" not in columns:
+        options["topic"] = "four"
+    cfg = SinkConfig.from_options(options, streaming=True)
+    types = {"topic": "string", "value": "binary", "partition": "int", "headers": "headers"}
+    w = KafkaWriter(cfg, validate_input_schema({c: types[c] for c in columns}, cfg.topic),
+                    batch_id=0, partition_id=0, attempt=0,
+                    transactional_id=f"oor-{len(columns)}" if exactly_once else None)
+    bad = counts["four"] + 3
+    data = {"topic": pa.array(["two", "four", "two"]), "value": pa.array([b"a", b"b", b"c"]),
+            "partition": pa.array([1, bad, None], pa.int32()),
+            "headers": pa.array([[], [{"key": "h", "value": b"1"}], None], _headers_type())}
+    with pytest.raises(KafkaConfigError) as exc:
+        w.write([pa.record_batch([data[c] for c in columns], names=columns)])
+    assert str(exc.value) == str(partition_out_of_range(bad, "four", counts["four"]))
+    assert f"is {bad}, but topic 'four' has {counts['four']} partitions" in str(exc.value)
+    if exactly_once:  # the attempt aborted its own transaction
+        state = w.probe.fresh_stats(w.producer, timeout=5.0)["eos"]["txn_state"]
+        assert state == "Ready", state

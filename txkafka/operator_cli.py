@@ -4,6 +4,7 @@
     txkafka transactions abort -b HOST:PORT (--checkpoint DIR | --prefix P --force) [--id ID ...] [--yes]
     txkafka commit-log show    --checkpoint DIR [--last N] [--json]
     txkafka commit-log resolve --checkpoint DIR --batch N (--committed | --lost) [--id ID ...] [--yes]
+    txkafka commit-log moved   --checkpoint DIR [--force] [--yes]
 
 Client settings (security) come from a properties file (``--command-config``) and ``-X key=value``
 (cli_options.py); secret values are never printed.
@@ -17,6 +18,7 @@ import sys
 import time
 
 from .cli_options import CommandLineError, KafkaConnection, add_kafka_options
+from .connector.errors import TxKafkaError
 from .connector.secrets_redaction import redact_uri
 from .connector.checkpoint.savepoint import resume_option
 from .connector.sink.commit_log import SinkCommitLog, SinkIdentity
@@ -308,6 +310,51 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _holds_sink(place: str, sink_id: str) -> bool | None:
+    """Whether the checkpoint at ``place`` still has the sink ``sink_id`` (None: cannot tell from
+    here: another host's disk, a filesystem this machine cannot open)."""
+    try:
+        ident = SinkCommitLog(place).existing_identity()
+    except (TxKafkaError, OSError):
+        return None
+    return ident is not None and ident.sink_id == sink_id
+
+
+def cmd_moved(args: argparse.Namespace) -> int:
+    """Record the checkpoint's new place, after it was moved.
+
+    Why: the sink's log names the place it was recorded for, and a query whose checkpoint is
+    elsewhere stops (CheckpointMovedError): a copy run beside the original would share its
+    transactional ids. A moved checkpoint has no original left, so its new place is recorded here.
+    """
+    log, ident = _open_log(args.checkpoint)
+    here, recorded = log.place, log.recorded_place()
+    if recorded == here:
+        print(f"{here} is the recorded place of sink {ident.sink_id} already: nothing to do")
+        return 0
+    if recorded is not None:
+        held = _holds_sink(recorded, ident.sink_id)
+        if held and not args.force:
+            raise CommandLineError(
+                f"the checkpoint at {recorded} still holds sink {ident.sink_id}: this one was "
+                "copied, not moved, and a query there would share the sink's transactional ids "
+                "with a query here. If no query will run there again, delete that checkpoint (or "
+                "add --force); to run both, start this query on a NEW checkpointLocation instead "
+                "(docs/operations.md, 'Checkpoint moved or copied')")
+        if held is None:
+            print(f"cannot look at {recorded} from here: make sure no query runs there",
+                  file=sys.stderr)
+    was = recorded or "none recorded"
+    if not args.yes:
+        print(f"would record {here} as the place of sink {ident.sink_id} (recorded: {was}). Add "
+              "--yes to do it, with the query stopped.")
+        return 0
+    log.record_place()
+    print(f"recorded {here} as the place of sink {ident.sink_id} (was: {was}); start the query "
+          "on it")
+    return 0
+
+
 def register_cli(sub) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         add_kafka_options(p, cluster="the sink's Kafka cluster")
@@ -332,7 +379,8 @@ def register_cli(sub) -> None:
                     "too (and, with --prefix alone, whatever matches)")
     ta.set_defaults(func=cmd_abort)
 
-    c = sub.add_parser("commit-log", help="show the sink's commit log, or resolve an unknown outcome")
+    c = sub.add_parser("commit-log", help="show the sink's commit log, resolve an unknown "
+                       "outcome, or record a moved checkpoint")
     csub = c.add_subparsers(dest="action", required=True)
     cs = csub.add_parser("show", help="the newest batches: status, rounds, source offsets")
     cs.add_argument("--checkpoint", required=True, metavar="DIR",
@@ -355,3 +403,11 @@ def register_cli(sub) -> None:
                     "every undetermined one)")
     cr.add_argument("--yes", action="store_true", help="really write (default: a dry run)")
     cr.set_defaults(func=cmd_resolve)
+    cm = csub.add_parser("moved", help="record a moved checkpoint's new place (a query on a moved "
+                         "or copied checkpoint stops with CheckpointMovedError)")
+    cm.add_argument("--checkpoint", required=True, metavar="DIR",
+                    help="the checkpoint's new place: the query's checkpointLocation now")
+    cm.add_argument("--force", action="store_true", help="record it even though the old place "
+                    "still holds the sink's checkpoint")
+    cm.add_argument("--yes", action="store_true", help="really write (default: a dry run)")
+    cm.set_defaults(func=cmd_moved)

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
@@ -55,6 +57,21 @@ def checkpoint_filesystem(location: str, *, error: type[Exception] = CommitLogEr
                 f"cannot open {name} {redact_uri(location)!r}: "
                 f"{redact_uri_text(str(e), location)}") from None
     return pafs.LocalFileSystem(), os.path.abspath(location)
+
+
+def checkpoint_place(location: str, fs: pafs.FileSystem, path: str) -> str:
+    """Where a checkpoint lives, spelled one way for one place: ``file://`` and the real absolute
+    path on local disk (a bare path, ``file:/`` and ``file:///``, a trailing slash, a symbolic
+    link), else the URI's scheme (Hadoop's ``s3a``/``s3n`` as ``s3``), host and port, and path,
+    without user, password or query (never a secret). ``fs``/``path``: what
+    :func:`checkpoint_filesystem` made of ``location``."""
+    if isinstance(fs, pafs.LocalFileSystem):
+        return "file://" + os.path.realpath(path or "/")
+    parts = urlsplit(location)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+    clean = posixpath.normpath("/" + "/".join(s for s in parts.path.split("/") if s))
+    return f"{_SCHEME_ALIASES.get(scheme, scheme)}://{host}{clean}"
 
 
 @dataclass(frozen=True)
@@ -132,6 +149,12 @@ class SparkCheckpoint:
 
     def _path(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
+
+    @property
+    def place(self) -> str:
+        """Where this checkpoint lives (:func:`checkpoint_place`): the same for every spelling of
+        one place, different for a moved or copied checkpoint."""
+        return checkpoint_place(self.location, self.fs, self.root)
 
     @property
     def metadata_path(self) -> str:

@@ -356,6 +356,16 @@ class RecordTooLargeError(KafkaConfigError):
     """One record does not fit in a batch of the size limit."""
 
 
+def partition_out_of_range(value: int, topic: str, partitions: int | None) -> KafkaConfigError:
+    """The refusal of a row's ``partition`` that its topic does not have, whichever producer
+    writes the row (``partitions``: the topic's partition count, None when it could not be
+    read)."""
+    has = (f"has {partitions} partitions (0-{partitions - 1})" if partitions is not None
+           else "has no such partition")
+    return KafkaConfigError(f"a row's 'partition' column is {value}, but topic {topic!r} {has}; "
+                            "null lets the partitioner choose")
+
+
 class BatchAccumulator:
     """Records of one topic, encoded into per-partition batches of at most ``batch_bytes``.
 
@@ -392,10 +402,7 @@ class BatchAccumulator:
             bad = (explicit >= self.partitions) | (explicit < -1)
             if bad.any():
                 value = int(explicit[np.flatnonzero(bad)[0]])
-                raise KafkaConfigError(
-                    f"a row's 'partition' column is {value}, but topic {self.topic!r} has "
-                    f"{self.partitions} partitions (0-{self.partitions - 1}); null lets the "
-                    "partitioner choose")
+                raise partition_out_of_range(value, self.topic, self.partitions)
             out[:] = explicit
         todo = out < 0
         if keys is not None and todo.any():

@@ -5,6 +5,9 @@ Why pyarrow.fs: HDFS, S3 and GCS work as well as local disk.
 
 Layout (``<checkpoint>/txkafka-sink/``):
     sink.json                               the sink's identity (sink id, prefix)
+    place.json                              where the checkpoint lives (written at the first
+                                            start; rewritten by ``txkafka commit-log moved``):
+                                            a moved or copied checkpoint stops the query
     start-checks.json                       what the start checks found (start_checks), a
                                             cache: rewritten as brokers that did not answer do,
                                             recomputed when in another format
@@ -26,7 +29,7 @@ name exists; elsewhere (HDFS, S3, GCS: pyarrow has no create-if-absent, and its 
 replaces) by a check before the write and a read-back of the writer's nonce after it, which
 catches a second driver unless both write within the same moment (docs/design.md, "Exclusive
 records"). A second driver on the same checkpoint gets ConcurrentWriterError. The unresolved
-note is the one rewritable record.
+note and the place record (by the operator's command only) are the rewritable records.
 
 Every record carries its format version and the txkafka version that wrote it (connector/formats.py,
 which owns the versions); every read checks the version first, so a record a newer txkafka wrote
@@ -51,11 +54,12 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from ..errors import CommitLogError, ConcurrentWriterError
+from ..errors import CheckpointMovedError, CommitLogError, ConcurrentWriterError
 from ..formats import (
     DECISION,
     EMPTY_BATCH,
     OUTCOME,
+    PLACE,
     SINK_JSON,
     UNRESOLVED,
     FileFormat,
@@ -326,6 +330,65 @@ class SinkCommitLog:
             rec = self._record(path, SINK_JSON) or rec
         return SinkIdentity(str(rec["sink_id"]), str(rec.get("prefix", prefix)),
                             int(rec.get("created_ms", 0)))
+
+    # ------------------------------------------------------------- place
+
+    @property
+    def place(self) -> str:
+        """Where this checkpoint lives, one spelling per place (SparkCheckpoint.place)."""
+        return self.spark.place
+
+    def recorded_place(self) -> str | None:
+        """The place the sink's log was recorded for (None: not recorded yet, an older txkafka)."""
+        path = f"{self.root}/place.json"
+        rec = self._record(path, PLACE)
+        if rec is None:
+            return None
+        if not isinstance(rec.get("place"), str):
+            raise CommitLogError(f"{redact_uri(path)} is damaged: it names no place")
+        return rec["place"]
+
+    def require_own_place(self) -> None:
+        """Fail unless the sink's log was recorded for this checkpoint's place; record it when
+        nothing is (a new checkpoint, or one an older txkafka wrote: it adopts its place).
+
+        Why: a checkpoint copied to run a second query beside the first carries the first's
+        sink.json, so both would use the same transactional ids and each one's orphan sweep would
+        abort the other's pre-committed transactions, at every batch.
+        """
+        recorded = self.recorded_place()
+        if recorded is None:
+            try:
+                self.record_place(exclusive=True)
+            except ConcurrentWriterError:
+                pass  # another start of this query recorded it meanwhile: compared below
+            recorded = self.recorded_place()
+        here = self.place
+        if recorded is None or recorded == here:
+            return
+        ident = self.existing_identity()
+        sink = f" (sink id {ident.sink_id})" if ident is not None else ""
+        shown = redact_uri(self.location)
+        raise CheckpointMovedError(
+            f"option 'checkpointLocation' ({shown!r}): the sink's commit log here was recorded "
+            f"for the checkpoint at {recorded}, not at {here} ({redact_uri(self.root)}/place.json): "
+            f"the checkpoint was moved or copied. A copy shares the sink's transactional "
+            f"ids{sink} with the query at {recorded}, and each query's clean-up would abort the "
+            "other's open transactions, so this query stops before anything is written. If it "
+            f"was moved (no query runs at {recorded} any more): record the new place with "
+            f"`txkafka commit-log moved --checkpoint {shown} --yes` and start the query again. If "
+            f"it was copied to run beside the query at {recorded}: start this query on a NEW "
+            "checkpointLocation instead, which gives it its own sink id, from the startingOffsets "
+            f"that `txkafka commit-log show --checkpoint {shown}` prints, or from a savepoint of "
+            f"the query at {recorded} (stopped for `txkafka savepoint create`, then restarted "
+            "there); docs/operations.md, 'Checkpoint moved or copied'.")
+
+    def record_place(self, *, exclusive: bool = False) -> None:
+        """Record this checkpoint's place as the sink's (``exclusive``: only if none is; else
+        replacing the record: the operator's ``txkafka commit-log moved``)."""
+        self._write(f"{self.root}/place.json", {
+            "place": self.place, "recorded_ms": int(time.time() * 1000), **stamp(PLACE)},
+            exclusive=exclusive)
 
     # ------------------------------------------------------------- start checks
 

@@ -12,8 +12,9 @@ acknowledged that with ``assumeTransactionPartitionVerification``), a transactio
 broker's cap. What an exactly-once query's checks found is kept beside the sink's commit log
 (``start-checks.json``, a cache: formats.START_CHECKS): a new driver process or a restarted driver
 of the same query judges today's options against it instead of asking again, and asks only the
-brokers that did not answer before (at most every ``ASK_AGAIN_S``), so a broker outage mid-query
-costs no check time.
+brokers that did not answer before and any broker id in the cluster's metadata that it never heard
+from (at start, then at most every ``ASK_AGAIN_S``: one metadata request when nothing is new), so
+a broker outage mid-query costs no check time and a broker that joins later is checked too.
 """
 
 from __future__ import annotations
@@ -156,10 +157,11 @@ class CheckResult:
 
 @dataclass
 class _Passed:
-    """A configuration whose checks passed in this process, with the brokers still to ask."""
+    """A configuration whose checks passed in this process: what the brokers told (and which did
+    not answer), compared with the cluster's brokers again at ``ask_at``."""
 
-    unasked: frozenset[int]
-    ask_at: float = 0.0  # time.monotonic() of the next try
+    result: CheckResult
+    ask_at: float = 0.0  # time.monotonic() of the next look
 
 
 _PASSED: dict[tuple, _Passed] = {}
@@ -180,8 +182,8 @@ def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30
     with _LOCK:
         passed = _PASSED.get(key)
     if passed is not None:
-        if passed.unasked and time.monotonic() >= passed.ask_at:
-            _ask_again(cfg, key, passed, commit_log)
+        if cfg.exactly_once and time.monotonic() >= passed.ask_at:
+            _ask_again(cfg, passed, commit_log)
         return
     check_producer_config(cfg)
     if cfg.exactly_once or cfg.producer == "txkafka":
@@ -193,15 +195,13 @@ def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30
     if record is not None:
         # This query passed its checks before: what the brokers said then still counts, judged
         # against today's options (a refusal is left to fresh answers: the cluster may have
-        # changed since); the brokers that did not answer are asked below.
+        # changed since); the brokers that did not answer, or joined since, are asked below.
         try:
             _judge(cfg, record.brokers)
         except KafkaConfigError:
             record = None
     if record is not None:
-        passed = _remember(key, record)
-        if passed.unasked:
-            _ask_again(cfg, key, passed, commit_log)
+        _ask_again(cfg, _remember(key, record), commit_log)
         return
     result = _check_cluster(cfg, timeout_s)
     _remember(key, result, time.monotonic() + ASK_AGAIN_S)
@@ -210,7 +210,7 @@ def validate_at_start(cfg: SinkConfig, schema: SinkSchema, timeout_s: float = 30
 
 
 def _remember(key: tuple, result: CheckResult, ask_at: float = 0.0) -> _Passed:
-    passed = _Passed(frozenset(result.unasked), ask_at)
+    passed = _Passed(result, ask_at)
     with _LOCK:
         _PASSED[key] = passed
     return passed
@@ -583,31 +583,39 @@ def write_record(cfg: SinkConfig, commit_log: SinkCommitLog | None, result: Chec
         log.warning("could not record the sink's start checks under the checkpoint: %s", e)
 
 
-def _ask_again(cfg: SinkConfig, key: tuple, passed: _Passed,
-               commit_log: SinkCommitLog | None) -> None:
-    """Ask the brokers that did not answer before (and any broker that joined since), briefly;
-    raise only on an answer that proves one unfit. Nothing more is asked once all answered."""
+def _ask_again(cfg: SinkConfig, passed: _Passed, commit_log: SinkCommitLog | None) -> None:
+    """Compare the brokers in the cluster's metadata with those the checks heard from, and ask,
+    briefly, the ones that did not answer before and any broker id they never heard of (the
+    cluster grown, a broker replaced under a new id): a broker that joins with verification off
+    or a lower transaction.max.timeout.ms must stop the query as at its start. Raises only on an
+    answer that proves a broker unfit; one metadata request when every broker has answered."""
     from confluent_kafka import KafkaException
 
     with _LOCK:
-        passed.ask_at = time.monotonic() + ASK_AGAIN_S  # one try per interval, whatever happens
+        passed.ask_at = time.monotonic() + ASK_AGAIN_S  # one look per interval, whatever happens
     probe = SecurityErrorProbe(cfg.kafka)
     admin = _admin(cfg, probe)
     try:
         md = (admin.list_topics(topic=cfg.topic, timeout=ASK_AGAIN_TIMEOUT_S) if cfg.topic
               else admin.list_topics(timeout=ASK_AGAIN_TIMEOUT_S))
     except KafkaException as e:
-        log.info("could not ask broker(s) %s again (no metadata: %s); trying later",
-                 sorted(passed.unasked), redact_text(str(e), cfg.kafka))
+        log.info("could not compare the cluster's brokers with those the sink's start checks "
+                 "asked (no metadata: %s); trying later", redact_text(str(e), cfg.kafka))
         return
-    old = read_record(cfg, commit_log) or CheckResult(unasked=set(passed.unasked))
+    # The record: another process of the query may have asked more since this one did.
+    old = read_record(cfg, commit_log) or passed.result
+    unasked = old.unasked | passed.result.unasked
     ask = {b: (m.host, m.port) for b, m in md.brokers.items()
-           if b in passed.unasked or b not in old.brokers}
+           if b in unasked or b not in old.brokers}
     if not ask:
-        return  # the brokers still to ask are not in the cluster's metadata now (still down)
+        return  # every broker answered before (those still to ask are not in the metadata now)
+    joined = sorted(b for b in ask if b not in unasked)
+    if joined:
+        log.info("broker(s) %s joined the cluster since the sink's start checks: asking them",
+                 joined)
     result = old.merge(check_broker_settings(cfg, admin, ask, ASK_AGAIN_TIMEOUT_S))
     with _LOCK:
-        passed.unasked = frozenset(result.unasked)
+        passed.result = result
     write_record(cfg, commit_log, result)
     if not result.unasked:
         log.info("the sink's start checks have now asked every broker")

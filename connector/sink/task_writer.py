@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -40,6 +41,7 @@ from .commit_log import SinkCommitLog
 from .options import SinkConfig
 from ..client.config import delivery_timeout_ms
 from ..client.connection import ApiRange
+from ..client.record_batch_encoder import partition_out_of_range
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +196,7 @@ class _ProducerProbe:
     def on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None and len(self.errors) < 20:
             if self.first_delivery_error is None:
-                self.first_delivery_error = (err, msg.topic())
+                self.first_delivery_error = (err, msg.topic(), msg.partition())
             self.errors.append(
                 f"{msg.topic()}[{msg.partition()}]: {redact_text(str(err), self.conf)}"
             )
@@ -457,10 +459,11 @@ class KafkaWriter(TaskAttempt):
     def write(self, batches: Iterable[pa.RecordBatch]) -> KafkaCommittable | None:
         """Produce every row; return the pre-committed transaction (None when there was no row,
         or when the attempt is late: then ``self.late`` is set and nothing it wrote remains)."""
-        self.prepare()
+        # Before the producer's init: init_transactions fences the id's holder, and batch N+2
+        # uses batch N's ids, so a late attempt of N would abort N+2's open transaction.
         if self._decided_without_me("before opening its transaction: it writes nothing"):
-            # (the check overlapped the producer's init, started by prepare())
             return self._drain_late(batches)
+        self.prepare()
         try:
             for batch in batches:
                 if batch.num_rows:
@@ -499,8 +502,8 @@ class KafkaWriter(TaskAttempt):
         return committable
 
     def _drain_late(self, batches: Iterable[pa.RecordBatch]) -> None:
-        """Consume the input (Spark requires it) without writing, and let the producer's init
-        finish so that it can never fence a later batch's producer of the same id."""
+        """Consume the input (Spark requires it) without writing, and let a producer's init that
+        started finish, so that it can never fence a later batch's producer of the same id."""
         for _ in batches:
             pass
         if self._init_thread is not None:
@@ -514,10 +517,20 @@ class KafkaWriter(TaskAttempt):
         poll = self.producer.poll
         topics = self._topics(batch, n)
         parts = _partitions_list(_col(batch, "partition")) if self.schema.has_partition else None
-        if not self.schema.has_headers:
-            self._produce_all(produce, poll, topics, values, keys, parts)
-        else:
-            self._produce_general(batch, topics, values, keys, parts, produce, poll)
+        try:
+            if not self.schema.has_headers:
+                self._produce_all(produce, poll, topics, values, keys, parts)
+            else:
+                self._produce_general(batch, topics, values, keys, parts, produce, poll)
+        except Exception as e:
+            if parts is None or not _is_unknown_partition(e.args[0] if e.args else None):
+                raise
+            # librdkafka refuses a partition the topic lacks naming neither; say which (the
+            # caller aborts the attempt's transaction, as for any other bad row).
+            refusal = self._out_of_range(topics, parts)
+            if refusal is None:
+                raise
+            raise refusal from None
         self.count += n
         poll(0)
 
@@ -575,7 +588,8 @@ class KafkaWriter(TaskAttempt):
         longer, and a record must never be dropped by giving up early. Only a queue that stays
         full as long as a record may wait for delivery ends the write, with an error saying so.
         """
-        deadline = time.monotonic() + _room_timeout_s(self.cfg)
+        waits = _delivery_timeout_s(self.cfg)
+        deadline = time.monotonic() + waits
         while True:
             poll(0.05)
             try:
@@ -584,7 +598,7 @@ class KafkaWriter(TaskAttempt):
             except BufferError:
                 if time.monotonic() > deadline:
                     raise TransactionError(
-                        f"librdkafka's send queue stayed full for {_room_timeout_s(self.cfg):.0f}s "
+                        f"librdkafka's send queue stayed full for {waits:.0f}s "
                         f"(batch {self.batch_id}, task partition {self.partition_id}, "
                         f"{self.count} records written before this batch): the brokers are not "
                         "taking records; check their health, or raise "
@@ -613,8 +627,10 @@ class KafkaWriter(TaskAttempt):
                 self._produce_when_room(produce, poll, (t, v, k), kwargs)
 
     def _precommit(self) -> KafkaCommittable | None:
-        timeout = self.cfg.transaction_timeout_ms / 1000.0
-        remaining = self.producer.flush(timeout)
+        # As long as a record may wait for its delivery: at_least_once has no transaction to cap
+        # it, and a flush given up earlier would fail a task whose records are still delivered.
+        timeout = _delivery_timeout_s(self.cfg)
+        remaining = self.producer.flush(timeout if math.isfinite(timeout) else -1)
         if remaining:
             raise TransactionError(
                 f"{remaining} of {self.count} records were not delivered within {timeout:.0f}s "
@@ -623,7 +639,12 @@ class KafkaWriter(TaskAttempt):
         if self.probe.fatal:
             raise TransactionError(f"the producer hit a fatal error: {self.probe.fatal}")
         if self.probe.first_delivery_error is not None:
-            err, topic = self.probe.first_delivery_error
+            err, topic, partition = self.probe.first_delivery_error
+            if _is_unknown_partition(err):
+                # (a record produced before the producer knew the topic's partitions)
+                raise self._out_of_range(topic, [partition]) or TransactionError(
+                    f"batch {self.batch_id}, task partition {self.partition_id}: {topic}"
+                    f"[{partition}]: {redact_text(str(err), self.cfg.kafka)}")
             if getattr(err, "code", lambda: None)() == TOPIC_AUTHORIZATION_FAILED:
                 raise translate_kafka_error(err, self.cfg.kafka, action="writing",
                                             topic=topic, role="writer")
@@ -657,6 +678,31 @@ class KafkaWriter(TaskAttempt):
             record_count=self.count,
             topic_partitions=_written_partitions(stats or {}),
         )
+
+    def _out_of_range(self, topics: str | list, parts: list) -> KafkaConfigError | None:
+        """The refusal of a ``partition`` value its topic lacks, in txkafka's producer's words
+        (one owner: record_batch_encoder), for the largest such value of the rows; None if the
+        topics' partition counts (asked now) show none."""
+        largest: dict[str, int] = {}
+        for topic, p in zip(repeat(topics) if isinstance(topics, str) else topics, parts):
+            largest[topic] = max(largest.get(topic, UNASSIGNED), p)
+        for topic, p in largest.items():
+            if p == UNASSIGNED:
+                continue  # only rows the partitioner placed
+            count = self._partition_count(topic)
+            if count is None or p >= count:
+                return partition_out_of_range(p, topic, count)
+        return None
+
+    def _partition_count(self, topic: str) -> int | None:
+        """The topic's partition count from the producer's metadata (None: not known)."""
+        try:
+            t = self.producer.list_topics(topic, timeout=min(5.0, self.cfg.commit_timeout_ms
+                                                             / 1000.0)).topics.get(topic)
+        except Exception as e:  # noqa: BLE001 - only for the message: None says "unknown"
+            log.debug("no metadata for topic %r: %s", topic, redact_text(str(e), self.cfg.kafka))
+            return None
+        return len(t.partitions) if t is not None and t.error is None and t.partitions else None
 
     def _diagnose_purged(self, err: Any, topic: str) -> None:
         """Records purged from a transactional producer: say why when it is a missing topic ACL.
@@ -698,11 +744,19 @@ class KafkaWriter(TaskAttempt):
         self.producer = None
 
 
-def _room_timeout_s(cfg: SinkConfig) -> float:
-    """How long a record may wait for room in librdkafka's queue: as long as a queued record may
-    wait for delivery (message.timeout.ms, capped by the transaction timeout when exactly once)."""
+def _delivery_timeout_s(cfg: SinkConfig) -> float:
+    """How long a record may wait for its delivery (message.timeout.ms, capped by the transaction
+    timeout when exactly once; inf: no limit): the pre-commit's flush waits that long, and a
+    record as long for room in librdkafka's queue."""
     return delivery_timeout_ms(cfg.kafka, cfg.transaction_timeout_ms if cfg.exactly_once
                                else None) / 1000.0
+
+
+def _is_unknown_partition(err: Any) -> bool:
+    """librdkafka's answer to a record for a partition its topic does not have."""
+    from confluent_kafka import KafkaError
+
+    return getattr(err, "code", lambda: None)() == KafkaError._UNKNOWN_PARTITION
 
 
 def _written_partitions(stats: dict) -> dict[str, list[int]]:

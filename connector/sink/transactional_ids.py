@@ -2,8 +2,10 @@
 
 Shape: ``{prefix}-{sinkId}-{run}-{parity}-{partition}-{attempt}``.
 - ``sinkId`` is created once and stored in the sink's commit log under the checkpoint, so two
-  queries given the same ``transactionalIdPrefix`` never fence each other, and orphan clean-up by
-  prefix touches only this sink's transactions. ACLs can use a PREFIXED pattern on the prefix.
+  queries on their own checkpoints never fence each other, even given the same
+  ``transactionalIdPrefix``, and orphan clean-up by prefix touches only this sink's transactions.
+  A copy of a checkpoint would carry the id to a second query: the commit log records its
+  checkpoint's place, and a query on a copy stops at start (commit_log.require_own_place). ACLs can use a PREFIXED pattern on the prefix.
 - ``run`` (6 hex digits of the query run's id, Spark's job group) keeps a zombie of an earlier run
   off the ids the current one uses. PySpark's TaskContext has no stage attempt number, so a zombie
   of an earlier stage attempt of the same batch can share an id: the committer confirms with
