@@ -119,6 +119,18 @@ def test_the_producer_never_asks_the_broker_to_create_a_topic():
             is False
 
 
+@pytest.mark.parametrize("given, expected", [
+    ({}, 60_000), ({"kafka.message.timeout.ms": "0"}, 60_000),
+    ({"kafka.delivery.timeout.ms": "20000"}, 20_000), ({"kafka.message.timeout.ms": "90000"}, 60_000)])
+def test_a_transactional_record_never_outlives_its_transaction(given, expected):
+    # librdkafka's message.timeout.ms=0 means "no limit": inside a transaction it is the
+    # transaction's timeout, as is any longer one (delivery.timeout.ms is its alias).
+    cfg = SinkConfig.from_options({**BASE, "kafka.transaction.timeout.ms": "60000", **given},
+                                  streaming=True)
+    conf = producer_config(cfg, _ProducerProbe(cfg.kafka), "t-1-0-0")
+    assert conf["message.timeout.ms"] == expected
+
+
 def test_producers_switch_to_the_advertised_broker_quickly_unless_the_user_says_otherwise():
     for guarantee in ("exactly_once", "at_least_once"):
         cfg = SinkConfig.from_options({**BASE, "deliveryGuarantee": guarantee}, streaming=True)

@@ -273,9 +273,9 @@ def producer_config(cfg: SinkConfig, probe: _ProducerProbe, transactional_id: st
         conf["transaction.timeout.ms"] = cfg.transaction_timeout_ms
         conf["statistics.interval.ms"] = _STATS_INTERVAL_MS
         conf["stats_cb"] = probe.on_stats
-        # A record must not outlive its transaction.
-        mt = int(cfg.kafka.get("message.timeout.ms", cfg.transaction_timeout_ms))
-        conf["message.timeout.ms"] = min(mt, cfg.transaction_timeout_ms)
+        # A record must not outlive its transaction (librdkafka's 0, no limit, included).
+        conf["message.timeout.ms"] = int(delivery_timeout_ms(cfg.kafka,
+                                                             cfg.transaction_timeout_ms))
     if logger is not None:
         conf["logger"] = logger
     return conf
