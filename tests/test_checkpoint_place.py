@@ -173,3 +173,14 @@ def test_a_savepoint_of_a_copy_is_refused_and_aborts_nothing(tmp_path):
     assert q.fake.calls[calls:] == [] and not (tmp_path / "sp.json").exists()
     create_savepoint(str(original), str(tmp_path / "sp.json"), {"bootstrap.servers": "b:9092"},
                      client=q.fake, quiet_period_s=0)
+
+
+def test_aborting_by_a_copy_s_checkpoint_is_refused_before_asking_the_cluster(tmp_path):
+    """A copy's transactional ids are the original's: its open transactions may be that query's."""
+    original, copy = tmp_path.resolve() / "a", tmp_path.resolve() / "b"
+    _started(original)
+    shutil.copytree(original, copy)
+    # An address nothing listens on: the refusal must come before any request.
+    with pytest.raises(SystemExit, match=f"^error: --checkpoint {copy}: the sink's commit log was "
+                                         f"recorded for the checkpoint at file://{original}"):
+        main(["transactions", "abort", "-b", "127.0.0.1:9", "--checkpoint", str(copy), "--yes"])

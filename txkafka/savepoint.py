@@ -297,8 +297,8 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
     names = [prefix] if prefix else list(dict.fromkeys(
         [*_prefixes_in_log(commit_log, ident.sink_id), ident.prefix]))
     ids = [TransactionalIdFactory(p, ident.sink_id) for p in names]
-    recorded = commit_log.recorded_place()
-    if recorded is not None and recorded != commit_log.place:
+    recorded = commit_log.recorded_elsewhere()
+    if recorded is not None:
         # A copy's sink id is the original's: resolving it would abort that query's transactions.
         raise SavepointError(
             f"--checkpoint {shown}: the sink's commit log was recorded for the checkpoint at "

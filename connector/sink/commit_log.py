@@ -348,6 +348,13 @@ class SinkCommitLog:
             raise CommitLogError(f"{redact_uri(path)} is damaged: it names no place")
         return rec["place"]
 
+    def recorded_elsewhere(self) -> str | None:
+        """The place the sink's log was recorded for, when that is not this checkpoint's (moved or
+        copied here); None when it is, or none is recorded. Reads only: for the operator's
+        commands, which must not act for a copy on the original's transactional ids."""
+        recorded = self.recorded_place()
+        return recorded if recorded is not None and recorded != self.place else None
+
     def require_own_place(self) -> None:
         """Fail unless the sink's log was recorded for this checkpoint's place; record it when
         nothing is (a new checkpoint, or one an older txkafka wrote: it adopts its place).
