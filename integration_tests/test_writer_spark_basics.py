@@ -91,3 +91,27 @@ def test_batch_write_at_least_once(spark, kafka):
     df.write.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap) \
         .option("topic", topic).option("deliveryGuarantee", "at_least_once").mode("append").save()
     assert sorted(r.value for r in kafka.read_all(topic)) == sorted(f"v{i}".encode() for i in range(100))
+
+
+def test_batch_writes_inside_foreach_batch_commit_every_batch(spark, kafka, tmp_path):
+    """A df.write inside foreachBatch is a batch write (batch 0), though its tasks inherit the
+    stream's micro-batch id: batches after the first failed at commit."""
+    src, out = kafka.create_topic(), kafka.create_topic()
+    kafka.produce(src, [(None, f"v{i}") for i in range(30)])
+    prefix = unique("fb")
+
+    def write(df, _batch_id):
+        df.selectExpr("value").write.format("txkafka") \
+            .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", out) \
+            .option("transactionalIdPrefix", prefix).mode("append").save()
+
+    q = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+         .option("subscribe", src).option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", 10).load()
+         .writeStream.foreachBatch(write).trigger(availableNow=True)
+         .option("checkpointLocation", str(tmp_path / "ck")).start())
+    q.awaitTermination(180)
+    assert q.exception() is None
+    assert len([p for p in q.recentProgress if p["numInputRows"]]) == 3
+    assert sorted(r.value for r in kafka.read_all(out)) == sorted(f"v{i}".encode() for i in range(30))
+    assert kafka.open_transactions(f"{prefix}-") == []

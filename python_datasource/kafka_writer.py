@@ -197,7 +197,9 @@ class _KafkaWrite:
                 "with the Spark version and deployment (Connect, cluster manager); "
                 "deliveryGuarantee=at_least_once does not need it."
             )
-        batch = batch_id if batch_id is not None else 0
+        # A batch write is one job, batch 0, whatever batch id it inherits: inside foreachBatch
+        # its tasks carry the stream's streaming.sql.batchId, and its commit checks batch 0.
+        batch = batch_id if self.streaming and batch_id is not None else 0
         digest: InputDigest | None = None
         if self.streaming and self.cfg.exactly_once:
             # What this task read, for the layout check of a re-written round (invariant 12).

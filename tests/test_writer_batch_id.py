@@ -42,8 +42,11 @@ def test_streaming_task_without_a_batch_id_fails_instead_of_dropping_rows(monkey
         _write_object({}, streaming=True).write(_rows())
 
 
-def test_a_batch_write_is_batch_0(monkeypatch):
-    monkeypatch.setattr(adapter, "_task_context", lambda: adapter._TaskInfo(3, 0, None))
+@pytest.mark.parametrize("inherited", [None, 7])
+def test_a_batch_write_is_batch_0(monkeypatch, inherited):
+    # 7: a df.write inside foreachBatch, whose tasks inherit the stream's streaming.sql.batchId;
+    # the batch write's commit checks batch 0.
+    monkeypatch.setattr(adapter, "_task_context", lambda: adapter._TaskInfo(3, 0, inherited))
     w = _write_object({}, streaming=False)
     w.plan = WritePlan()
     written = []

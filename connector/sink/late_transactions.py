@@ -7,8 +7,9 @@ would abort it before the broker's transaction timeout, and read_committed reade
 partitions stall meanwhile (invariant 13). Tasks check the commit log themselves (task_writer);
 these sweeps catch what they cannot (a process killed between its first produce and its check).
 
-They run in the driver-side process where ``commit()``/``abort()`` run (Spark keeps it alive
-between batches), in one daemon thread per sink: every ``FAST_INTERVAL_S`` for ``FAST_PERIOD_S``
+They run in the driver-side process where ``commit()``/``abort()`` run (Spark reuses it between
+batches and ends it after about a minute idle: the sweeps end with it, and the broker's timeout
+remains the bound), in one daemon thread per sink: every ``FAST_INTERVAL_S`` for ``FAST_PERIOD_S``
 after each commit or abort, then every ``SLOW_INTERVAL_S`` until about the transaction timeout,
 after which the broker aborts anything left. A new commit restarts the schedule.
 
