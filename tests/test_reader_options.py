@@ -402,6 +402,13 @@ def test_a_setting_the_wire_fetch_does_not_apply_is_never_dropped(key, value, ca
 
 
 def test_wire_fetch_names_every_setting_it_does_not_apply():
+    imds = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER",
+            "kafka.sasl.oauthbearer.method": "oidc",
+            "kafka.sasl.oauthbearer.metadata.authentication.type": "azure_imds"}
+    assert parse(**imds).fetcher == "librdkafka"  # a login only librdkafka's consumer has
+    with pytest.raises(KafkaConfigError, match=r"metadata.authentication.type='azure_imds': "
+                                               r"OAUTHBEARER tokens from cloud metadata"):
+        parse(fetcher="wire", **imds)
     with pytest.raises(KafkaConfigError, match=r"kafka.broker.address.family, "
                                                r"kafka.fetch.error.backoff.ms are set"):
         parse(fetcher="wire", **{"kafka.fetch.error.backoff.ms": "50",
