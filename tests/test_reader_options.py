@@ -387,7 +387,7 @@ def test_fetcher_choice_travels_to_executors():
     ("kafka.socket.receive.buffer.bytes", "1048576"), ("kafka.client.dns.lookup",
                                                        "use_all_dns_ips"),
     ("kafka.broker.address.family", "v4"), ("kafka.fetch.error.backoff.ms", "50"),
-    ("kafka.socket.connection.setup.timeout.ms", "5000"), ("kafka.debug", "fetch"),
+    ("kafka.socket.connection.setup.timeout.ms", "5000"),
     ("kafka.queued.max.messages.kbytes", "65536"),  # txkafka's own value (32768) passes
 ])
 def test_a_setting_the_wire_fetch_does_not_apply_is_never_dropped(key, value, caplog):
@@ -455,7 +455,8 @@ def test_default_and_secure_configs_keep_the_wire_fetcher(name):
                                          "kafka.max.partition.fetch.bytes": "1048576",
                                          "kafka.fetch.max.bytes": "52428800",
                                          "kafka.fetch.wait.max.ms": "200",
-                                         "kafka.socket.timeout.ms": "30000"})
+                                         "kafka.socket.timeout.ms": "30000",
+                                         "kafka.debug": "security,conf"})
     assert o.fetcher == "wire"
     assert parse(fetcher="wire", **SECURE_CONFIGS[name]).fetcher == "wire"
     # What the executors get (consumer_config adds librdkafka's own settings) passes too.

@@ -555,6 +555,9 @@ WIRE_FETCHER_KEYS = frozenset({
     "group.id",
     # The driver's offset look-ups (the kafka.* table in docs/user-guide-reader.md): no fetch.
     "reconnect.backoff.ms", "socket.timeout.ms",
+    # librdkafka's debug log (its clients: the driver's, a range handed over): turning it on must
+    # not change the fetch path being debugged.
+    "debug",
 })
 
 # Settings consumer_config() puts in for librdkafka's consumer (which takes over a range the wire
