@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -174,6 +175,25 @@ def one_of(option: str, raw: str, allowed: Sequence[str]) -> str:
         raise KafkaConfigError(
             f"option {option!r} must be one of {', '.join(allowed)}, got {raw!r}")
     return choice
+
+
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def integer(option: str, raw: str, *, minimum: int | None = None) -> int:
+    """An integer option's value, for the reader and the writer alike: an optional sign and
+    digits (Java's Long.parseLong, around which spaces are allowed); an empty value, ``1_000`` or
+    ``1e3`` fails naming the option and what it takes (Python's int() would take ``1_000``)."""
+    at_least = f" >= {minimum}" if minimum is not None else ""
+    text = raw.strip()
+    if not _INTEGER.fullmatch(text):
+        raise KafkaConfigError(
+            f"option {option!r} must be an integer{at_least} (digits, no separators), "
+            f"got {raw!r}")
+    value = int(text)
+    if minimum is not None and value < minimum:
+        raise KafkaConfigError(f"option {option!r} must be >= {minimum}, got {value}")
+    return value
 
 
 def check_option_names(options: Mapping[str, Any], space: OptionSpace) -> None:

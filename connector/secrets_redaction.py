@@ -8,9 +8,11 @@ from urllib.parse import unquote
 
 REDACTED = "[redacted]"
 
-# Option names (with or without the "kafka." prefix) whose values are secrets.
+# Option names (with or without the "kafka." prefix) whose values are secrets: of the key store
+# settings only the passwords and Java's PEM private key (ssl.keystore.key); its location, type
+# and certificate chain are a path, a name and a public certificate, which messages must show.
 _SECRET_KEY = re.compile(
-    r"(password|secret|token|sasl\.jaas\.config|ssl\.key\.pem|ssl\.keystore\.|"
+    r"(password|secret|token|sasl\.jaas\.config|ssl\.key\.pem|ssl\.keystore\.key\b|"
     r"sasl\.oauthbearer\.config|credential|private)",
     re.IGNORECASE,
 )

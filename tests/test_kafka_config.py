@@ -84,6 +84,7 @@ def test_an_empty_host_check_algorithm_is_javas_off_switch():
     ("max.request.size", "kafka.message.max.bytes"),
     ("send.buffer.bytes", "kafka.socket.send.buffer.bytes"),
     ("ssl.enabled.protocols", "TLS version"),
+    ("ssl.provider", "kafka.ssl.providers, a different setting, loads OpenSSL 3 providers"),
 ])
 def test_more_java_only_keys_name_what_to_do(key, named):
     with pytest.raises(KafkaConfigError, match=re.escape(named)) as exc:
@@ -103,6 +104,23 @@ def test_client_check_names_the_option_librdkafka_rejects_and_hides_secrets():
     with pytest.raises(KafkaConfigError, match="property 'kafka.no.such.key'"):
         check_client_config({**base, "no.such.key": "1"}, "producer")
     check_client_config({**base, "group.id": "g"}, "consumer")  # valid: no error, no broker needed
+
+
+@pytest.mark.parametrize("key, value, shown", [
+    ("max.in.flight.requests.per.connection", "10", "'kafka.max.in.flight.requests.per.connection' "
+                                                    "must be set <= 5"),
+    ("message.send.max.retries", "0", "'kafka.message.send.max.retries' must be set >= 1"),
+    ("retries", "0", "'kafka.retries' must be set >= 1"),
+])
+def test_client_check_names_the_key_given_not_librdkafkas_alias(key, value, shown):
+    """librdkafka's errors use its own names (`max.in.flight`, `retries`) and blame
+    enable.idempotence, which txkafka sets: the message names what the user set."""
+    conf = {"bootstrap.servers": "127.0.0.1:1", "enable.idempotence": True, key: value}
+    with pytest.raises(KafkaConfigError) as exc:
+        check_client_config(conf, "producer")
+    text = str(exc.value)
+    assert shown in text and "because txkafka always enables idempotence" in text, text
+    assert "enable.idempotence" not in text and "'kafka.max.in.flight'" not in text, text
 
 
 # ------------------------------------------------------- Java's key and trust store settings

@@ -1,10 +1,12 @@
 """The reader's options: Spark's names and defaults, and a clear error for every mistake."""
 
 import pickle
+import re
 
 import pytest
 
 from txkafka.connector.errors import KafkaConfigError
+from txkafka.connector.source import options as source_options
 from txkafka.connector.source.options import (
     DEFAULT_MAX_TRIGGER_DELAY_MS,
     Assign,
@@ -101,7 +103,7 @@ def test_subscribe_and_assign_parsed():
     ("maxTriggerDelay", "5 parsecs", "option 'maxTriggerDelay' must be a duration"),
     ("endingOffsets", "latest", "option 'endingOffsets' is for batch queries only"),
     ("endingTimestamp", "1000", "option 'endingTimestamp' is for batch queries only"),
-    ("kafka.isolation.level", "serializable", "read_committed or read_uncommitted"),
+    ("kafka.isolation.level", "serializable", "one of read_committed, read_uncommitted"),
 ])
 def test_bad_values_name_the_option(key, value, needle):
     with pytest.raises(KafkaConfigError, match=needle):
@@ -379,3 +381,100 @@ def test_fetcher_defaults_to_txkafkas_own_fetch_where_the_settings_allow_it():
 def test_fetcher_choice_travels_to_executors():
     o = parse(fetcher="librdkafka")
     assert pickle.loads(pickle.dumps(o)).fetcher == "librdkafka"
+
+
+@pytest.mark.parametrize("key, value", [
+    ("kafka.socket.receive.buffer.bytes", "1048576"), ("kafka.client.dns.lookup",
+                                                       "use_all_dns_ips"),
+    ("kafka.broker.address.family", "v4"), ("kafka.fetch.error.backoff.ms", "50"),
+    ("kafka.socket.connection.setup.timeout.ms", "5000"),
+    ("kafka.queued.max.messages.kbytes", "65536"),  # txkafka's own value (32768) passes
+])
+def test_a_setting_the_wire_fetch_does_not_apply_is_never_dropped(key, value, caplog):
+    """Nothing is silently ignored: auto reads with librdkafka (saying so once, naming the key),
+    wire fails naming it."""
+    with caplog.at_level("INFO", logger="txkafka.reader"):
+        assert parse(**{key: value}).fetcher == "librdkafka"
+    assert [r.getMessage() for r in caplog.records if key in r.getMessage()], caplog.text
+    with pytest.raises(KafkaConfigError, match=rf"'fetcher' is 'wire', but {re.escape(key)} is "
+                                               r"set: txkafka's own fetch does not apply it"):
+        parse(fetcher="wire", **{key: value})
+
+
+def test_wire_fetch_names_every_setting_it_does_not_apply():
+    imds = {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "OAUTHBEARER",
+            "kafka.sasl.oauthbearer.method": "oidc",
+            "kafka.sasl.oauthbearer.metadata.authentication.type": "azure_imds"}
+    assert parse(**imds).fetcher == "librdkafka"  # a login only librdkafka's consumer has
+    with pytest.raises(KafkaConfigError, match=r"metadata.authentication.type='azure_imds': "
+                                               r"OAUTHBEARER tokens from cloud metadata"):
+        parse(fetcher="wire", **imds)
+    with pytest.raises(KafkaConfigError, match=r"kafka.broker.address.family, "
+                                               r"kafka.fetch.error.backoff.ms are set"):
+        parse(fetcher="wire", **{"kafka.fetch.error.backoff.ms": "50",
+                                 "kafka.broker.address.family": "v4"})
+
+
+PEM_CHAIN = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+SECURE_CONFIGS = {
+    "sasl_ssl_plain": {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
+                       "kafka.sasl.jaas.config": 'org.apache.kafka.common.security.plain.'
+                       'PlainLoginModule required username="u" password="p";',
+                       "kafka.ssl.ca.location": "/ca.pem",
+                       "kafka.ssl.endpoint.identification.algorithm": ""},
+    "sasl_ssl_scram": {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanisms":
+                       "SCRAM-SHA-256", "kafka.sasl.username": "u", "kafka.sasl.password": "p",
+                       "kafka.enable.ssl.certificate.verification": "false"},
+    "oauthbearer_oidc": {"kafka.security.protocol": "SASL_SSL",
+                         "kafka.sasl.mechanism": "OAUTHBEARER",
+                         "kafka.sasl.oauthbearer.method": "oidc",
+                         "kafka.sasl.oauthbearer.client.id": "r",
+                         "kafka.sasl.oauthbearer.client.secret": "s",
+                         "kafka.sasl.oauthbearer.scope": "kafka",
+                         "kafka.sasl.oauthbearer.token.endpoint.url": "https://idp/token",
+                         "kafka.https.ca.location": "/idp-ca.pem"},
+    "ssl_pem": {"kafka.security.protocol": "SSL", "kafka.ssl.truststore.type": "PEM",
+                "kafka.ssl.truststore.location": "/ca.pem", "kafka.ssl.keystore.type": "PEM",
+                "kafka.ssl.keystore.certificate.chain": PEM_CHAIN,
+                "kafka.ssl.keystore.key": "-----BEGIN PRIVATE KEY-----\nMIIE\n"
+                                          "-----END PRIVATE KEY-----\n",
+                "kafka.ssl.key.password": "k"},
+    "ssl_pkcs12": {"kafka.security.protocol": "SSL", "kafka.ssl.keystore.location": "/ks.p12",
+                   "kafka.ssl.keystore.password": "k", "kafka.ssl.ca.location": "/ca.pem",
+                   "kafka.ssl.crl.location": "/crl.pem"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(SECURE_CONFIGS))
+def test_default_and_secure_configs_keep_the_wire_fetcher(name):
+    """The allow-list covers what txkafka itself puts in the executors' consumers and every
+    security setting txkafka's connections apply: the default stays wire."""
+    o = parse(**SECURE_CONFIGS[name], **{"kafka.group.id": "g", "kafka.client.id": "c",
+                                         "kafka.isolation.level": "READ_UNCOMMITTED",
+                                         "kafka.fetch.min.bytes": "1024",
+                                         "kafka.max.partition.fetch.bytes": "1048576",
+                                         "kafka.fetch.max.bytes": "52428800",
+                                         "kafka.fetch.wait.max.ms": "200",
+                                         "kafka.socket.timeout.ms": "30000",
+                                         "kafka.debug": "security,conf"})
+    assert o.fetcher == "wire"
+    assert parse(fetcher="wire", **SECURE_CONFIGS[name]).fetcher == "wire"
+    # What the executors get (consumer_config adds librdkafka's own settings) passes too.
+    assert source_options.wire_fetcher_unsupported(o.consumer_config()) is None
+
+
+def test_the_default_options_and_a_jks_stores_translation_keep_the_wire_fetcher():
+    assert parse().fetcher == "wire"
+    assert source_options.wire_fetcher_unsupported(parse().consumer_config()) is None
+    # A JKS key and trust store become these (connector/client/keystores.py reads them).
+    translated = {"bootstrap.servers": "h:9092", "security.protocol": "SSL",
+                  "ssl.certificate.pem": PEM_CHAIN, "ssl.key.pem": "k", "ssl.ca.pem": PEM_CHAIN}
+    assert source_options.wire_fetcher_unsupported(translated) is None
+
+
+def test_isolation_level_is_read_in_any_case():
+    o = parse(**{"kafka.isolation.level": "READ_Committed"})
+    assert o.isolation_level == "read_committed"
+    assert o.consumer_config()["isolation.level"] == "read_committed"
+    assert parse(**{"kafka.isolation.level": " Read_Uncommitted "}).consumer_config()[
+        "isolation.level"] == "read_uncommitted"

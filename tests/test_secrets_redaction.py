@@ -78,3 +78,27 @@ def test_the_unsecured_jwt_principal_and_scope_are_not_hidden_in_messages():
     out = redact_text(text, conf)
     assert out == ("principal 'writer' may not write topic 'kafka-out'; extension [redacted]; "
                    "[redacted]"), out
+
+
+def test_key_store_paths_show_and_its_secrets_do_not():
+    """A keystore's location, type and certificate chain are no secrets: an error about the file
+    names it. Its password and PEM key (and the key's password) stay hidden."""
+    from txkafka.connector.secrets_redaction import is_secret_key, redact_config
+
+    conf = {"ssl.keystore.location": "/etc/kafka/client.p12", "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.certificate.chain": "-----BEGIN CERTIFICATE-----MIIBpublic",
+            "ssl.keystore.password": "ks-hunter2", "ssl.keystore.key": "-----BEGIN PRIVATE KEY"
+            "-----MIIEsecretkey", "ssl.key.password": "key-hunter2",
+            "ssl.truststore.password": "ts-hunter2", "ssl.key.pem": "MIIEpemsecret"}
+    text = redact_text("Failed to open ssl.keystore.location /etc/kafka/client.p12 (PKCS12, "
+                       "password ks-hunter2, key -----BEGIN PRIVATE KEY-----MIIEsecretkey, "
+                       "key-hunter2, ts-hunter2, MIIEpemsecret)", conf)
+    assert "/etc/kafka/client.p12" in text and "PKCS12" in text, text
+    for secret in ("ks-hunter2", "MIIEsecretkey", "key-hunter2", "ts-hunter2", "MIIEpemsecret"):
+        assert secret not in text, text
+    shown = redact_config(conf)
+    assert shown["ssl.keystore.location"] == "/etc/kafka/client.p12"
+    assert shown["ssl.keystore.certificate.chain"].endswith("MIIBpublic")
+    assert [k for k in conf if is_secret_key("kafka." + k)] == [
+        "ssl.keystore.password", "ssl.keystore.key", "ssl.key.password",
+        "ssl.truststore.password", "ssl.key.pem"]

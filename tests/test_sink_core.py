@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -661,3 +662,20 @@ def test_results_of_another_batch_are_refused_and_aborted(tmp_path):
         committer.commit(7, good + stray)
     assert log.latest() is None  # nothing decided
     assert fake.txns[stray[0].committable.transactional_id]["state"] == "CompleteAbort"
+
+
+@pytest.mark.parametrize("name, raw", [
+    ("transactionalIdPrefix", ""), ("commitTimeoutMs", ""), ("commitParallelism", " "),
+    ("kafka.transaction.timeout.ms", ""), ("commitTimeoutMs", "1_000_000"),
+    ("kafka.transaction.timeout.ms", "90_000"), ("commitParallelism", "8.0"),
+])
+def test_empty_or_non_java_numbers_fail_naming_the_option(name, raw):
+    """An empty value never takes the default silently, and numbers follow the reader's rule
+    (Java's Long.parseLong: no underscores), from the one shared parser."""
+    with pytest.raises(KafkaConfigError, match=f"option '{re.escape(name)}' must be"):
+        SinkConfig.from_options({**BASE, name: raw}, streaming=True)
+
+
+def test_signed_and_spaced_numbers_read_as_on_the_reader():
+    cfg = SinkConfig.from_options({**BASE, "commitParallelism": " +3 "}, streaming=True)
+    assert cfg.commit_parallelism == 3

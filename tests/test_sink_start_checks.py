@@ -32,7 +32,7 @@ def test_acks_all_is_accepted(value):
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 @pytest.mark.parametrize("extra, named", [
     ({"kafka.max.in.flight.requests.per.connection": "10"},
-     "'kafka.max.in.flight'"),
+     "'kafka.max.in.flight.requests.per.connection'"),
     ({"kafka.retries": "0"}, "'kafka.retries'"),
     ({"kafka.batch.size": "-5"}, "'kafka.batch.size'"),
 ])

@@ -311,3 +311,17 @@ def test_the_leader_is_looked_up_at_a_broker_seen_when_the_bootstrap_one_is_down
     # The second look-up: the bootstrap server failed, the broker its answer named was asked.
     assert links.asked[:2] == ["seed", "leader"] and links.asked.count("seed") == 2
     assert links.leader.metadata_calls == 1
+
+
+def test_fetch_requests_carry_the_users_fetch_settings():
+    """kafka.fetch.min.bytes reaches the broker (it is on the wire fetcher's allow-list), with
+    the long-poll and sizes; unset, the broker answers as soon as it has a byte."""
+    import struct
+
+    def header(config):
+        wr = WireRange("t", 0, 0, 10, config)
+        return struct.unpack(">iiii", wr._request(0)[:16])
+
+    assert header(CONFIG) == (-1, 100, 1, 50 << 20)
+    assert header(CONFIG + (("fetch.min.bytes", "65536"), ("fetch.wait.max.ms", "250"))) == \
+        (-1, 250, 65536, 50 << 20)

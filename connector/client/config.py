@@ -37,6 +37,21 @@ LIBRDKAFKA_TLS_KEYS = ("ssl.cipher.suites", "ssl.curves.list",
                        "ssl.ca.certificate.stores")
 
 
+# The connection settings txkafka's own connections apply (client.connection.SecurityConfig, the
+# OAUTHBEARER token sources of client.oauthbearer), for its fetch and its producer alike; with
+# every ssl.* and sasl.* key (wire_connection_key), checked further by wire_unsupported.
+WIRE_CONNECTION_KEYS = frozenset({
+    "bootstrap.servers", "client.id", "security.protocol",
+    "enable.ssl.certificate.verification",
+    "enable.sasl.oauthbearer.unsecure.jwt", "https.ca.location", "https.ca.pem",
+})
+
+
+def wire_connection_key(key: str) -> bool:
+    """Whether txkafka's own connections apply the client setting ``key``."""
+    return key in WIRE_CONNECTION_KEYS or key.startswith(("ssl.", "sasl."))
+
+
 def wire_unsupported(conf: Mapping[str, str]) -> str | None:
     """Why txkafka's own fetch (fetcher) cannot serve this client config, or None.
 
@@ -86,6 +101,9 @@ _JAVA_ONLY: dict[str, str] = {
     "ssl.secure.random.implementation": "nothing: librdkafka uses OpenSSL's random source",
     "ssl.engine.factory.class": "kafka.ssl.engine.location (an OpenSSL engine)",
     "security.providers": "nothing: Java security providers cannot run in librdkafka",
+    "ssl.provider": "nothing: a Java security provider cannot run in librdkafka, whose TLS is "
+                    "OpenSSL's (kafka.ssl.providers, a different setting, loads OpenSSL 3 "
+                    "providers such as 'default,legacy')",
     "sasl.login.class": "kafka.sasl.username / kafka.sasl.password (or kafka.sasl.oauthbearer.*)",
     "sasl.login.callback.handler.class": "kafka.sasl.username / kafka.sasl.password",
     "sasl.client.callback.handler.class": "kafka.sasl.username / kafka.sasl.password",
@@ -315,15 +333,35 @@ _QUOTED_PROPERTY = re.compile(r'property:? "([A-Za-z0-9._]+)"')
 _DOTLESS_KEYS = {"acks", "retries", "partitioner", "debug", "interceptors"}
 
 
-def _name_options(librdkafka_text: str) -> str:
+def _name_options(librdkafka_text: str, conf: Mapping[str, object]) -> str:
     """librdkafka's `x` / property "x" as the option the user set: 'kafka.x' (values it quotes
-    the same way, such as `all`, stay as they are)."""
+    the same way, such as `all`, stay as they are). librdkafka names a setting by its own name,
+    which may be an alias of the key in ``conf`` (`max.in.flight` for
+    max.in.flight.requests.per.connection): the key given is named. Idempotence is txkafka's
+    choice, never the user's setting."""
+    text = _IDEMPOTENCE_RULE.sub("because txkafka always enables idempotence", librdkafka_text)
+
     def option(m: re.Match) -> str:
         name = m.group(1)
+        given = _given_key(name, conf)
+        if given is not None:
+            return f"'kafka.{given}'"
         return f"'kafka.{name}'" if "." in name or name in _DOTLESS_KEYS else f"'{name}'"
 
-    text = _BACKTICKED.sub(option, librdkafka_text)
-    return _QUOTED_PROPERTY.sub(lambda m: f"property 'kafka.{m.group(1)}'", text)
+    text = _BACKTICKED.sub(option, text)
+    return _QUOTED_PROPERTY.sub(
+        lambda m: f"property 'kafka.{_given_key(m.group(1), conf) or m.group(1)}'", text)
+
+
+# librdkafka's combination checks of an idempotent producer ("`retries` must be set >= 1 when
+# `enable.idempotence` is true"): txkafka sets it, the user cannot.
+_IDEMPOTENCE_RULE = re.compile(r"when `enable\.idempotence` is true")
+
+
+def _given_key(name: str, conf: Mapping[str, object]) -> str | None:
+    """The key of ``conf`` that is librdkafka's setting ``name`` (the same name or an alias)."""
+    same = _CANONICAL.get(name, name)
+    return next((str(k) for k in conf if _CANONICAL.get(str(k), str(k)) == same), None)
 
 
 def check_client_config(conf: Mapping[str, object], client: str) -> None:
@@ -349,7 +387,7 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
         whose = "client" if client == "any" else client
         raise KafkaConfigError(
             f"librdkafka rejected the {whose} settings from the kafka.* options: "
-            f"{_name_options(text)}") from None
+            f"{_name_options(text, conf)}") from None
     # Serving the log queue delivers librdkafka's CONFWARN lines to ``warnings``.
     if client == "consumer":
         handle.close()
@@ -363,11 +401,14 @@ def check_client_config(conf: Mapping[str, object], client: str) -> None:
 # librdkafka's CONFWARN for a property of the other client type, which it then ignores.
 _IGNORED = re.compile(r"Configuration property (\S+) is a (producer|consumer) property and will be "
                       r"ignored")
-# librdkafka's aliases (Java's names), by the canonical name its warnings use.
+# librdkafka's aliases (Java's names), by the canonical name its warnings use (its errors may use
+# either: `retries`, `max.in.flight`).
 _CANONICAL = {"linger.ms": "queue.buffering.max.ms", "retries": "message.send.max.retries",
               "acks": "request.required.acks", "compression.type": "compression.codec",
               "delivery.timeout.ms": "message.timeout.ms",
-              "max.partition.fetch.bytes": "fetch.message.max.bytes"}
+              "max.partition.fetch.bytes": "fetch.message.max.bytes",
+              "max.in.flight": "max.in.flight.requests.per.connection",
+              "bootstrap.servers": "metadata.broker.list", "sasl.mechanism": "sasl.mechanisms"}
 _IGNORED_HINTS = {"request.timeout.ms": " (the consumer's request time-out is "
                                         "kafka.socket.timeout.ms)"}
 
@@ -395,7 +436,7 @@ def _reject_ignored_properties(messages: list[str], conf: Mapping[str, object],
         if m is None:
             continue
         name, kind = m.group(1), m.group(2)
-        keys = [k for k in conf if k == name or _CANONICAL.get(str(k)) == name]
+        keys = [k for k in conf if _CANONICAL.get(str(k), str(k)) == _CANONICAL.get(name, name)]
         what = (f"option 'kafka.{keys[0]}' is" if keys else
                 f"a kafka.* option (an alias of librdkafka's {name}) is")
         raise KafkaConfigError(

@@ -146,6 +146,7 @@ class WireRange:
         self.conf = conf
         self.read_committed = conf.get("isolation.level", "read_committed") == "read_committed"
         self.max_wait_ms = int(conf.get("fetch.wait.max.ms", "100"))
+        self.min_bytes = int(conf.get("fetch.min.bytes", "1"))
         self.partition_bytes = int(conf.get("max.partition.fetch.bytes")
                                    or conf.get("fetch.message.max.bytes") or 8 << 20)
         self.total_bytes = max(int(conf.get("fetch.max.bytes", 50 << 20)), self.partition_bytes)
@@ -198,7 +199,7 @@ class WireRange:
 
     def _request(self, offset: int) -> bytes:
         w = Writer(False)
-        w.int32(-1).int32(self.max_wait_ms).int32(1).int32(self.total_bytes)
+        w.int32(-1).int32(self.max_wait_ms).int32(self.min_bytes).int32(self.total_bytes)
         w.int8(1 if self.read_committed else 0).int32(0).int32(-1)  # no fetch session
         w.int32(1).string(self.topic).int32(1)
         w.int32(self.partition).int32(-1).int64(offset).int64(-1).int32(self.partition_bytes)

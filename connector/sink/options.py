@@ -15,7 +15,7 @@ from typing import Mapping
 
 from ..errors import KafkaConfigError
 from ..client.config import describe_config, kafka_client_config
-from ..option_names import WRITER, check_option_names, one_of
+from ..option_names import WRITER, check_option_names, integer, one_of
 
 log = logging.getLogger("txkafka.writer")
 
@@ -56,18 +56,10 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
 
 def _positive_int(options: Mapping[str, str], name: str, default: int, *, minimum: int = 1,
                   shown: str | None = None) -> int:
-    """``shown``: the option's name in errors, when ``name`` is a key of the kafka.* config."""
+    """``shown``: the option's name in errors, when ``name`` is a key of the kafka.* config. An
+    option given empty fails (it would otherwise take the default without a word)."""
     raw = _get(options, name)
-    shown = shown or name
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise KafkaConfigError(f"option '{shown}' must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise KafkaConfigError(f"option '{shown}' must be >= {minimum}, got {value}")
-    return value
+    return default if raw is None else integer(shown or name, raw, minimum=minimum)
 
 
 @dataclass(frozen=True)
@@ -130,7 +122,9 @@ class SinkConfig:
                 f"{raw_guarantee!r}"
             ) from None
 
-        prefix = _get(options, "transactionalIdPrefix") or DEFAULT_PREFIX
+        prefix = _get(options, "transactionalIdPrefix")
+        if prefix is None:
+            prefix = DEFAULT_PREFIX
         if not _PREFIX_RE.match(prefix):
             raise KafkaConfigError(
                 f"option 'transactionalIdPrefix' must be 1-200 characters of letters, digits, "
@@ -181,19 +175,15 @@ def _flag(options: Mapping[str, str], name: str) -> bool:
 
 PRODUCERS = ("auto", "txkafka", "librdkafka")
 
-# kafka.* settings txkafka's own producer applies, besides the connection's (security.protocol and
-# the ssl.*/sasl.* settings client.connection.SecurityConfig reads, as the reader's own fetch and
-# the driver's commit client do). Every other librdkafka setting is refused with producer=txkafka
-# rather than dropped (and makes producer=auto write with librdkafka).
+# kafka.* settings txkafka's own producer applies, besides the connection's
+# (client.config.wire_connection_key, as for the reader's own fetch and the driver's commit
+# client). Every other librdkafka setting is refused with producer=txkafka rather than dropped
+# (and makes producer=auto write with librdkafka).
 WIRE_PRODUCER_KEYS = frozenset({
-    "bootstrap.servers", "client.id", "security.protocol",
     "compression.type", "compression.codec", "compression.level",
     "batch.size", "message.max.bytes", "message.timeout.ms", "delivery.timeout.ms",
     "request.timeout.ms", "topic.metadata.propagation.max.ms",
     "acks", "request.required.acks",  # 'all' only, checked above
-    "enable.ssl.certificate.verification",
-    # OAUTHBEARER token sources (connector/client/oauthbearer.py), outside the sasl.* names
-    "enable.sasl.oauthbearer.unsecure.jwt", "https.ca.location", "https.ca.pem",
 })
 
 # librdkafka settings whose one accepted value is what txkafka's own producer always does.
@@ -206,10 +196,10 @@ _WIRE_PRODUCER_FIXED: dict[str, tuple[tuple[str, ...], str]] = {
 
 def wire_producer_unsupported(conf: Mapping[str, str]) -> str | None:
     """Why txkafka's own producer cannot apply this client config (the setting named), or None."""
-    from ..client.config import wire_unsupported
+    from ..client.config import wire_connection_key, wire_unsupported
 
     for key in sorted(conf):
-        if key in WIRE_PRODUCER_KEYS or key.startswith(("ssl.", "sasl.")):
+        if key in WIRE_PRODUCER_KEYS or wire_connection_key(key):
             continue
         if key in _WIRE_PRODUCER_FIXED:
             values, what = _WIRE_PRODUCER_FIXED[key]

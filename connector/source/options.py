@@ -21,9 +21,10 @@ from ..client.config import (
     check_client_config,
     describe_config,
     kafka_client_config,
+    wire_connection_key,
     wire_unsupported,
 )
-from ..option_names import READER, check_option_names, one_of
+from ..option_names import READER, check_option_names, integer, one_of
 
 log = logging.getLogger("txkafka.reader")
 
@@ -261,20 +262,7 @@ def parse_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
 
 def parse_long(opts: Mapping[str, str], key: str, *, minimum: int | None = None) -> Optional[int]:
     raw = opts.get(key)
-    if raw is None:
-        return None
-    try:
-        # Java's Long.parseLong: an optional sign and digits (Python's int() also takes "1_000").
-        if not re.fullmatch(r"[+-]?\d+", raw.strip()):
-            raise ValueError(raw)
-        value = int(raw.strip())
-    except ValueError:
-        raise KafkaConfigError(
-            f"option '{_opt_name(key)}' must be an integer, got {raw!r}") from None
-    if minimum is not None and value < minimum:
-        raise KafkaConfigError(
-            f"option '{_opt_name(key)}' must be >= {minimum}, got {value}")
-    return value
+    return None if raw is None else integer(_opt_name(key), raw, minimum=minimum)
 
 
 def parse_time_ms(raw: str, option: str) -> int:
@@ -449,10 +437,9 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
     check_option_names(options, READER)
     opts = _lower(options)
     conf = kafka_client_config(opts, owned=READER_OWNED_KEYS)
-    iso = conf.get("isolation.level", "read_committed")
-    if iso not in ("read_committed", "read_uncommitted"):
-        raise KafkaConfigError(
-            f"option 'kafka.isolation.level' must be read_committed or read_uncommitted, got {iso!r}")
+    if "isolation.level" in conf:  # any case, as librdkafka and the other closed choices take it
+        conf["isolation.level"] = one_of("kafka.isolation.level", conf["isolation.level"],
+                                         ("read_committed", "read_uncommitted"))
     strategy = _parse_strategy(opts)
 
     if streaming:
@@ -555,18 +542,72 @@ def _parse_savepoint(opts: Mapping[str, str]) -> tuple[Optional[str], Optional[i
 
 
 FETCHERS = ("auto", "wire", "librdkafka")
+
+# kafka.* settings the wire fetcher applies, besides the connection's
+# (client.config.wire_connection_key, as for txkafka's own producer). Every other librdkafka
+# setting makes fetcher=auto read with librdkafka and fetcher=wire fail, rather than being
+# dropped on the executors.
+WIRE_FETCHER_KEYS = frozenset({
+    "isolation.level",
+    "fetch.wait.max.ms", "fetch.min.bytes", "fetch.max.bytes",
+    "max.partition.fetch.bytes", "fetch.message.max.bytes",
+    # The group only names commitOffsetsToGroup's group (on the driver); fetches join no group.
+    "group.id",
+    # The driver's offset look-ups (the kafka.* table in docs/user-guide-reader.md): no fetch.
+    "reconnect.backoff.ms", "socket.timeout.ms",
+    # librdkafka's debug log (its clients: the driver's, a range handed over): turning it on must
+    # not change the fetch path being debugged.
+    "debug",
+})
+
+# Settings consumer_config() puts in for librdkafka's consumer (which takes over a range the wire
+# fetcher hands on): given with txkafka's own value, they change nothing.
+_WIRE_FETCHER_FIXED = {
+    "queued.max.messages.kbytes": "32768",
+    "fetch.queue.backoff.ms": str(FETCH_QUEUE_BACKOFF_MS),
+    "enable.auto.commit": "false", "enable.auto.offset.store": "false",
+    "enable.partition.eof": "true", "auto.offset.reset": "error",
+    "check.crcs": "false",  # the wire fetcher checks no CRCs (=true: see wire_unsupported)
+}
+
+
+def wire_fetcher_unsupported(conf: Mapping[str, str]) -> str | None:
+    """Why the wire fetcher cannot apply this client config (the settings named), or None."""
+    why = wire_unsupported(conf)  # the settings with a reason of their own first
+    if why is not None:
+        return why
+    metadata = str(conf.get("sasl.oauthbearer.metadata.authentication.type") or "none")
+    if metadata.strip().lower() != "none":  # a sasl.* key the wire fetcher's login lacks
+        return (f"kafka.sasl.oauthbearer.metadata.authentication.type={metadata!r}: OAUTHBEARER "
+                "tokens from cloud metadata are librdkafka's")
+    extra = [k for k in sorted(conf)
+             if k not in WIRE_FETCHER_KEYS and not wire_connection_key(k)
+             and str(conf[k]).strip().lower() != _WIRE_FETCHER_FIXED.get(k)]
+    if extra:
+        return (f"{', '.join('kafka.' + k for k in extra)} "
+                f"{'is' if len(extra) == 1 else 'are'} set: txkafka's own fetch does not apply "
+                f"{'it' if len(extra) == 1 else 'them'} (librdkafka's consumer does)")
+    return None
+
+
+_AUTO_LOGGED: set[str] = set()
+
+
 def _parse_fetcher(opts: Mapping[str, str], conf: Mapping[str, str]) -> str:
-    """``fetcher``: ``auto`` (default) reads with txkafka's own Fetch requests unless the client
-    config needs librdkafka (GSSAPI, client.rack, check.crcs); ``wire`` insists; ``librdkafka``
-    reads through confluent-kafka's consumer."""
+    """``fetcher``: ``auto`` (default) reads with txkafka's own Fetch requests unless a kafka.*
+    setting needs librdkafka (wire_fetcher_unsupported); ``wire`` insists; ``librdkafka`` reads
+    through confluent-kafka's consumer."""
     choice = one_of("fetcher", opts.get("fetcher", "auto"), FETCHERS)
     if choice == "librdkafka":
         return choice
-    why = wire_unsupported(conf)
+    why = wire_fetcher_unsupported(conf)
     if why is None:
         return "wire"
     if choice == "wire":
         raise KafkaConfigError(
-            f"option 'fetcher' is 'wire', but {why}; set fetcher to 'auto' or 'librdkafka'")
-    log.debug("fetcher=auto reads through librdkafka: %s", why)
+            f"option 'fetcher' is 'wire', but {why}; drop that setting, or set fetcher to "
+            "'librdkafka' ('auto' picks it for such settings)")
+    if why not in _AUTO_LOGGED:  # once per process: the driver plans every batch with this
+        _AUTO_LOGGED.add(why)
+        log.info("fetcher=auto reads with librdkafka: %s", why)
     return "librdkafka"
