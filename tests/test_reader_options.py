@@ -456,7 +456,10 @@ def test_default_and_secure_configs_keep_the_wire_fetcher(name):
                                          "kafka.fetch.max.bytes": "52428800",
                                          "kafka.fetch.wait.max.ms": "200",
                                          "kafka.socket.timeout.ms": "30000",
-                                         "kafka.debug": "security,conf"})
+                                         "kafka.debug": "security,conf",
+                                         # a query carried over from Spark's kafka source
+                                         "kafka.max.poll.records": "500",
+                                         "kafka.max.poll.interval.ms": "300000"})
     assert o.fetcher == "wire"
     assert parse(fetcher="wire", **SECURE_CONFIGS[name]).fetcher == "wire"
     # What the executors get (consumer_config adds librdkafka's own settings) passes too.

@@ -558,6 +558,9 @@ WIRE_FETCHER_KEYS = frozenset({
     # librdkafka's debug log (its clients: the driver's, a range handed over): turning it on must
     # not change the fetch path being debugged.
     "debug",
+    # Java consumer settings a query carried over from Spark often has: a range read joins no group
+    # and has no poll loop for them to bound (no effect with librdkafka's assigned consumer either).
+    "max.poll.interval.ms", "max.poll.records",
 })
 
 # Settings consumer_config() puts in for librdkafka's consumer (which takes over a range the wire
