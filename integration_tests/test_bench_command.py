@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from txkafka.devtools.bench import NO_SPARK_RUNS_PER_ROUND
+from txkafka.devtools.bench_tasks import GROUPS
 
 pytestmark = [pytest.mark.kafka]
 
@@ -73,7 +74,9 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     assert result["sink"]["txkafka_exactly_once_librdkafka"]["rows_s"] > 0  # the variant
     assert result["sink"]["drain"]["rows_s"] > 0  # the floor: a Python writer that only drains
     cpu = result["sink"]["txkafka_exactly_once"]["cpu_us_per_row"]  # by process group
-    assert cpu["jvm"] > 0 and cpu["python_workers"] > 0, cpu
+    # Every group is measured; which group a few milliseconds of CPU land in is the kernel's tick
+    # sampling (4,000 rows), so only the whole is asserted.
+    assert set(GROUPS) <= set(cpu) and cpu["jvm"] + cpu["python_workers"] > 0, cpu
     assert "CPU us per row" in proc.stdout
     assert result["params"]["librdkafka_producer"] is True and result["params"]["warmup"] is False
     assert result["params"]["producers"]["txkafka_exactly_once"] == "default (txkafka)"
