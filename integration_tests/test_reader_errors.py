@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
     ({"subscribe": "a", "startingOffsets": '{"a": {"0": 1'},
      "option 'startingOffsets' is not valid JSON"),
     ({"subscribe": "a", "maxOffsetsPerTrigger": "lots"},
-     "option 'maxOffsetsPerTrigger' must be an integer, got 'lots'"),
+     "option 'maxOffsetsPerTrigger' must be an integer >= 1 (digits, no separators), got 'lots'"),
     ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"},
      "option 'kafka.auto.offset.reset' is not supported: set the source option startingOffsets"),
     ({"subscribe": "a", "kafka.enable.auto.commit": "true"},
