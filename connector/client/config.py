@@ -53,7 +53,8 @@ def wire_connection_key(key: str) -> bool:
 
 
 def wire_unsupported(conf: Mapping[str, str]) -> str | None:
-    """Why txkafka's own fetch (fetcher) cannot serve this client config, or None.
+    """Why txkafka's own connections (its fetch, its producer) cannot serve this client config, or
+    None.
 
     String checks only: this runs in the Python process Spark starts for every query, where
     importing the connection code (ssl, urllib, ...) would lengthen each query's start.
@@ -72,6 +73,10 @@ def wire_unsupported(conf: Mapping[str, str]) -> str | None:
     if protocol.startswith("SASL") and mech.upper() not in TXKAFKA_SASL_MECHANISMS:
         return (f"kafka.sasl.mechanism={mech!r}: txkafka's own fetch supports "
                 f"{', '.join(TXKAFKA_SASL_MECHANISMS)} (GSSAPI/Kerberos is librdkafka's)")
+    metadata = str(conf.get("sasl.oauthbearer.metadata.authentication.type") or "none")
+    if metadata.strip().lower() != "none":  # a sasl.* key txkafka's own logins lack
+        return (f"kafka.sasl.oauthbearer.metadata.authentication.type={metadata!r}: OAUTHBEARER "
+                "tokens from cloud metadata are librdkafka's")
     return None
 
 

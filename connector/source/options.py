@@ -579,10 +579,6 @@ def wire_fetcher_unsupported(conf: Mapping[str, str]) -> str | None:
     why = wire_unsupported(conf)  # the settings with a reason of their own first
     if why is not None:
         return why
-    metadata = str(conf.get("sasl.oauthbearer.metadata.authentication.type") or "none")
-    if metadata.strip().lower() != "none":  # a sasl.* key the wire fetcher's login lacks
-        return (f"kafka.sasl.oauthbearer.metadata.authentication.type={metadata!r}: OAUTHBEARER "
-                "tokens from cloud metadata are librdkafka's")
     extra = [k for k in sorted(conf)
              if k not in WIRE_FETCHER_KEYS and not wire_connection_key(k)
              and str(conf[k]).strip().lower() != _WIRE_FETCHER_FIXED.get(k)]
