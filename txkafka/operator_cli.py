@@ -146,17 +146,9 @@ def cmd_abort(args: argparse.Namespace) -> int:
             "transactions belong to a batch that is decided but not yet committed (aborting those "
             "loses the batch). Give --checkpoint, or add --force if the query is abandoned.")
     if args.checkpoint and not args.force:
-        elsewhere = SinkCommitLog(args.checkpoint).recorded_elsewhere()
-        if elsewhere is not None:
-            # A copy's transactional ids are the original's: its open ones may be that query's.
-            shown = redact_uri(args.checkpoint)
-            raise CommandLineError(
-                f"--checkpoint {shown}: the sink's commit log was recorded for the checkpoint at "
-                f"{elsewhere}; this one was moved or copied here, and the open transactions of "
-                f"these ids may be a query's at {elsewhere}. If it was moved, run `txkafka "
-                f"commit-log moved --checkpoint {shown} --yes` first; if it was copied, give "
-                f"--checkpoint {elsewhere}, or add --force (docs/operations.md, 'Checkpoint moved "
-                "or copied')")
+        SinkCommitLog(args.checkpoint).refuse_if_elsewhere(
+            CommandLineError, "the open transactions of these ids may be a query's at {elsewhere}",
+            "give --checkpoint {elsewhere}, or add --force")
     named = list(dict.fromkeys(args.id or []))
     foreign = [tid for tid in named if not sel.owns(tid)]
     if foreign:

@@ -297,16 +297,11 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
     names = [prefix] if prefix else list(dict.fromkeys(
         [*_prefixes_in_log(commit_log, ident.sink_id), ident.prefix]))
     ids = [TransactionalIdFactory(p, ident.sink_id) for p in names]
-    recorded = commit_log.recorded_elsewhere()
-    if recorded is not None:
-        # A copy's sink id is the original's: resolving it would abort that query's transactions.
-        raise SavepointError(
-            f"--checkpoint {shown}: the sink's commit log was recorded for the checkpoint at "
-            f"{recorded}; this one was moved or copied here. Resolving the sink here could abort "
-            f"the open transactions of a query at {recorded}, which has the same transactional "
-            f"ids. If it was moved, run `txkafka commit-log moved --checkpoint {shown} --yes` "
-            f"first; if it was copied, take the savepoint of the checkpoint at {recorded}, with "
-            "its query stopped (docs/operations.md, 'Checkpoint moved or copied')")
+    # A copy's sink id is the original's: resolving it would abort that query's transactions.
+    commit_log.refuse_if_elsewhere(
+        SavepointError, "resolving the sink here could abort the open transactions of a query at "
+        "{elsewhere}, which has the same transactional ids",
+        "take the savepoint of the checkpoint at {elsewhere}, with its query stopped")
     own = client is None
     tc = client if client is not None else TransactionClient(kafka_conf)
     try:

@@ -348,12 +348,20 @@ class SinkCommitLog:
             raise CommitLogError(f"{redact_uri(path)} is damaged: it names no place")
         return rec["place"]
 
-    def recorded_elsewhere(self) -> str | None:
-        """The place the sink's log was recorded for, when that is not this checkpoint's (moved or
-        copied here); None when it is, or none is recorded. Reads only: for the operator's
-        commands, which must not act for a copy on the original's transactional ids."""
-        recorded = self.recorded_place()
-        return recorded if recorded is not None and recorded != self.place else None
+    def refuse_if_elsewhere(self, error: type[Exception], risk: str, if_copied: str) -> None:
+        """For the operator's commands, which must not act for a copy on the original's
+        transactional ids: raise ``error`` when the sink's log was recorded for another place
+        (moved or copied here). Reads only. ``risk`` and ``if_copied`` may name ``{elsewhere}``."""
+        elsewhere = self.recorded_place()
+        if elsewhere is None or elsewhere == self.place:
+            return
+        shown = redact_uri(self.location)
+        raise error(
+            f"--checkpoint {shown}: the sink's commit log was recorded for the checkpoint at "
+            f"{elsewhere}; this one was moved or copied here, and {risk.format(elsewhere=elsewhere)}. "
+            f"If it was moved, run `txkafka commit-log moved --checkpoint {shown} --yes` first; if "
+            f"it was copied, {if_copied.format(elsewhere=elsewhere)} (docs/operations.md, "
+            "'Checkpoint moved or copied')")
 
     def require_own_place(self) -> None:
         """Fail unless the sink's log was recorded for this checkpoint's place; record it when
