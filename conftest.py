@@ -10,6 +10,7 @@ an xpass. A skip there would hide exactly the missing broker, Spark or platform 
 exists to catch. Locally they are reported as usual.
 """
 
+import atexit
 import os
 import tempfile
 
@@ -20,6 +21,7 @@ from txkafka.connector.fault_injection import FILE_ENV_VAR, disarm
 os.environ[FILE_ENV_VAR] = os.path.join(tempfile.gettempdir(),
                                         f"txkafka-faults-{os.getpid()}.spec")
 open(os.environ[FILE_ENV_VAR], "w").close()
+atexit.register(lambda path=os.environ[FILE_ENV_VAR]: os.path.exists(path) and os.remove(path))
 
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")

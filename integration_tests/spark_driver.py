@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,6 +16,11 @@ from typing import Sequence
 from integration_tests import jvm_archive
 
 REPO = Path(__file__).resolve().parent.parent
+# Drivers' logs live as long as the test process (a failing test's message carries the tail);
+# TXKAFKA_KEEP_DRIVER_LOGS=1 keeps them.
+_LOGS = tempfile.mkdtemp(prefix="txkafka-drivers-")
+if not os.environ.get("TXKAFKA_KEEP_DRIVER_LOGS"):
+    atexit.register(shutil.rmtree, _LOGS, True)
 
 
 class DriverProcess:
@@ -34,7 +41,7 @@ class DriverProcess:
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get(
                     "PYTHONPATH")]))} if inherit_env else {}
         self.env = {**base, **(env or {})}
-        fd, self.log_path = tempfile.mkstemp(prefix="txkafka-driver-", suffix=".log")
+        fd, self.log_path = tempfile.mkstemp(prefix="driver-", suffix=".log", dir=_LOGS)
         os.close(fd)
         self.proc: subprocess.Popen | None = None
 

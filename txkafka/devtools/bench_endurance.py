@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -411,6 +412,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         spark.stop()
         output.c.close()
         txns.close()
+        shutil.rmtree(workdir, ignore_errors=True)
         if cluster is not None and not ns.keep_broker:
             cluster.destroy()
     missing = output.missing(sent[0])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -315,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                                           ns.repeats)
     finally:
         paths.close()
+        shutil.rmtree(workdir, ignore_errors=True)
         if cluster is None:
             k.delete_created()
         else:
