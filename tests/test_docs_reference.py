@@ -311,3 +311,14 @@ def test_each_failure_matrix_row_names_tests_that_exist():
             if not file.exists() or not re.search(rf"^\s*def {test}\(", file.read_text(), re.M):
                 problems.append(f"{row[0][:60]}: no {path}::{test}")
     assert len(rows) >= 25 and not problems, problems
+
+
+def test_every_test_a_page_cites_exists():
+    """A page that says what proves a claim names a test function or file that exists."""
+    names = {m for folder in ("tests", "integration_tests")
+             for p in (REPO / folder).rglob("test_*.py")
+             for m in (p.stem, *re.findall(r"^\s*def (test_\w+)\(", p.read_text(), re.M))}
+    missing = sorted({f"{doc.relative_to(REPO)}: {n}" for doc in DOCS
+                      for n in re.findall(r"\b(test_\w{8,})\b", doc.read_text())
+                      if n not in names})
+    assert len(names) > 500 and not missing, missing
