@@ -357,7 +357,7 @@ def test_chaos_map_on_three_brokers(kafka3, tmp_path):
     """Stateless map, transaction.version 2, local Spark: the driver killed at both task-side
     writer points, before and after the decision, during the recovery of that decision, and at a
     random time after a broker was killed and restarted mid-run; a reader task's worker crashed.
-    Then operator actions (issues 24, 25): the newest batch rolled back with new input
+    Then operator actions: the newest batch rolled back with new input
     (CheckpointMismatchError), the removed files restored and the next run on one task per
     input partition's records (coalesce 1: continues, until a random kill); a savepoint of that
     killed query, and a changed query (another projection, an order-keeping layout) on a new

@@ -1,4 +1,4 @@
-"""Operator actions on a running pipeline, in real Spark against real Kafka (issue 24).
+"""Operator actions on a running pipeline, in real Spark against real Kafka.
 
 Each test accepts one of two outcomes only: the output holds every committed input exactly once,
 or the query fails with the specific error and the output holds no duplicates (and nothing of the

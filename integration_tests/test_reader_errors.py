@@ -43,7 +43,7 @@ def test_bad_options_fail_at_load(spark, kafka, options, needle):
 
 
 def test_a_mistyped_option_fails_the_stream_before_any_batch(spark, kafka, checkpoint_dir):
-    """Issue 28: with 'startingOffset' (no s) a new stream used to start at latest and skip every
+    """With 'startingOffset' (no s) a new stream used to start at latest and skip every
     record already in the topic. Spark passes keys lower-cased, so the message shows them so."""
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [(f"k{i}", f"v{i}") for i in range(20)])

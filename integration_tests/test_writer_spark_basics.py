@@ -48,7 +48,7 @@ def test_start_errors_name_the_problem(spark, kafka, tmp_path):
 
 
 def test_a_mistyped_option_fails_the_write_and_writes_nothing(spark, kafka, tmp_path):
-    """Issue 28: 'topik' for 'topic', on rows carrying a topic column (as rows read from Kafka
+    """'topik' for 'topic', on rows carrying a topic column (as rows read from Kafka
     do), would have sent every row back to the column's topic instead of failing."""
     src, out = kafka.create_topic(), kafka.create_topic()
     needle = "unknown option 'topik'; did you mean 'topic'?"

@@ -1,7 +1,9 @@
 """The reference docs keep up with the tree: every module has its line in design.md, every
 relative link of the docs points at a file (and heading) that exists, the user guide's option
-tables list exactly the options the code accepts in four short columns, and troubleshooting.md
-describes every exception class the connector defines."""
+tables list exactly the options the code accepts in four short columns, troubleshooting.md
+describes every exception class the connector and the command line define, with its bases, every
+flag a page shows for a `txkafka` command is one that command takes, and each row of design.md's
+failure matrix names tests that exist."""
 
 from __future__ import annotations
 
@@ -149,10 +151,10 @@ def test_the_option_tables_list_every_option_the_code_accepts_and_no_other(guide
 
 # ---- troubleshooting: every typed error the connector raises --------------------------------
 
-def _exception_classes(folder: Path) -> set[str]:
-    """Public classes under ``folder`` that derive from an exception (by name, across files)."""
+def _exception_classes(*folders: Path) -> set[str]:
+    """Public classes under ``folders`` that derive from an exception (by name, across files)."""
     bases: dict[str, list[str]] = {}
-    for path in folder.rglob("*.py"):
+    for path in (p for folder in folders for p in folder.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef):
                 bases[node.name] = [b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")
@@ -170,9 +172,9 @@ def _exception_classes(folder: Path) -> set[str]:
 
 def test_troubleshooting_lists_every_public_exception_of_the_connector():
     page = (REPO / "docs" / "troubleshooting.md").read_text()
-    classes = _exception_classes(REPO / "connector") | _exception_classes(
-        REPO / "python_datasource")
-    assert {"DataLossError", "TransactionLostError", "SavepointError"} <= classes  # the scan works
+    # txkafka/: the command line's own errors, which its users meet too
+    classes = _exception_classes(*(REPO / f for f in ("connector", "python_datasource", "txkafka")))
+    assert {"DataLossError", "TransactionLostError", "CheckpointError"} <= classes  # it scans
     missing = sorted(c for c in classes if f"`{c}`" not in page)
     assert not missing, f"docs/troubleshooting.md does not describe {missing}"
 
@@ -203,3 +205,120 @@ def test_relative_links_to_headings_resolve():
             if page.suffix == ".md" and page.exists() and anchor not in _anchors(page):
                 dead.append(f"{doc.relative_to(REPO)} -> {target}#{anchor}")
     assert not dead, dead
+
+
+def test_the_error_table_names_each_class_s_bases():
+    """troubleshooting.md's table "error | derives from | raised" gives each class's bases as the
+    code declares them (a caller's ``except`` depends on them)."""
+    from txkafka.connector import errors
+    from txkafka.connector.client.record_batch_encoder import RecordTooLargeError
+    from txkafka.connector.fault_injection import InjectedFault
+
+    page = (REPO / "docs" / "troubleshooting.md").read_text()
+    table = next(rows for header, rows in _tables(page) if header[:2] == ["error", "derives from"])
+    classes = {**{n: getattr(errors, n) for n in dir(errors)},
+               "RecordTooLargeError": RecordTooLargeError, "InjectedFault": InjectedFault}
+    wrong = []
+    for row in table:
+        name = row[0].strip("`")
+        bases = [b.__name__ for b in classes[name].__bases__]
+        documented = re.findall(r"`(\w+)`", row[1])
+        if documented != bases:
+            wrong.append(f"{name}: the page says {documented}, the code {bases}")
+    assert len(table) >= 20 and not wrong, wrong
+
+
+# ---- command lines: every flag the docs show is one the command takes ------------------------
+
+def _command_lines(text: str) -> list[tuple[int, str]]:
+    """Each ``txkafka ...`` command (in a code block or a code span) with its line number; a
+    shell line continued by a trailing backslash is one command."""
+    out = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line, n = lines[i], i + 1
+        while line.rstrip().endswith("\\") and i + 1 < len(lines):
+            i += 1
+            line = line.rstrip()[:-1] + " " + lines[i].strip()
+        line = line.replace("\\|", "|")  # a table cell's escaped bar
+        for m in re.finditer(r"(?:^|[\s`(;|&$])txkafka((?: +[^`#\n;&>)]+)?)", line):
+            out.append((n, re.split(r"\s\|", m.group(1))[0]))  # a shell pipe ends it, a|b not
+        i += 1
+    return out
+
+
+def _unknown_flags(root, words: list[str]) -> list[str]:
+    """Flags of ``words`` (a command line after ``txkafka``) that the command they follow does not
+    take; ``a|b`` names alternatives, each checked; ``...`` or a placeholder ends the check."""
+    import argparse
+
+    def children(parser):
+        return next((a.choices for a in parser._actions
+                     if isinstance(a, argparse._SubParsersAction)), {})
+
+    def flags(parser):
+        return {s for a in parser._actions for s in a.option_strings}
+
+    parsers, path, bad = [root], ["txkafka"], []
+    for word in words:
+        word = word.strip("[]()\"',.:")
+        subs = [children(p) for p in parsers]
+        names = word.split("|")
+        if all(subs) and all(any(n in s for s in subs) for n in names):
+            parsers = [s[n] for s in subs for n in names if n in s]
+            path.append(word)
+        elif all(subs) and not word.startswith("-"):
+            break  # `txkafka transactions ...`, `txkafka COMMAND --help`: no leaf named
+        elif re.fullmatch(r"--?[A-Za-z][\w-]*(=\S*)?", word):
+            flag = word.split("=")[0]
+            if any(flag not in flags(p) for p in parsers):
+                bad.append(f"{' '.join(path)} {flag}")
+    return bad
+
+
+def test_every_flag_the_docs_show_for_a_command_is_one_it_takes():
+    from txkafka.cli import _load_extensions, build_parser
+
+    _load_extensions()
+    root = build_parser()
+    bad, seen = [], 0
+    for doc in DOCS:
+        for n, rest in _command_lines(doc.read_text()):
+            seen += 1
+            bad += [f"{doc.relative_to(REPO)}:{n}: {b}" for b in _unknown_flags(root, rest.split())]
+    assert seen > 100 and not bad, bad
+
+
+# ---- design.md's failure matrix: each row names the tests that prove it ----------------------
+
+def test_each_failure_matrix_row_names_tests_that_exist():
+    """The last column of design.md's failure matrix names the tests of each row
+    (``file.py::test_name``, file under integration_tests/ unless it starts with tests/), or says
+    why none can (``none: ...``); every named test exists."""
+    page = (REPO / "docs" / "design.md").read_text()
+    section = page.split("## Failure matrix", 1)[1].split("\n## ", 1)[0]
+    header, rows = _tables(section)[0]
+    assert header[-1] == "tested by", header
+    problems = []
+    for row in rows:
+        named = re.findall(r"`((?:tests/|integration_tests/)?[\w/]+\.py)::(\w+)`", row[-1])
+        if not named and not row[-1].startswith("none:"):
+            problems.append(f"{row[0][:60]}: names no test")
+        for path, test in named:
+            file = REPO / (path if path.startswith(("tests/", "integration_tests/"))
+                           else f"integration_tests/{path}")
+            if not file.exists() or not re.search(rf"^\s*def {test}\(", file.read_text(), re.M):
+                problems.append(f"{row[0][:60]}: no {path}::{test}")
+    assert len(rows) >= 25 and not problems, problems
+
+
+def test_every_test_a_page_cites_exists():
+    """A page that says what proves a claim names a test function or file that exists."""
+    names = {m for folder in ("tests", "integration_tests")
+             for p in (REPO / folder).rglob("test_*.py")
+             for m in (p.stem, *re.findall(r"^\s*def (test_\w+)\(", p.read_text(), re.M))}
+    missing = sorted({f"{doc.relative_to(REPO)}: {n}" for doc in DOCS
+                      for n in re.findall(r"\b(test_\w{8,})\b", doc.read_text())
+                      if n not in names})
+    assert len(names) > 500 and not missing, missing
