@@ -643,3 +643,23 @@ def test_a_batch_commit_asks_for_coordinators_once_and_again_only_when_they_move
         bootstrap.handlers[END_TXN] = lambda n, body: end_txn_answer(NOT_COORDINATOR)
         assert tc.end_many([(t, 7, 0) for t in ids], commit=True) == {t: 0 for t in ids}
         assert finds() >= 3
+
+
+def test_the_coordinators_kept_are_bounded_the_newest_ids_first(brokers, monkeypatch):
+    """Every run of a query (a new run tag) and every batch write (a new sink id) brings new
+    transactional ids; the client of a process that lives for days must keep a bounded number
+    of their coordinators, and keep those of the ids in use (no FindCoordinator per batch)."""
+    monkeypatch.setattr(transaction_client, "COORDINATORS_KEPT", 50, raising=False)
+    broker = brokers()
+
+    def finds() -> int:
+        return sum(1 for _, key, _ in broker.log if key == FIND_COORDINATOR)
+
+    with TransactionClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"}, timeout=10) as tc:
+        for run in range(5):  # five runs (or batch writes) of 40 task ids each
+            ids = [f"txkafka-s-{run:06x}-0-{p}-0" for p in range(40)]
+            for _ in range(3):  # three batches of each run
+                assert set(tc.describe(ids)) == set(ids)
+                assert tc.end_many([(t, 7, 0) for t in ids], commit=True) == {t: 0 for t in ids}
+            assert len(tc._coordinators) <= 50
+        assert finds() == 5  # one lookup per run: the ids in use stayed known

@@ -250,6 +250,19 @@ def test_one_sweeper_per_sink_and_checkpoint(tmp_path):
     assert a is b and a is not c
 
 
+def test_sweepers_whose_schedule_ended_are_not_kept(monkeypatch):
+    """A batch write has a sink id of its own, so ``df.write`` inside ``foreachBatch`` brings a
+    new sink at every micro-batch: the process keeps only the sweepers still sweeping (and the
+    one asked for), not one per write for the rest of its life."""
+    monkeypatch.setattr(lts, "_SWEEPERS", {})
+    client = FakeClient([])
+    writes = [lts.follow_up(client, TransactionalIdFactory("txkafka", f"b{i:08x}"), None, 1)
+              for i in range(30)]  # a 1 ms transaction timeout: no sweep to wait for
+    _wait(lambda: not any(s.active for s in writes))
+    lts.follow_up(client, TransactionalIdFactory("txkafka", "b99999999"), None, 1)
+    assert len(lts._SWEEPERS) <= 2
+
+
 # ----------------------------------------------------------------------------- task side
 
 def test_late_once_its_round_is_decided_or_spark_finished_the_batch(tmp_path):

@@ -13,6 +13,7 @@ import functools
 import random
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, TypeVar, cast
@@ -71,6 +72,11 @@ _RETRIABLE = {
     CONCURRENT_TRANSACTIONS,
 }
 BROKER_LIST_MAX_AGE_S = 30.0
+# Coordinators kept, the least recently used forgotten first: every run of a query (its run tag)
+# and every batch write (its sink id) brings new transactional ids, and a driver's or worker's
+# client lives as long as its process. Far more than one batch's ids (partitions x 2 parities);
+# a forgotten one costs a FindCoordinator.
+COORDINATORS_KEPT = 8192
 _COORDINATOR_MOVED = {COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR}
 # EndTxn answers meaning "the epoch moved on": the coordinator aborted the transaction (timeout) or
 # a newer producer of the id fenced it. Either way it did not commit.
@@ -161,7 +167,7 @@ class TransactionClient:
         self.timeout = timeout
         self.client_id = client_id
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
-        self._coordinators: dict[str, tuple[str, int]] = {}
+        self._coordinators: OrderedDict[str, tuple[str, int]] = OrderedDict()  # LRU, bounded
         # Brokers seen since start (coordinators, metadata): asked when the bootstrap ones are down.
         self._known: dict[tuple[str, int], None] = {}
         # The last Metadata answer's brokers and when it came: the sweep after every batch
@@ -303,25 +309,37 @@ class TransactionClient:
 
     def coordinator(self, transactional_id: str, refresh: bool = False) -> tuple[str, int]:
         if not refresh:
-            with self._lock:
-                hit = self._coordinators.get(transactional_id)
+            hit = self._known_coordinators([transactional_id], look_up=False)
             if hit:
-                return hit
+                return hit[transactional_id]
         found = self.find_coordinators([transactional_id])
         return found[transactional_id]
 
-    def _known_coordinators(self, transactional_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
-        """Each id's coordinator, from the cache where known, else one batched FindCoordinator.
-        A cached coordinator that moved answers NOT_COORDINATOR (or no longer answers); callers
-        forget those ids and look them up again, so a batch's commit pays no FindCoordinator
-        round trip while the coordinators stay where they were."""
+    def _known_coordinators(self, transactional_ids: Iterable[str],
+                            look_up: bool = True) -> dict[str, tuple[str, int]]:
+        """Each id's coordinator, from the cache where known, else (``look_up``) one batched
+        FindCoordinator. A cached coordinator that moved answers NOT_COORDINATOR (or no longer
+        answers); callers forget those ids and look them up again, so a batch's commit pays no
+        FindCoordinator round trip while the coordinators stay where they were."""
         ids = set(transactional_ids)
         with self._lock:
             known = {t: self._coordinators[t] for t in ids if t in self._coordinators}
+            for t in known:
+                self._coordinators.move_to_end(t)  # in use: forgotten last
         missing = ids - known.keys()
-        if missing:
+        if missing and look_up:
             known.update(self.find_coordinators(missing))
         return known
+
+    def _keep_coordinators(self, found: Mapping[str, tuple[str, int]]) -> None:
+        """Remember coordinators found, forgetting the least recently used beyond
+        COORDINATORS_KEPT."""
+        with self._lock:
+            for tid, addr in found.items():
+                self._coordinators[tid] = addr
+                self._coordinators.move_to_end(tid)
+            while len(self._coordinators) > COORDINATORS_KEPT:
+                self._coordinators.popitem(last=False)
 
     def _forget_coordinators(self, transactional_ids: Iterable[str]) -> None:
         with self._lock:
@@ -393,8 +411,7 @@ class TransactionClient:
                     f"no transaction coordinator for {pending[:3]} within {self.timeout:.0f}s"
                 ), deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
-        with self._lock:
-            self._coordinators.update(found)
+        self._keep_coordinators(found)
         self._remember(found.values())
         return found
 

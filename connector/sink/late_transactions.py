@@ -226,12 +226,19 @@ _SWEEPERS_LOCK = threading.Lock()
 
 def follow_up(client: TransactionClient, ids: TransactionalIdFactory,
               commit_log: SinkCommitLog | None, transaction_timeout_ms: int) -> FollowUpSweeps:
-    """(Re)start the follow-up sweeps of one sink after its ``commit()`` or ``abort()``."""
+    """(Re)start the follow-up sweeps of one sink after its ``commit()`` or ``abort()``.
+
+    Sweepers of other sinks whose schedule ended are dropped: every batch write is a sink of its
+    own (``df.write`` in ``foreachBatch``: one per micro-batch), so the process keeps those that
+    sweep, not one per write. Looked up and restarted under the lock: a dropped sweeper is never
+    restarted."""
     key = f"{ids.sink_prefix}|{commit_log.location if commit_log is not None else ''}"
     with _SWEEPERS_LOCK:
+        for other in [k for k, s in _SWEEPERS.items() if k != key and not s.active]:
+            del _SWEEPERS[other]
         sweeper = _SWEEPERS.get(key)
         if sweeper is None:
             sweeper = _SWEEPERS[key] = FollowUpSweeps(ids.sink_prefix.rstrip("-"))
-    sweeper.restart(lambda: sweep_once(client, ids, commit_log),
-                    sweep_offsets(transaction_timeout_ms / 1000.0))
+        sweeper.restart(lambda: sweep_once(client, ids, commit_log),
+                        sweep_offsets(transaction_timeout_ms / 1000.0))
     return sweeper
