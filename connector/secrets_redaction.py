@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Iterable, Mapping
 from urllib.parse import unquote
 
 REDACTED = "[redacted]"
@@ -11,9 +11,12 @@ REDACTED = "[redacted]"
 # Option names (with or without the "kafka." prefix) whose values are secrets: of the key store
 # settings only the passwords and Java's PEM private key (ssl.keystore.key); its location, type
 # and certificate chain are a path, a name and a public certificate, which messages must show.
+# Beyond Kafka's own names, the common spellings of a secret in other settings a user may pass
+# along (Schema Registry's basic.auth.user.info "user:password", an access or API key, passwd).
 _SECRET_KEY = re.compile(
-    r"(password|secret|token|sasl\.jaas\.config|ssl\.key\.pem|ssl\.keystore\.key\b|"
-    r"sasl\.oauthbearer\.config|credential|private)",
+    r"(password|passwd|pwd|passphrase|secret|token|sasl\.jaas\.config|ssl\.key\.pem|"
+    r"ssl\.keystore\.key\b|sasl\.oauthbearer\.config|credential|private|user\.info|"
+    r"access[._-]?key|api[._-]?key)",
     re.IGNORECASE,
 )
 
@@ -33,6 +36,21 @@ def is_secret_key(key: str) -> bool:
 def redact_config(conf: Mapping[str, object]) -> dict[str, object]:
     """A copy of ``conf`` with every secret value replaced."""
     return {k: (REDACTED if is_secret_key(str(k)) and v is not None else v) for k, v in conf.items()}
+
+
+def redact_command_line(words: Iterable[str]) -> str:
+    """``words`` (a command line) joined by spaces, fit for a record or a message: the value of
+    every ``KEY=VALUE`` word whose key names a secret (``-X sasl.password=...``,
+    ``--spark-conf spark.hadoop.fs.s3a.secret.key=...``, ``--conf=sasl.jaas.config=...``)
+    replaced. A value may hold ``=`` itself, so the key ends at the first ``=`` after which the
+    text so far names a secret."""
+    out = []
+    for word in words:
+        end = word.find("=")
+        while end >= 0 and not is_secret_key(word[:end]):
+            end = word.find("=", end + 1)
+        out.append(word if end < 0 else f"{word[:end]}={REDACTED}")
+    return " ".join(out)
 
 
 # Entries of librdkafka's unsecured-JWT sasl.oauthbearer.config that name the principal and the token's

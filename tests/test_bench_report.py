@@ -260,3 +260,19 @@ def test_report_of_a_missing_or_damaged_file_is_an_error_line(tmp_path, command)
     with pytest.raises(SystemExit,
                        match=rf"^error: --report {re.escape(str(damaged))}: not a benchmark's JSON"):
         main([command, "--report", str(damaged)])
+
+
+def test_the_result_records_the_command_without_secrets():
+    """benchmark.json records the command line (to rerun it): a secured cluster's -X password or
+    an object store key given to Spark stays out of it, and out of a refused --spark-conf."""
+    from txkafka.devtools.bench import command_line, spark_conf_pairs
+
+    argv = ["/v/bin/txkafka", "bench", "-b", "h:9092", "-X", "sasl.password=BenchPw123",
+            "--spark-conf", "spark.hadoop.fs.s3a.secret.key=S3Key456", "--rows", "1000"]
+    assert command_line(argv) == ("txkafka bench -b h:9092 -X sasl.password=[redacted] "
+                                  "--spark-conf spark.hadoop.fs.s3a.secret.key=[redacted] "
+                                  "--rows 1000")
+    assert command_line(["/v/bin/python", "-m", "txkafka.devtools.bench"]) == ""
+    with pytest.raises(SystemExit) as refused:
+        spark_conf_pairs(["spark.a=b", "spark.hadoop.fs.s3a.secret.key:S3Key456"])
+    assert "S3Key456" not in str(refused.value) and "number 2" in str(refused.value)

@@ -102,3 +102,45 @@ def test_key_store_paths_show_and_its_secrets_do_not():
     assert [k for k in conf if is_secret_key("kafka." + k)] == [
         "ssl.keystore.password", "ssl.keystore.key", "ssl.key.password",
         "ssl.truststore.password", "ssl.key.pem"]
+
+
+@pytest.mark.parametrize("name", [
+    "kafka.sasl.password", "kafka.sasl.jaas.config", "kafka.ssl.key.password",
+    "kafka.ssl.keystore.password", "kafka.ssl.truststore.password", "kafka.ssl.keystore.key",
+    "kafka.ssl.key.pem", "kafka.sasl.oauthbearer.client.secret", "kafka.sasl.oauthbearer.config",
+    "kafka.sasl.oauthbearer.assertion.private.key.passphrase",
+    # secrets of settings users pass along with Kafka's (Schema Registry, object stores, ...)
+    "basic.auth.user.info", "schema.registry.basic.auth.user.info", "fs.s3a.access.key",
+    "spark.hadoop.fs.s3a.secret.key", "api.key", "apiKey", "db.passwd", "db.pwd",
+])
+def test_every_secret_name_is_a_secret(name):
+    from txkafka.connector.secrets_redaction import is_secret_key
+
+    assert is_secret_key(name)
+
+
+@pytest.mark.parametrize("name", [
+    "kafka.ssl.key.location", "kafka.ssl.keystore.location", "kafka.ssl.keystore.type",
+    "kafka.ssl.keystore.certificate.chain", "kafka.ssl.ca.location", "kafka.sasl.username",
+    "kafka.sasl.mechanism", "kafka.sasl.oauthbearer.client.id", "kafka.sasl.kerberos.keytab",
+    "kafka.bootstrap.servers", "transactionalIdPrefix", "checkpointLocation",
+])
+def test_names_and_paths_messages_must_show_are_no_secrets(name):
+    from txkafka.connector.secrets_redaction import is_secret_key
+
+    assert not is_secret_key(name)
+
+
+def test_a_command_line_keeps_its_shape_without_secret_values():
+    """What a result file records of the command that made it (txkafka bench)."""
+    from txkafka.connector.secrets_redaction import redact_command_line
+
+    words = ["txkafka", "bench", "-b", "h:9092", "-X", "sasl.username=bob",
+             "-X", "sasl.password=pw=with=equals", "-Xssl.key.password=KeyPw123",
+             "--spark-conf", "spark.hadoop.fs.s3a.secret.key=S3SecretAbc",
+             "--conf=sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule "
+             'required username="bob" password="JaasPw123";', "--command-config", "/etc/c.conf"]
+    assert redact_command_line(words) == (
+        "txkafka bench -b h:9092 -X sasl.username=bob -X sasl.password=[redacted] "
+        "-Xssl.key.password=[redacted] --spark-conf spark.hadoop.fs.s3a.secret.key=[redacted] "
+        "--conf=sasl.jaas.config=[redacted] --command-config /etc/c.conf")

@@ -40,10 +40,11 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from .. import kafka_admin
 from ..cli_options import CommandLineError, KafkaConnection, add_kafka_options
+from ..connector.secrets_redaction import redact_command_line, redact_config
 from ..kafka_admin import QUIET
 from ..spark_session import session_builder
 from .bench_runs import (
@@ -295,15 +296,24 @@ def core_read_run(k: BenchKafka, topic: str, rows: int) -> float:
 # ----------------------------------------------------------------------------- Spark runs
 
 def spark_conf_pairs(pairs: list[str]) -> dict[str, str]:
-    """``--spark-conf KEY=VALUE`` arguments as a dict; a pair without '=' is refused by name."""
+    """``--spark-conf KEY=VALUE`` arguments as a dict; a pair without '=' is refused by its
+    number (not echoed: "spark.hadoop.fs.s3a.secret.key:..." would print the secret)."""
     out = {}
-    for pair in pairs:
+    for n, pair in enumerate(pairs, 1):
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise SystemExit(f"--spark-conf {pair!r}: expected KEY=VALUE, e.g. "
+            raise SystemExit(f"--spark-conf number {n}: expected KEY=VALUE, e.g. "
                              "spark.python.unix.domain.socket.enabled=true")
         out[key.strip()] = value
     return out
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """The ``txkafka bench`` command a result file records (to rerun it; empty when the bench
+    ran otherwise), without the values of its secrets (``-X sasl.password=...``)."""
+    if list(argv[1:2]) != ["bench"]:
+        return ""
+    return redact_command_line(["txkafka", "bench", *argv[2:]])
 
 
 def spark_session(builtin: bool, master: str, conf: dict[str, str] | None = None):
@@ -725,12 +735,12 @@ def run_bench(ns: argparse.Namespace) -> int:
         say(f"Spark home with bytecode: {os.environ['SPARK_HOME']}")
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["txkafka", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "",
+        "command": command_line(sys.argv),
         "machine": machine(external_kafka=given is not None),
         "params": {"rows": rows, "repeats": repeats, "value_bytes": 100, "partitions": 4,
                    "sink_value_bytes": ns.sink_value_bytes, "sink_partitions": ns.sink_partitions,
                    "fetcher": TXKAFKA_READ_OPTIONS.get("fetcher", "auto"),
-                   "librdkafka_producer": bool(variant), "spark_conf": spark_conf,
+                   "librdkafka_producer": bool(variant), "spark_conf": redact_config(spark_conf),
                    "producers": dict(PRODUCERS),
                    # txkafka's Python worker settings (docs/user-guide.md), as the workers inherit
                    # them from this process in local mode

@@ -32,6 +32,7 @@ from typing import Any
 
 from .. import kafka_admin
 from ..cli_options import CommandParser, KafkaConnection, add_kafka_options
+from ..connector.secrets_redaction import redact_command_line
 from .bench import BenchKafka, _arrow_batches, machine, save_result, say
 from .bench_runs import check_count
 
@@ -298,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="txkafka-bench-produce-")
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "command": " ".join(["python -m txkafka.devtools.bench_produce", *(argv or sys.argv[1:])]),
+        "command": redact_command_line(["python -m txkafka.devtools.bench_produce",
+                                        *(argv or sys.argv[1:])]),
         "machine": machine(external_kafka=given is not None),
         "params": {"rows": ns.rows, "mb": ns.mb, "repeats": ns.repeats, "sizes": ns.sizes,
                    "partitions": ns.partitions, "startup_runs": ns.startup_runs},
