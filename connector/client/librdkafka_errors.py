@@ -13,11 +13,13 @@ Why: against a secured Kafka, librdkafka's own errors are hard to act on.
   :func:`missing_topic_operations` asks the broker at query start which operations the principal
   has on a topic (KIP-430), so the query fails before any batch; :func:`wait_checking_security`
   makes a refused TLS/SASL login fail a start-time call within a second, not at its time-out.
-Every text taken from librdkafka goes through :func:`~.secrets_redaction.redact_text`.
+Every text taken from librdkafka goes through :func:`~.secrets_redaction.redact_text`, its log
+lines too (:class:`RedactingLog`).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, TypeVar
@@ -45,7 +47,7 @@ from .error_codes import (
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
     UNSUPPORTED_SASL_MECHANISM,
 )
-from ..secrets_redaction import redact_text
+from ..secrets_redaction import is_secret_key, redact_text
 
 T = TypeVar("T")
 
@@ -54,6 +56,28 @@ _WAITING = {_TIMED_OUT, _ALL_BROKERS_DOWN, _TRANSPORT, _MSG_TIMED_OUT}
 # What each side needs on a topic (see docs/operations-security.md).
 TOPIC_OPERATIONS = {"reader": "READ and DESCRIBE", "writer": "WRITE and DESCRIBE"}
 _ACL_OPTION = {"reader": ("READ", "DESCRIBE"), "writer": ("WRITE", "DESCRIBE")}
+
+
+class RedactingLog:
+    """librdkafka's ``logger`` for a client of ``conf``: each line goes to ``logger`` redacted.
+
+    Why: librdkafka hides only the settings it marks sensitive. Its configuration dump
+    (``kafka.debug=conf``) prints every other value, such as a
+    kafka.sasl.oauthbearer.token.endpoint.url whose query or user info holds a credential.
+    """
+
+    def __init__(self, logger: logging.Logger, conf: Mapping[str, object]) -> None:
+        self.logger = logger
+        self._secrets = {k: v for k, v in conf.items()
+                         if isinstance(v, str) and is_secret_key(str(k))}
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        """What confluent-kafka calls for each line (``logging.Logger.log``'s signature)."""
+        if self.logger.isEnabledFor(level):
+            self.logger.log(level, "%s", redact_text(msg % args if args else msg, self._secrets))
+
+    def __repr__(self) -> str:
+        return f"RedactingLog({self.logger.name})"
 
 
 def _parts(err_or_exc: Any) -> tuple[int | None, str, str]:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable
 import pyarrow as pa
 
 from ..client.librdkafka_errors import (
+    RedactingLog,
     SecurityErrorProbe,
     missing_topic_operations,
     topic_access_error,
@@ -277,7 +278,7 @@ def producer_config(cfg: SinkConfig, probe: _ProducerProbe, transactional_id: st
         conf["message.timeout.ms"] = int(delivery_timeout_ms(cfg.kafka,
                                                              cfg.transaction_timeout_ms))
     if logger is not None:
-        conf["logger"] = logger
+        conf["logger"] = RedactingLog(logger, cfg.kafka)
     return conf
 
 
@@ -717,7 +718,8 @@ class KafkaWriter(TaskAttempt):
         if getattr(err, "code", lambda: None)() != KafkaError._PURGE_QUEUE:
             return
         try:
-            admin = AdminClient({**self.cfg.kafka, "logger": _LIBRDKAFKA_LOG})
+            admin = AdminClient({**self.cfg.kafka,
+                                 "logger": RedactingLog(_LIBRDKAFKA_LOG, self.cfg.kafka)})
             lacking = missing_topic_operations(admin, [topic], ("WRITE",), timeout_s=10.0)
         except Exception as e:  # noqa: BLE001 - only a diagnosis: the generic error follows
             log.debug("could not check the writer's operations on %r: %s", topic,

@@ -24,6 +24,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import OffsetSpec as KafkaOffsetSpec
 
 from ..client.librdkafka_errors import (
+    RedactingLog,
     SecurityErrorProbe,
     missing_topic_operations,
     topic_access_error,
@@ -109,7 +110,7 @@ class KafkaOffsetReader:
             conf: dict = self.options.client_conf
             conf.pop("isolation.level", None)  # a consumer setting; ListOffsets takes it per call
             conf.setdefault("reconnect.backoff.ms", RECONNECT_BACKOFF_MS)  # a faster first look-up
-            conf["logger"] = _LIBRDKAFKA_LOG
+            conf["logger"] = RedactingLog(_LIBRDKAFKA_LOG, conf)
             conf["error_cb"] = self._probe.on_error
             try:
                 self._admin_client = self._admin_factory(conf)

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from ..client.librdkafka_errors import translate_kafka_error
+from ..client.librdkafka_errors import RedactingLog, translate_kafka_error
 from ..errors import KafkaConfigError, KafkaProtocolError, RecordFetchTimeoutError
 from ..client.config import describe_config
 from .range_planner import report_data_loss
@@ -303,7 +303,7 @@ class ConsumerPool:
             return chosen
         if chosen is None:
             conf: dict = dict(key)
-            conf["logger"] = _LIBRDKAFKA_LOG
+            conf["logger"] = RedactingLog(_LIBRDKAFKA_LOG, conf)
             try:
                 chosen = PooledConsumer(key, self._factory(conf))
             except KafkaException as e:
