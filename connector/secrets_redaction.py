@@ -28,6 +28,14 @@ _PARTS = re.compile(r"[\s,;]+")
 # at: <rest>". The rest can be any part of the secret, so everything after the marker goes.
 _ECHO = re.compile(rf"({_SECRET_KEY.pattern}[^\n]*?\bbeginning at:).*", re.IGNORECASE | re.DOTALL)
 
+# Spark's spark.sql.redaction.options.regex by this rule. Spark shows a data source's options in
+# query plans (explain, the SQL tab, the event log, a failed query's error), hiding those whose
+# name or value its two rules match: this one, whose default "(?i)url" is kept, and
+# spark.redaction.regex (password, secret, token, access key), which misses a PEM private key
+# (kafka.ssl.keystore.key, kafka.ssl.key.pem) and kafka.sasl.oauthbearer.config. The pattern
+# reads the same in Java's regex syntax.
+SPARK_OPTIONS_REDACTION_REGEX = "(?i)url|" + _SECRET_KEY.pattern
+
 
 def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key))

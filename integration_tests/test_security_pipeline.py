@@ -580,3 +580,24 @@ def test_py4j_debug_log_holds_option_values(spark, caplog):
     with caplog.at_level("DEBUG", logger="py4j"):
         spark.readStream.format("txkafka").option("kafka.sasl.password", value)
     assert any(value in r.getMessage() for r in caplog.records if r.name.startswith("py4j"))
+
+
+def test_spark_hides_every_secret_option_in_plans(spark):
+    """A batch write's logical plan (the SQL tab and the event log with
+    spark.sql.ui.explainMode=extended) lists the writer's options with Spark's redaction, which
+    by default keeps a PEM private key and sasl.oauthbearer.config: txkafka's session sets
+    spark.sql.redaction.options.regex to its rule (docs/operations-security.md)."""
+    secrets = {"kafka.ssl.keystore.key": "-----BEGIN PRIVATE KEY-----\nMIIEvQplanKey\n"
+                                         "-----END PRIVATE KEY-----",
+               "kafka.ssl.key.pem": "MIIEvQplanPem", "kafka.sasl.oauthbearer.config":
+                   "principal=writer extension_t=planExt42", "kafka.sasl.password": "planPw42"}
+    jvm = spark._jvm
+    options = jvm.java.util.HashMap()
+    for k, v in {**secrets, "topic": "out", "kafka.bootstrap.servers": "h:9092"}.items():
+        options.put(k, v)
+    # What TreeNode.argString does with an options map (Spark's redactMapString).
+    shown = spark._jsparkSession.sessionState().conf().redactOptions(
+        jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(options)).toString()
+    assert "topic -> out" in shown and "h:9092" in shown
+    _assert_no_secret(shown, ["MIIEvQplanKey", "MIIEvQplanPem", "planExt42", "planPw42"],
+                      "Spark's rendering of the writer's options")

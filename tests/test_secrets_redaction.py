@@ -144,3 +144,69 @@ def test_a_command_line_keeps_its_shape_without_secret_values():
         "txkafka bench -b h:9092 -X sasl.username=bob -X sasl.password=[redacted] "
         "-Xssl.key.password=[redacted] --spark-conf spark.hadoop.fs.s3a.secret.key=[redacted] "
         "--conf=sasl.jaas.config=[redacted] --command-config /etc/c.conf")
+
+
+_ENDPOINT = "https://idp.example/oauth2/token?sig=EndpointSig4711"
+
+
+def _reader_client(options: dict) -> None:
+    from txkafka.connector.source.offset_reader import KafkaOffsetReader
+    from txkafka.connector.source.options import parse_source_options
+
+    admin = KafkaOffsetReader(parse_source_options({**options, "subscribe": "t"},
+                                                   streaming=True))._admin()
+    admin.poll(0.2)  # serves the log queue
+
+
+def _executor_consumer(options: dict) -> None:
+    from txkafka.connector.source.options import parse_source_options
+    from txkafka.connector.source.range_reader import ConsumerPool, FetchTask
+
+    opts = parse_source_options({**options, "subscribe": "t"}, streaming=True)
+    pooled = ConsumerPool().acquire(FetchTask("t", 0, 0, 1,
+                                              tuple(sorted(opts.consumer_config().items())),
+                                              1000, True, False))
+    pooled.consumer.poll(0.2)  # serves the log queue
+    pooled.consumer.close()
+
+
+def _sink_producer(options: dict) -> None:
+    from txkafka.connector.sink.options import SinkConfig
+    from txkafka.connector.sink.task_writer import (_LIBRDKAFKA_LOG, _new_producer,
+                                                    _ProducerProbe, producer_config)
+
+    cfg = SinkConfig.from_options({**options, "topic": "t", "producer": "librdkafka",
+                                   "deliveryGuarantee": "at_least_once"}, streaming=True)
+    _new_producer(producer_config(cfg, _ProducerProbe(cfg.kafka), None, _LIBRDKAFKA_LOG)).poll(0.2)
+
+
+@pytest.mark.parametrize("client", [_reader_client, _executor_consumer, _sink_producer])
+def test_librdkafka_log_lines_reach_python_logging_redacted(client, caplog):
+    """librdkafka hides only the settings it marks sensitive: its configuration dump
+    (kafka.debug=conf, routed to the logger txkafka.librdkafka) prints the token endpoint's URL,
+    whose query may hold a credential. Every client txkafka routes that way passes it redacted."""
+    options = {"kafka.bootstrap.servers": "127.0.0.1:1", "kafka.debug": "conf",
+               "kafka.sasl.oauthbearer.token.endpoint.url": _ENDPOINT}
+    with caplog.at_level("DEBUG", logger="txkafka.librdkafka"):
+        client(options)
+    lines = [r.getMessage() for r in caplog.records if r.name == "txkafka.librdkafka"]
+    assert any("sasl.oauthbearer.token.endpoint.url = [redacted]" in line for line in lines)
+    assert not [line for line in lines if "EndpointSig4711" in line]
+
+
+def test_the_spark_redaction_setting_in_the_docs_is_the_rule():
+    """docs/operations-security.md gives users txkafka's rule as Spark's
+    spark.sql.redaction.options.regex, which Spark applies to names and values alike."""
+    import re
+    from pathlib import Path
+
+    from txkafka.connector.secrets_redaction import SPARK_OPTIONS_REDACTION_REGEX
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations-security.md").read_text()
+    shown = re.search(r'"spark\.sql\.redaction\.options\.regex",\s*r"([^"]+)"', doc)
+    assert shown is not None and shown.group(1) == SPARK_OPTIONS_REDACTION_REGEX
+    rule = re.compile(SPARK_OPTIONS_REDACTION_REGEX)
+    for name in ("kafka.ssl.keystore.key", "kafka.ssl.key.pem", "kafka.sasl.oauthbearer.config",
+                 "kafka.sasl.password", "url"):
+        assert rule.search(name), name
+    assert not rule.search("kafka.ssl.keystore.location")

@@ -3,8 +3,9 @@ start-up archive's warm-up and the tests' driver scripts.
 
 One place for what they share: a loopback driver (no network but 127.0.0.1 needed), no UI, few
 shuffle partitions (Spark's 200 cost ~20 ms of Python worker time each per batch on 2 cores),
-UTC, and executors started on this interpreter (the one txkafka is installed in; Spark would start
-``python3`` from PATH). Callers add what differs through ``conf``.
+UTC, every secret option hidden in the plans Spark shows, and executors started on this
+interpreter (the one txkafka is installed in; Spark would start ``python3`` from PATH). Callers add
+what differs through ``conf``.
 """
 
 from __future__ import annotations
@@ -13,12 +14,16 @@ import os
 import sys
 from typing import Any, Mapping
 
+from .connector.secrets_redaction import SPARK_OPTIONS_REDACTION_REGEX
+
 BASE_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "2",
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.sql.session.timeZone": "UTC",
+    # The plans Spark shows (explain, event log) hide every secret option, not only passwords.
+    "spark.sql.redaction.options.regex": SPARK_OPTIONS_REDACTION_REGEX,
 }
 
 
