@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 
 from txkafka.connector.errors import KafkaConfigError, TransactionError
 from txkafka.connector.sink.committable import TaskResult
-from txkafka.connector.sink.committer import KafkaCommitter, WritePlan
+from txkafka.connector.sink.committer import KafkaCommitter, WritePlan, host_clock
 from txkafka.connector.sink.task_writer import (
     KafkaWriter,
     LateCheck,
@@ -130,6 +130,9 @@ class _KafkaWrite:
     """Shared by the streaming and batch writers: config, identity, plan, task-side write."""
 
     def __init__(self, options, schema: StructType, overwrite: bool, streaming: bool) -> None:
+        # Spark creates the writer while it plans the batch, before its tasks start: nothing the
+        # batch writes is older (KafkaCommitter's bound on a transaction's age).
+        self.planned_at = host_clock()
         self.cfg = SinkConfig.from_options(options, streaming=streaming)
         self.streaming = streaming
         self.sink_schema: SinkSchema = validate_input_schema(
@@ -155,7 +158,8 @@ class _KafkaWrite:
         if commit_log is not None:
             identity = commit_log.identity(self.cfg.transactional_id_prefix)
             self.ids = TransactionalIdFactory(self.cfg.transactional_id_prefix, identity.sink_id)
-            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
+            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log,
+                                             planned_at=self.planned_at)
             # Driver-side recovery and checks before this batch's tasks start (invariants 4, 11).
             self.plan = self._committer.plan()
         else:
@@ -173,7 +177,8 @@ class _KafkaWrite:
         if self._committer is None:
             assert self.ids is not None
             commit_log = SinkCommitLog(self.cfg.checkpoint_location or "") if self.streaming else None
-            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
+            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log,
+                                             planned_at=self.planned_at)
         return self._committer
 
     # ------------------------------------------------------------------ task side

@@ -382,6 +382,33 @@ def test_validation_failure_aborts_all_and_decides_nothing(tmp_path, monkeypatch
     assert [c for c in fake.calls if c[0] == "describe"][1:] == [("describe", (fenced,), True)] * 2
 
 
+def test_a_driver_clock_ahead_of_the_coordinators_does_not_fail_every_batch(tmp_path, caplog):
+    """The coordinator's start time is on its clock, the driver's "now" on its own: with the
+    driver's a minute ahead, every transaction looked past its 60 s timeout and every batch
+    failed ("0.0s left ..."). No transaction of a batch is older than the batch: that bounds the
+    age, and the skew is named once. A transaction really older than its batch's share of the
+    timeout still fails, the clocks agreeing or not."""
+    fake = FakeCoordinator()
+    committer, ids, log = _committer(tmp_path, fake)
+    committer.planned_at = committer_module.host_clock() - 1.0  # the batch began 1 s ago
+    results = _results(ids, fake, 1, [0, 1])
+    for r in results:  # started just now by a coordinator whose clock is 70 s behind the driver's
+        fake.txns[r.committable.transactional_id]["start"] -= 70_000
+    with caplog.at_level("WARNING", logger=committer_module.__name__):
+        committer.commit(1, results)
+    assert all(fake.txns[r.committable.transactional_id]["state"] == "CompleteCommit"
+               for r in results)
+    assert "the driver's clock is at least 69 s ahead of the transaction coordinator's" \
+        in caplog.text
+
+    # A batch planned 59 s ago (the clocks agreeing) leaves its transactions 1 s: refused.
+    committer.planned_at = committer_module.host_clock() - 59.0
+    late = _results(ids, fake, 2, [0])
+    fake.txns[late[0].committable.transactional_id]["start"] -= 59_000
+    with pytest.raises(TransactionError, match=r"s left of its 60s timeout"):
+        committer.commit(2, late)
+
+
 def test_a_stale_coordinator_answer_is_asked_again_not_failed(tmp_path, monkeypatch):
     """A broker that was frozen and resumes may answer DescribeTransactions from its stale state
     (the id's previous transaction, CompleteCommit) until its metadata catches up: the committer

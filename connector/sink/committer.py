@@ -109,6 +109,17 @@ def known_verdicts(note: dict | None) -> dict[str, str]:
 _REASK_WAITS_S = (1.0, 2.0, 4.0)
 
 
+def host_clock() -> float:
+    """Seconds on this host's clock that never jumps and counts suspended time (CLOCK_BOOTTIME;
+    elsewhere the monotonic clock): one clock for every process on the host, so the driver's
+    planning and commit processes can measure a batch's age between them."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+
+
+_SKEW_WARNED = threading.Event()  # the driver's clock ahead of a coordinator's: said once
+
+
 def _not_open_as_reported(d: TransactionDescription | None, c: KafkaCommittable) -> str | None:
     """Why the coordinator's description does not show the task's transaction open at the task's
     producer and epoch, or None when it does."""
@@ -198,10 +209,14 @@ class KafkaCommitter:
         ids: TransactionalIdFactory,
         commit_log: SinkCommitLog | None,
         client: TransactionClient | None = None,
+        planned_at: float | None = None,
     ) -> None:
+        """``planned_at``: :func:`host_clock` when Spark planned the batch (before its tasks
+        started), on the host where ``commit`` runs: no transaction of the batch is older."""
         self.cfg = cfg
         self.ids = ids
         self.log = commit_log
+        self.planned_at = planned_at
         self.client = client or shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)
         self.faults = FaultInjector.get()
         self.last_report: CommitReport | None = None
@@ -562,6 +577,28 @@ class KafkaCommitter:
     def _needs_sweep(results: Sequence[TaskResult | None]) -> bool:
         return any(r is None or r.attempt > 0 for r in results)
 
+    def _time_left_ms(self, d: TransactionDescription) -> float | None:
+        """Time until the coordinator aborts ``d`` (None: it has no start time). Its start is on
+        the coordinator's clock, now on the driver's: a driver clock ahead would make every
+        transaction look older, up to "no time left" at every batch. No transaction of this batch
+        is older than the batch (``planned_at``), so that bounds its age."""
+        if d.start_time_ms < 0:
+            return None
+        age_ms = time.time() * 1000 - d.start_time_ms
+        if self.planned_at is not None:
+            batch_age_ms = (host_clock() - self.planned_at) * 1000
+            if age_ms > batch_age_ms:
+                if age_ms - batch_age_ms > 5000 and not _SKEW_WARNED.is_set():
+                    _SKEW_WARNED.set()
+                    log.warning(
+                        "the driver's clock is at least %.0f s ahead of the transaction "
+                        "coordinator's (transaction %s started %.0f s ago by the driver's clock, "
+                        "its batch %.0f s ago): txkafka takes a transaction's age from its batch; "
+                        "synchronise the clocks (NTP)", (age_ms - batch_age_ms) / 1000,
+                        d.transactional_id, age_ms / 1000, batch_age_ms / 1000)
+                age_ms = batch_age_ms
+        return d.timeout_ms - age_ms
+
     def _validate(self, batch_id: int, committables: list[KafkaCommittable]) -> list[KafkaCommittable]:
         """Invariant 7: every transaction is open, ours, and not about to time out."""
         descs = self.client.describe(c.transactional_id for c in committables)
@@ -578,7 +615,6 @@ class KafkaCommitter:
                      ", ".join(unsettled[:3]), wait_s)
             time.sleep(wait_s)
             descs.update(self.client.describe(unsettled, fresh=True))
-        now_ms = time.time() * 1000
         margin_ms = max(2000.0, 0.05 * self.cfg.transaction_timeout_ms)
         problems = []
         checked = []
@@ -587,9 +623,9 @@ class KafkaCommitter:
             why = _not_open_as_reported(d, c)
             if why:
                 problems.append(why)
-            elif d.deadline_ms() is not None and d.deadline_ms() - now_ms < margin_ms:
+            elif (left_ms := self._time_left_ms(d)) is not None and left_ms < margin_ms:
                 problems.append(
-                    f"{c.transactional_id}: {max(0, (d.deadline_ms() - now_ms) / 1000):.1f}s left "
+                    f"{c.transactional_id}: {max(0, left_ms / 1000):.1f}s left "
                     f"of its {d.timeout_ms / 1000:.0f}s timeout; raise kafka.transaction.timeout.ms"
                 )
             else:
