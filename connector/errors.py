@@ -72,6 +72,11 @@ class OffsetsUnavailableError(TxKafkaError):
     metadata answers kept disagreeing on whether a partition the query reads exists."""
 
 
+class MalformedRecordError(TxKafkaError, ValueError):
+    """A record cannot be given to Spark as it is: its timestamp is beyond what Spark's
+    microsecond timestamps hold (a producer that wrote micro- or nanoseconds)."""
+
+
 class RecordFetchTimeoutError(TxKafkaError, TimeoutError):
     """An executor got no records of its offset range for ``kafkaConsumer.pollTimeoutMs``."""
 

@@ -23,6 +23,7 @@ from txkafka.connector.errors import (
     DataLossError,
     KafkaAuthorizationError,
     KafkaProtocolError,
+    MalformedRecordError,
     RecordFetchTimeoutError,
 )
 
@@ -72,6 +73,17 @@ def test_record_batch_columns():
     assert rows[0]["timestamp"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123000,
                                                tzinfo=dt.timezone.utc)
     assert batch.column("timestamp").cast(pa.int64()).to_pylist()[1] == 1_700_000_000_456_000
+
+
+@pytest.mark.parametrize("ts", [1_700_000_000_123_456_789, 9_223_372_036_854_776, -2**63])
+def test_a_timestamp_beyond_spark_s_range_fails_naming_the_record(ts):
+    # A producer writing nanoseconds: ms * 1000 overflows a long; numpy would wrap it into some
+    # other date where Spark fails (KAFKA_MALFORMED_RECORD_TIMESTAMP).
+    last_good = 9_223_372_036_854_775
+    assert build_record_batch([msg(4, ts=(1, last_good))], T, 0, include_headers=False) \
+        .column("timestamp").cast(pa.int64()).to_pylist() == [last_good * 1000]
+    with pytest.raises(MalformedRecordError, match=rf"partition 2 at offset 5 has timestamp {ts}"):
+        build_record_batch([msg(4), msg(5, ts=(1, ts)), msg(6)], T, 2, include_headers=False)
 
 
 @pytest.mark.parametrize("offsets", [[], [7], [3, 4, 5, 6], [3, 4, 6, 7], [3, 5, 6],

@@ -31,7 +31,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from ..client.librdkafka_errors import RedactingLog, translate_kafka_error
-from ..errors import KafkaConfigError, KafkaProtocolError, RecordFetchTimeoutError
+from ..errors import (KafkaConfigError, KafkaProtocolError, MalformedRecordError,
+                      RecordFetchTimeoutError)
 from ..client.config import describe_config
 from .range_planner import report_data_loss
 from ..client.record_batch_decoder import HEADER_STRUCT, HEADERS_TYPE
@@ -45,6 +46,8 @@ log = logging.getLogger("txkafka.reader")
 _LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
 
 TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+# Spark's TimestampType is microseconds in a long: a record timestamp (ms) beyond this overflows.
+_MAX_TIMESTAMP_MS = np.iinfo(np.int64).max // 1000
 # Unbound accessors: list(map(_VALUE, msgs)) runs the loop in C, ~20-40 % faster than a
 # comprehension calling m.value() per message.
 _KEY, _VALUE, _OFFSET, _TIMESTAMP, _ERROR, _HEADERS = (
@@ -174,6 +177,7 @@ def _record_batch(keys: pa.Array, values: pa.Array, topic: str, partition: int,
                   headers: pa.Array | None) -> pa.RecordBatch:
     """Spark's source schema from the per-record columns (headers None: without them)."""
     n = len(offsets)
+    _check_timestamps(timestamps_ms, offsets, topic, partition)
     arrays = [
         keys,
         values,
@@ -186,6 +190,23 @@ def _record_batch(keys: pa.Array, values: pa.Array, topic: str, partition: int,
     if headers is not None:
         arrays.append(headers)
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(headers is not None))
+
+
+def _check_timestamps(timestamps_ms: np.ndarray, offsets: np.ndarray, topic: str,
+                      partition: int) -> None:
+    """Refuse, as Spark does, a timestamp whose microseconds overflow a long (numpy would wrap
+    it silently into another date): milliseconds are Kafka's unit, so it is a producer's bug."""
+    if not len(timestamps_ms) or (timestamps_ms.max() <= _MAX_TIMESTAMP_MS
+                                  and timestamps_ms.min() >= -_MAX_TIMESTAMP_MS):
+        return
+    i = int(np.flatnonzero((timestamps_ms > _MAX_TIMESTAMP_MS)
+                           | (timestamps_ms < -_MAX_TIMESTAMP_MS))[0])
+    raise MalformedRecordError(
+        f"the record of topic {topic!r} partition {partition} at offset {int(offsets[i])} has "
+        f"timestamp {int(timestamps_ms[i])}, beyond Spark's timestamp range (its microseconds "
+        "overflow a long): Kafka's record timestamps are milliseconds since the epoch, so its "
+        "producer probably wrote micro- or nanoseconds. Fix the producer; to read past such "
+        "records, start after their offsets (startingOffsets)")
 
 
 def decoded_batches(d: "DecodedRecords", topic: str, partition: int, include_headers: bool,
