@@ -178,12 +178,18 @@ def one_of(option: str, raw: str, allowed: Sequence[str]) -> str:
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
+LONG_MAX = 2**63 - 1
+# The longest wait an option may set, in ms: Java's int, as Kafka's own timeouts. Python's waits
+# (locks, sockets, sleep) refuse more than about 292 years with a bare OverflowError.
+MAX_TIMEOUT_MS = 2**31 - 1
 
 
-def integer(option: str, raw: str, *, minimum: int | None = None) -> int:
+def integer(option: str, raw: str, *, minimum: int | None = None,
+            maximum: int = LONG_MAX) -> int:
     """An integer option's value, for the reader and the writer alike: an optional sign and
-    digits (Java's Long.parseLong, around which spaces are allowed); an empty value, ``1_000`` or
-    ``1e3`` fails naming the option and what it takes (Python's int() would take ``1_000``)."""
+    digits within a long (Java's Long.parseLong, around which spaces are allowed); an empty value,
+    ``1_000`` or ``1e3`` fails naming the option and what it takes (Python's int() would take
+    ``1_000``). ``maximum``: MAX_TIMEOUT_MS for a timeout."""
     at_least = f" >= {minimum}" if minimum is not None else ""
     text = raw.strip()
     if not _INTEGER.fullmatch(text):
@@ -191,8 +197,13 @@ def integer(option: str, raw: str, *, minimum: int | None = None) -> int:
             f"option {option!r} must be an integer{at_least} (digits, no separators), "
             f"got {raw!r}")
     value = int(text)
-    if minimum is not None and value < minimum:
+    if minimum is None:
+        minimum = -LONG_MAX - 1
+    if value < minimum:
         raise KafkaConfigError(f"option {option!r} must be >= {minimum}, got {value}")
+    if value > maximum:
+        unit = " (ms: about 24.8 days)" if maximum == MAX_TIMEOUT_MS else ""
+        raise KafkaConfigError(f"option {option!r} must be at most {maximum}{unit}, got {value}")
     return value
 
 

@@ -312,6 +312,17 @@ def test_integers_follow_javas_parse_long(raw):
     assert parse(maxOffsetsPerTrigger="+5").max_offsets_per_trigger == 5
 
 
+def test_integers_beyond_a_long_and_waits_python_cannot_sleep_fail_naming_the_option():
+    # Spark's Long.parseLong refuses 2**63; a retry interval of 10**13 ms passed before and ended
+    # in a bare OverflowError of time.sleep at the first retried offset look-up.
+    with pytest.raises(KafkaConfigError, match="'maxOffsetsPerTrigger' must be at most"):
+        parse(maxOffsetsPerTrigger=str(2**63))
+    assert parse(maxOffsetsPerTrigger=str(2**63 - 1)).max_offsets_per_trigger == 2**63 - 1
+    with pytest.raises(KafkaConfigError, match=r"'fetchOffset.retryIntervalMs' must be at most "
+                       r"2147483647 \(ms"):
+        parse(**{"fetchOffset.retryIntervalMs": "10000000000000"})
+
+
 def test_microsecond_durations_round_down_to_milliseconds_like_spark():
     assert parse_time_ms("2500us", "maxTriggerDelay") == 2
     assert parse(maxTriggerDelay="100us").max_trigger_delay_ms == 0

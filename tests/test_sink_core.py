@@ -108,6 +108,16 @@ def test_bad_options_name_the_option(extra, match):
         SinkConfig.from_options({**BASE, **extra}, streaming=True)
 
 
+def test_a_commit_timeout_python_cannot_wait_for_fails_at_start():
+    # 10**13 ms passed before and ended, at the first commit, in a bare OverflowError of the
+    # commit client's lock wait ("timestamp out of range for platform time_t").
+    for raw in ("10000000000000", "2147483648"):
+        with pytest.raises(KafkaConfigError, match="'commitTimeoutMs' must be at most 2147483647"):
+            SinkConfig.from_options({**BASE, "commitTimeoutMs": raw}, streaming=True)
+    assert SinkConfig.from_options({**BASE, "commitTimeoutMs": "2147483647"},
+                                   streaming=True).commit_timeout_ms == 2**31 - 1
+
+
 def test_exactly_once_streaming_needs_a_checkpoint():
     opts = {k: v for k, v in BASE.items() if k != "checkpointLocation"}
     with pytest.raises(KafkaConfigError, match="checkpointLocation"):

@@ -15,7 +15,8 @@ from typing import Mapping
 
 from ..errors import KafkaConfigError
 from ..client.config import describe_config, kafka_client_config
-from ..option_names import WRITER, check_option_names, integer, one_of
+from ..option_names import (LONG_MAX, MAX_TIMEOUT_MS, WRITER, check_option_names, integer,
+                            one_of)
 
 log = logging.getLogger("txkafka.writer")
 
@@ -55,11 +56,12 @@ def _get(options: Mapping[str, str], name: str) -> str | None:
 
 
 def _positive_int(options: Mapping[str, str], name: str, default: int, *, minimum: int = 1,
-                  shown: str | None = None) -> int:
+                  shown: str | None = None, maximum: int = LONG_MAX) -> int:
     """``shown``: the option's name in errors, when ``name`` is a key of the kafka.* config. An
     option given empty fails (it would otherwise take the default without a word)."""
     raw = _get(options, name)
-    return default if raw is None else integer(shown or name, raw, minimum=minimum)
+    return default if raw is None else integer(shown or name, raw, minimum=minimum,
+                                               maximum=maximum)
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,8 @@ class SinkConfig:
             transactional_id_prefix=prefix,
             transaction_timeout_ms=timeout,
             checkpoint_location=checkpoint,
-            commit_timeout_ms=_positive_int(options, "commitTimeoutMs", 120_000, minimum=1000),
+            commit_timeout_ms=_positive_int(options, "commitTimeoutMs", 120_000, minimum=1000,
+                                            maximum=MAX_TIMEOUT_MS),
             commit_parallelism=_positive_int(options, "commitParallelism", 8),
             producer=_parse_producer(options, kafka),
             assume_partition_verification=_flag(options, "assumeTransactionPartitionVerification"),

@@ -24,7 +24,7 @@ from ..client.config import (
     wire_connection_key,
     wire_unsupported,
 )
-from ..option_names import READER, check_option_names, integer, one_of
+from ..option_names import LONG_MAX, MAX_TIMEOUT_MS, READER, check_option_names, integer, one_of
 
 log = logging.getLogger("txkafka.reader")
 
@@ -260,9 +260,10 @@ def parse_bool(opts: Mapping[str, str], key: str, default: bool) -> bool:
     raise KafkaConfigError(f"option '{_opt_name(key)}' must be true or false, got {raw!r}")
 
 
-def parse_long(opts: Mapping[str, str], key: str, *, minimum: int | None = None) -> Optional[int]:
+def parse_long(opts: Mapping[str, str], key: str, *, minimum: int | None = None,
+               maximum: int = LONG_MAX) -> Optional[int]:
     raw = opts.get(key)
-    return None if raw is None else integer(_opt_name(key), raw, minimum=minimum)
+    return None if raw is None else integer(_opt_name(key), raw, minimum=minimum, maximum=maximum)
 
 
 def parse_time_ms(raw: str, option: str) -> int:
@@ -478,7 +479,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
     max_records = parse_long(opts, "maxrecordsperpartition", minimum=1)
     poll_ms = parse_long(opts, "kafkaconsumer.polltimeoutms", minimum=1)
     retries = parse_long(opts, "fetchoffset.numretries", minimum=1)
-    interval = parse_long(opts, "fetchoffset.retryintervalms", minimum=0)
+    interval = parse_long(opts, "fetchoffset.retryintervalms", minimum=0, maximum=MAX_TIMEOUT_MS)
 
     prefix = opts.get("groupidprefix", DEFAULT_BATCH_GROUP_ID_PREFIX if streaming is False
                       else DEFAULT_GROUP_ID_PREFIX)
