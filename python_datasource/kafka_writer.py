@@ -57,10 +57,13 @@ log = logging.getLogger(__name__)
 
 
 class TxKafkaCommitMessage(WriterCommitMessage):
-    """Carries one task's result from executor to driver."""
+    """Carries one task's result from executor to driver, and back to the driver the host clock
+    of the batch's planning (``_KafkaWrite.planned_at``), which the task's writer was pickled
+    with: a streaming commit runs in a writer Spark creates anew just before ``commit``."""
 
-    def __init__(self, result: TaskResult) -> None:
+    def __init__(self, result: TaskResult, planned_at: float | None = None) -> None:
         self.result = result
+        self.planned_at = planned_at
 
     def __repr__(self) -> str:
         c = self.result.committable
@@ -92,6 +95,13 @@ def _simple_type(dt: DataType) -> str:
 
 def _results(messages: List[Optional[WriterCommitMessage]]) -> list[TaskResult | None]:
     return [m.result if isinstance(m, TxKafkaCommitMessage) else None for m in messages]
+
+
+def _planned_at(messages: List[Optional[WriterCommitMessage]], own: float) -> float:
+    """When the batch was planned: the tasks' planning writer's clock (a message of an older
+    txkafka has none), else this writer's own creation."""
+    return min((m.planned_at for m in messages if isinstance(m, TxKafkaCommitMessage)
+                and getattr(m, "planned_at", None) is not None), default=own)
 
 
 @dataclass(frozen=True)
@@ -131,7 +141,8 @@ class _KafkaWrite:
 
     def __init__(self, options, schema: StructType, overwrite: bool, streaming: bool) -> None:
         # Spark creates the writer while it plans the batch, before its tasks start: nothing the
-        # batch writes is older (KafkaCommitter's bound on a transaction's age).
+        # batch writes is older (KafkaCommitter's bound on a transaction's age). Spark creates
+        # another just before a streaming commit: that one takes the tasks' (_planned_at).
         self.planned_at = host_clock()
         self.cfg = SinkConfig.from_options(options, streaming=streaming)
         self.streaming = streaming
@@ -215,7 +226,7 @@ class _KafkaWrite:
                 pass
             return TxKafkaCommitMessage(TaskResult(
                 partition_id, attempt, batch, None, 0, True,
-                input=digest.result() if digest is not None else None))
+                input=digest.result() if digest is not None else None), self.planned_at)
         tid = (self.ids.transactional_id(partition_id, attempt, run=task.run, batch_id=batch)
                if self.ids else None)
         late_check = None
@@ -230,11 +241,14 @@ class _KafkaWrite:
             writer.release()
         return TxKafkaCommitMessage(TaskResult(
             partition_id, attempt, batch, committable, 0 if writer.late else writer.count,
-            writer.late, input=digest.result() if digest is not None else None))
+            writer.late, input=digest.result() if digest is not None else None), self.planned_at)
 
     def _end(self, batch_id: int, messages: List[Optional[WriterCommitMessage]],
              abort: bool) -> None:
         committer = self.committer()
+        # A streaming commit's writer is created just before it: the batch's age counts from
+        # the planning writer's clock, which the tasks carried back.
+        committer.planned_at = _planned_at(messages, self.planned_at)
         try:
             (committer.abort if abort else committer.commit)(batch_id, _results(messages))
         finally:

@@ -29,6 +29,7 @@ def _write_object(options: dict, streaming: bool):
     w.plan = WritePlan(5, True, frozenset())  # the log's newest batch, complete
     w.ids = TransactionalIdFactory("txkafka", "ab12cd34")
     w._committer = None
+    w.planned_at = 0.0
     return w
 
 
@@ -81,3 +82,40 @@ def test_an_overwriting_mode_is_refused_naming_the_call_that_appends(streaming, 
     with pytest.raises(KafkaConfigError, match=r"appends to Kafka topics") as exc:
         cls(BASE, schema, True)
     assert names in str(exc.value) and ("complete" in str(exc.value)) == streaming
+
+
+def test_a_streaming_commit_counts_the_batch_s_age_from_its_planning(monkeypatch):
+    """Spark plans a micro-batch with one writer (pickled to the tasks) and commits it with
+    another it creates just before commit (pyspark's python_streaming_sink_runner): the commit's
+    bound on a transaction's age must start at the planning, which the tasks carry back, not at
+    the commit writer's creation (that bound made every transaction look a few ms old, so none
+    was ever refused as about to time out)."""
+    import pickle
+
+    monkeypatch.setattr(adapter, "_task_context", lambda: adapter._TaskInfo(3, 0, 5))
+    monkeypatch.setattr(adapter, "follow_up", lambda *a: None)
+    for writer in ("KafkaWriter", "WireKafkaWriter"):
+        monkeypatch.setattr(adapter, writer, lambda cfg, schema, **kw: _NoopWriter())
+    planning = _write_object({}, streaming=True)
+    planning.planned_at = 100.0  # host clock when Spark planned batch 5
+    task_side = pickle.loads(pickle.dumps(planning))
+    message = pickle.loads(pickle.dumps(task_side.write(_rows())))
+
+    seen = []
+
+    class Committer:
+        planned_at = client = ids = log = None
+
+        def commit(self, batch_id, results):
+            seen.append((batch_id, self.planned_at, [r.partition_id for r in results if r]))
+
+    commit_side = _write_object({}, streaming=True)
+    commit_side.planned_at = 160.0  # created by the commit runner, a minute later
+    commit_side._committer = Committer()
+    commit_side._committer.planned_at = commit_side.planned_at  # as committer() makes it
+    commit_side.commit([message, None], 5)
+    assert seen == [(5, 100.0, [3])]
+    legacy = adapter.TxKafkaCommitMessage(message.result)  # an older txkafka's task: no clock
+    del legacy.planned_at
+    commit_side.commit([legacy], 5)
+    assert seen[-1][1] == 160.0
