@@ -99,9 +99,11 @@ def _results(messages: List[Optional[WriterCommitMessage]]) -> list[TaskResult |
 
 def _planned_at(messages: List[Optional[WriterCommitMessage]], own: float) -> float:
     """When the batch was planned: the tasks' planning writer's clock (a message of an older
-    txkafka has none), else this writer's own creation."""
+    txkafka has none), else this writer's own creation. A time after that creation cannot be
+    this host's clock (a driver moved to another host): it is not used."""
     return min((m.planned_at for m in messages if isinstance(m, TxKafkaCommitMessage)
-                and getattr(m, "planned_at", None) is not None), default=own)
+                and getattr(m, "planned_at", None) is not None and m.planned_at <= own),
+               default=own)
 
 
 @dataclass(frozen=True)

@@ -119,3 +119,6 @@ def test_a_streaming_commit_counts_the_batch_s_age_from_its_planning(monkeypatch
     del legacy.planned_at
     commit_side.commit([legacy], 5)
     assert seen[-1][1] == 160.0
+    message.planned_at = 170.0  # not this host's clock: after the commit writer's creation
+    commit_side.commit([message], 5)
+    assert seen[-1][1] == 160.0
