@@ -246,3 +246,24 @@ def test_missing_topic_and_oversized_records_fail_typed(kafka):
     with pytest.raises(RecordTooLargeError, match="kafka.message.max.bytes"):
         _write({**kafka.conf, "message.max.bytes": "10000"}, small, unique("wire-big"),
                [dict(values=pa.array([b"x" * 20_000]))])
+
+
+def test_a_record_timestamp_the_broker_refuses_names_the_clocks(kafka):
+    """A record stamped by an executor clock 2 h ahead of the broker's: the topic's
+    message.timestamp.after.max.ms (1 h, Kafka 4's default, set here for any version) refuses it
+    with INVALID_TIMESTAMP, which librdkafka reports as code 32 (what the librdkafka task writer
+    maps) and txkafka's producer turns into a TransactionError naming the clocks."""
+    topic = kafka.create_topic(config={"message.timestamp.after.max.ms": "3600000"})
+    ahead_ms = int(time.time() * 1000) + 2 * 3600_000
+    failed = []
+    p = kafka.producer(**{"on_delivery": lambda err, msg: failed.append(err)})
+    p.produce(topic, b"x", timestamp=ahead_ms)
+    p.flush(30)
+    assert [e.code() for e in failed] == [32]
+    w = _write(kafka.conf, topic, unique("wire-ts"),
+               [dict(values=pa.array([b"a", b"b"]), timestamp_ms=ahead_ms)])
+    with pytest.raises(TransactionError, match=r"2 record\(s\): the broker refused the records' "
+                       r"timestamps \(INVALID_TIMESTAMP\).*clock of the executor"):
+        w.flush()
+    w.abort()
+    w.close()

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from txkafka.connector.sink import task_writer as kafka_writer
-from txkafka.connector.errors import KafkaAuthorizationError
+from txkafka.connector.errors import KafkaAuthorizationError, TransactionError
 from txkafka.connector.sink.task_writer import KafkaWriter, validate_input_schema
 from txkafka.connector.sink.options import SinkConfig
 
@@ -104,3 +104,22 @@ def test_the_flush_waits_for_the_delivery_timeout_not_the_transaction_timeout(
                                   streaming=True)
     assert _task(cfg, 0) is None
     assert producers[0].flushes == [waits]
+
+
+class SkewedClockProducer(AclProducer):
+    """The topic's leader refuses every record's CreateTime (this executor's clock is off)."""
+
+    def poll(self, timeout=0):
+        while self.pending:
+            self.on_delivery(KafkaError(KafkaError.INVALID_TIMESTAMP), _Msg(self.pending.pop()))
+        return 0
+
+
+def test_a_refused_record_timestamp_names_the_clocks_and_the_topic_settings(monkeypatch):
+    monkeypatch.setattr(kafka_writer, "_new_producer", SkewedClockProducer)
+    monkeypatch.setattr(kafka_writer, "_POOL", {})
+    cfg = SinkConfig.from_options(OPTIONS, streaming=True)
+    with pytest.raises(TransactionError, match=r"task partition 0: writing out\[0\]: the broker "
+                       r"refused the records' timestamps \(INVALID_TIMESTAMP\).*clock of the "
+                       r"executor.*message.timestamp.after.max.ms.*\(NTP\)"):
+        _task(cfg, 0)

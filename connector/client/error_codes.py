@@ -33,6 +33,7 @@ RECORD_LIST_TOO_LARGE = 18
 NOT_ENOUGH_REPLICAS = 19
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
 TOPIC_AUTHORIZATION_FAILED = 29
+INVALID_TIMESTAMP = 32
 GROUP_AUTHORIZATION_FAILED = 30
 CLUSTER_AUTHORIZATION_FAILED = 31
 UNSUPPORTED_SASL_MECHANISM = 33
@@ -55,6 +56,16 @@ PRODUCER_FENCED = 90
 # Not in confluent-kafka 2.16's KafkaError (Kafka 3.0, KIP-664): DescribeTransactions' answer for
 # an id the coordinator does not know.
 TRANSACTIONAL_ID_NOT_FOUND = 105
+
+
+# What a Produce refused with INVALID_TIMESTAMP means for the sink, whose records carry the
+# executor's clock as their CreateTime (both producers, as Spark's sink).
+INVALID_TIMESTAMP_HINT = (
+    "the broker refused the records' timestamps (INVALID_TIMESTAMP). A record's CreateTime is the "
+    "clock of the executor that wrote it, and a topic refuses one more than "
+    "message.timestamp.after.max.ms ahead of its leader broker's clock (1 hour by default since "
+    "Kafka 4.0) or more than message.timestamp.before.max.ms behind it: synchronise the clocks of "
+    "the executors and the brokers (NTP), or raise those settings of the topic")
 
 
 def error_name(code: int) -> str:

@@ -58,6 +58,8 @@ from .error_codes import (
     COORDINATOR_LOAD_IN_PROGRESS,
     COORDINATOR_NOT_AVAILABLE,
     DUPLICATE_SEQUENCE_NUMBER,
+    INVALID_TIMESTAMP,
+    INVALID_TIMESTAMP_HINT,
     FENCED_LEADER_EPOCH,
     INVALID_PRODUCER_EPOCH,
     INVALID_TRANSACTION_TIMEOUT,
@@ -1150,6 +1152,9 @@ class WireProducer:
                           transactional_id=self.transactional_id)
         if code in _FENCED:
             return self._fenced(code)
+        if code == INVALID_TIMESTAMP:
+            return TransactionError(f"{where}: {batch.count} record(s): {INVALID_TIMESTAMP_HINT}",
+                                    code)
         if code in (MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE):
             return TransactionError(
                 f"{where}: the broker refused a batch of {batch.count} record(s), "

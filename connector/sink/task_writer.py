@@ -36,7 +36,8 @@ from ..errors import KafkaConfigError, TransactionError
 from ..fault_injection import FaultInjector
 from .committable import KafkaCommittable
 from ..client.config import RECONNECT_BACKOFF_MS
-from ..client.error_codes import TOPIC_AUTHORIZATION_FAILED
+from ..client.error_codes import (INVALID_TIMESTAMP, INVALID_TIMESTAMP_HINT,
+                                  TOPIC_AUTHORIZATION_FAILED)
 from ..secrets_redaction import redact_text
 from .commit_log import SinkCommitLog
 from .options import SinkConfig
@@ -646,9 +647,14 @@ class KafkaWriter(TaskAttempt):
                 raise self._out_of_range(topic, [partition]) or TransactionError(
                     f"batch {self.batch_id}, task partition {self.partition_id}: {topic}"
                     f"[{partition}]: {redact_text(str(err), self.cfg.kafka)}")
-            if getattr(err, "code", lambda: None)() == TOPIC_AUTHORIZATION_FAILED:
+            code = getattr(err, "code", lambda: None)()
+            if code == TOPIC_AUTHORIZATION_FAILED:
                 raise translate_kafka_error(err, self.cfg.kafka, action="writing",
                                             topic=topic, role="writer")
+            if code == INVALID_TIMESTAMP:
+                raise TransactionError(
+                    f"batch {self.batch_id}, task partition {self.partition_id}: writing "
+                    f"{topic}[{partition}]: {INVALID_TIMESTAMP_HINT}")
             if self.transactional_id is not None:
                 self._diagnose_purged(err, topic)
         if self.probe.errors:
