@@ -104,6 +104,35 @@ def test_ranges_end_on_markers_and_at_the_lso_without_waiting(kafka, open_transa
     pool.close_all()
 
 
+def test_a_timestamp_look_up_under_read_committed_stops_at_the_last_stable_offset(kafka):
+    """The broker looks only below the LSO under read_committed (as Spark's admin look-up asks):
+    a newer record in an open transaction is no match, and the error says so. (A commit marker
+    carries the time it was written: a look-up for an older time finds the marker.)"""
+    topic = kafka.create_topic(partitions=1)
+    now = int(time.time() * 1000)
+    kafka.produce(topic, [("k", "c0", 0, now - 60_000)], transactional=True)
+    producer = kafka.producer(unique("open-ts"))
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"o0", partition=0, timestamp=now + 600_000)
+    producer.flush(30)
+    try:
+        tp, quick, wanted = (topic, 0), {"fetchOffset.numRetries": "1"}, now + 300_000
+        committed = KafkaOffsetReader(_options(kafka, topic, **quick))
+        uncommitted = KafkaOffsetReader(_options(kafka, topic, **quick, **{
+            "kafka.isolation.level": "read_uncommitted"}))
+        assert committed.offsets_for_timestamps({tp: wanted}) == {tp: None}
+        assert uncommitted.offsets_for_timestamps({tp: wanted}) == {tp: 2}  # after the marker
+        options = parse_source_options({"kafka.bootstrap.servers": kafka.bootstrap,
+                                        "subscribe": topic, "startingTimestamp": str(wanted),
+                                        **quick}, streaming=True)
+        with pytest.raises(KafkaConfigError, match=rf"has a timestamp >= {wanted} \(none before "
+                           r"its last stable offset 2: offsets 2 to 3 wait on a transaction"):
+            KafkaOffsetReader(options).resolve(options.starting, [tp], starting=True)
+    finally:
+        producer.abort_transaction(30)
+
+
 def test_no_match_by_timestamp_and_ending_offsets_past_the_end(kafka, open_transaction_topic):
     """librdkafka's real answers: -1 for "no record that new" (anything else negative is retried
     as leaderless, so this would fail after the retry budget), and the end check at the LSO."""

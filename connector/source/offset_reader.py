@@ -30,7 +30,8 @@ from ..client.librdkafka_errors import (
     topic_access_error,
     wait_checking_security,
 )
-from ..errors import KafkaAuthorizationError, KafkaConfigError, OffsetsUnavailableError
+from ..errors import (KafkaAuthorizationError, KafkaConfigError, OffsetsUnavailableError,
+                      TxKafkaError)
 from ..client.config import RECONNECT_BACKOFF_MS
 from .offsets import PartitionOffsets, describe_offsets
 from ..secrets_redaction import redact_text
@@ -498,12 +499,27 @@ class KafkaOffsetReader:
                 t, p = missing[0]
                 raise KafkaConfigError(
                     f"option '{ts_option}': no record in topic {t!r} partition {p} has a timestamp "
-                    f">= {ts_map[(t, p)]} (all records are older); set "
+                    f">= {ts_map[(t, p)]} ({self._why_none_that_new((t, p))}); set "
                     "startingOffsetsByTimestampStrategy=latest to start at the latest offset there")
             out = {tp: off for tp, off in found.items() if off is not None}
             out.update(latest_of(missing))
             return out
         raise AssertionError(spec)
+
+    def _why_none_that_new(self, tp: TopicPartitionKey) -> str:
+        """Why a timestamp look-up found no record: under read_committed the brokers look only
+        below the last stable offset, so a newer record may wait in an open transaction."""
+        if self.isolation == IsolationLevel.READ_COMMITTED:
+            try:
+                stable = self.latest_offsets([tp]).get(tp)
+                high = self.high_watermarks([tp]).get(tp)
+            except TxKafkaError:  # only the error's wording depends on it
+                return "all records are older, or in a transaction still open"
+            if stable is not None and high is not None and high > stable:
+                return (f"none before its last stable offset {stable}: offsets {stable} to {high} "
+                        "wait on a transaction that is still open, and read_committed looks no "
+                        "further")
+        return "all records are older"
 
     def check_specific_starting(self, offsets: PartitionOffsets, explicit: set[TopicPartitionKey],
                                 option: str = "startingOffsets", hint: str = "") -> None:
