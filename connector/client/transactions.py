@@ -380,7 +380,7 @@ class TransactionClient:
                 self._pause(e, deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
                 continue
-            r.int32()
+            conn.throttle(r.int32())
             retry = []
 
             def coord(rr: Reader) -> None:
@@ -470,7 +470,7 @@ class TransactionClient:
             if not isinstance(e, KafkaAuthenticationError):
                 self._drop(conn)
             raise
-        r.int32()
+        conn.throttle(r.int32())
 
         def topic(rr: Reader) -> tuple[str, list[int]]:
             name = rr.string() or ""
@@ -546,7 +546,7 @@ class TransactionClient:
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(*LIST_TRANSACTIONS_API.spec),
                                  body, flexible=True)
-            r.int32()
+            conn.throttle(r.int32())
             err = r.int16()
             if err == CLUSTER_AUTHORIZATION_FAILED:
                 raise KafkaAuthorizationError(
@@ -618,7 +618,7 @@ class TransactionClient:
         except KafkaProtocolError:
             self._drop(conn)
             return COORDINATOR_NOT_AVAILABLE
-        r.int32()
+        conn.throttle(r.int32())
         return r.int16()
 
     @_within_timeout
@@ -653,7 +653,7 @@ class TransactionClient:
                 reqs = [(END_TXN, v, Writer(flexible).string(tid).int64(pid).int16(ep)
                          .boolean(commit).tags().build(), flexible) for tid, pid, ep in group]
                 for (tid, _, _), r in zip(group, conn.request_many(reqs)):
-                    r.int32()
+                    conn.throttle(r.int32())
                     codes[tid] = r.int16()
             except KafkaAuthenticationError:
                 raise
