@@ -79,6 +79,7 @@ class FakeBroker:
         self.offered = OFFERED if offered is None else offered  # what ApiVersions announces
         self.coordinator: tuple[str, int] | None = None  # None: this broker itself
         self.log: list[tuple[int, int, bool]] = []  # (connection number, api key, authenticated)
+        self.client_ids: set[str] = set()  # of every request's header
         self.handlers: dict[int, Callable[[int, Reader], bytes]] = {
             FIND_COORDINATOR: self.find_coordinator,
             END_TXN: lambda n, body: end_txn_answer(0),
@@ -136,6 +137,7 @@ class FakeBroker:
                 frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
                 key, version, cid = struct.unpack(">hhi", frame[:8])
                 client_id_len = struct.unpack(">h", frame[8:10])[0]
+                self.client_ids.add(frame[10:10 + max(client_id_len, 0)].decode())
                 body = Reader(frame[10 + max(client_id_len, 0) + (1 if FLEXIBLE[key] else 0):],
                               FLEXIBLE[key])
                 self.log.append((n, key, authenticated))
@@ -710,3 +712,17 @@ def test_requests_wait_for_the_throttle_time_a_quota_set(brokers):
         conn.request(END_TXN, 4, b"", flexible=True, deadline=time.monotonic() + 0.2)
     assert conn.connected and not conn.broken
     conn.close()
+
+
+def test_the_commit_client_identifies_itself_with_kafka_client_id(brokers):
+    """Quotas by client id (and the brokers' request logs) cover the driver's commit client too:
+    it sends ``kafka.client.id`` when set, as txkafka's producer and fetch do."""
+    broker = brokers()
+    conf = {"bootstrap.servers": f"127.0.0.1:{broker.port}"}
+    with TransactionClient({**conf, "client.id": "orders-etl"}, timeout=10) as tc:
+        assert tc.end_txn("t", 7, 0, commit=True) == 0
+    assert broker.client_ids == {"orders-etl"}
+    broker.client_ids.clear()
+    with TransactionClient(conf, timeout=10) as tc:
+        assert tc.end_txn("t", 7, 0, commit=True) == 0
+    assert broker.client_ids == {"txkafka-committer"}

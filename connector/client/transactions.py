@@ -156,7 +156,7 @@ class TransactionClient:
         kafka_config: Mapping[str, object],
         *,
         timeout: float = 30.0,
-        client_id: str = "txkafka-committer",
+        client_id: str | None = None,
         security: SecurityConfig | None = None,
     ) -> None:
         servers = str(kafka_config.get("bootstrap.servers") or "")
@@ -165,7 +165,8 @@ class TransactionClient:
         self.bootstrap = [split_host_port(s) for s in servers.split(",") if s.strip()]
         self.security = security or SecurityConfig.from_kafka_config(kafka_config)
         self.timeout = timeout
-        self.client_id = client_id
+        # kafka.client.id, as every client of the query: quotas by client id cover this one too.
+        self.client_id = client_id or str(kafka_config.get("client.id") or "txkafka-committer")
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
         self._coordinators: OrderedDict[str, tuple[str, int]] = OrderedDict()  # LRU, bounded
         # Brokers seen since start (coordinators, metadata): asked when the bootstrap ones are down.
