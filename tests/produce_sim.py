@@ -229,6 +229,8 @@ class SimCluster:
         (_, _, _, _, _, _, _, _, _, pid, epoch, seq, count) = _HEADER.unpack_from(records)
         if tid is not None and (t, p) not in self.in_txn:
             self.violations.append(f"Produce to {t}[{p}] before AddPartitionsToTxn")
+        if t not in self.topics:  # deleted
+            return UNKNOWN_TOPIC_OR_PARTITION
         if self.leaders[(t, p)] != node:
             self.stats.count("not_leader")
             return NOT_LEADER_OR_FOLLOWER

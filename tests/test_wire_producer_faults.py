@@ -709,3 +709,24 @@ def test_a_partition_added_since_the_metadata_was_read_is_written_not_refused():
     assert second.flush().topic_partitions == {"t": [3]}
     second.close()
     assert cluster.written(("t", 3)) == _values(10, 10).to_pylist()
+
+
+def test_an_output_topic_deleted_mid_task_fails_it_saying_so():
+    """The output topic deleted while a task writes: Produce answers UNKNOWN_TOPIC_OR_PARTITION
+    and Metadata no longer knows the topic. Once that lasts kafka.topic.metadata.propagation.max.ms
+    the task fails naming the missing topic (it retried until the delivery timeout, then said
+    "check the brokers' health"); the driver commits nothing of it."""
+    cluster = SimCluster(random.Random(1), Faults(), topics={"t": 2})
+    link = SimLink(cluster)
+    link.conf["topic.metadata.propagation.max.ms"] = "300"
+    p = WireProducer({"bootstrap.servers": "sim:9092", "message.timeout.ms": "5000"},
+                     transactional_id="sim-0", link=link, where="test task")
+    p.begin()
+    p.send("t", _values(0, 50), partitions=_to(0, 50))
+    with cluster.lock:
+        del cluster.topics["t"]  # kafka-topics --delete
+    p.send("t", _values(50, 50), partitions=_to(0, 50))
+    with pytest.raises(TransactionError, match=r"topic 't' does not exist \(UNKNOWN_TOPIC_OR_"):
+        p.flush()
+    p.abort()
+    p.close()

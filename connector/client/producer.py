@@ -1121,7 +1121,11 @@ class WireProducer:
                     raise _Fatal(e) from None
                 except BrokersUnavailableError:
                     fresh = dict.fromkeys((t for t, _ in again), None)
-                except (KafkaProtocolError, TransactionError):
+                except TransactionError as e:
+                    if e.code == UNKNOWN_TOPIC_OR_PARTITION:  # (deleted: no retry brings it back)
+                        raise _Fatal(e) from None
+                    fresh[topic] = None
+                except KafkaProtocolError:
                     fresh[topic] = None
             info = fresh[topic]
             leader = info.leaders.get(partition, -1) if info is not None else -1
