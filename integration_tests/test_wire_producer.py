@@ -258,12 +258,14 @@ def test_quotas_slow_txkafka_s_client_down_without_failing_or_handing_over(kafka
     "no records where the range expects them")."""
     topic = kafka.create_topic(partitions=1)
     client = unique("quota")
-    kafka.set_client_quota(client, producer_byte_rate=1_000_000, consumer_byte_rate=1_000_000)
-    conf = {**kafka.conf, "client.id": client}
-    n = 3000
+    # A broker's rate counts over at least 10 s: a client is throttled once it moved more than
+    # 10 s of its quota, here after about 300 KB, for about as long as the rest takes at the rate.
+    kafka.set_client_quota(client, producer_byte_rate=30_000, consumer_byte_rate=30_000)
+    conf = {**kafka.conf, "client.id": client, "batch.size": str(32 << 10)}
+    n = 400
     values = pa.array([b"%06d" % i + b"x" * 994 for i in range(n)], pa.binary())
-    p = _write(conf, topic, unique("quota-tx"), [{"values": values.slice(s, 500)}
-                                                  for s in range(0, n, 500)])
+    p = _write(conf, topic, unique("quota-tx"), [{"values": values.slice(s, 50)}
+                                                  for s in range(0, n, 50)])
     done = p.flush()
     p.close()
     with TransactionClient(kafka.conf) as tc:
@@ -271,7 +273,7 @@ def test_quotas_slow_txkafka_s_client_down_without_failing_or_handing_over(kafka
                           commit=True) == 0
     assert [r.value for r in kafka.read_committed_count(topic, n)] == values.to_pylist()
     wr = WireRange(topic, 0, 0, n, (("bootstrap.servers", kafka.bootstrap), ("client.id", client),
-                                    ("max.partition.fetch.bytes", str(256 << 10))))
+                                    ("max.partition.fetch.bytes", str(64 << 10))))
     read = [v for d in read_range(wr) for v in d.values.to_pylist()]
     assert (wr.handoff, wr.handoff_reason) == (None, "")
     assert read == values.to_pylist()
