@@ -4,6 +4,7 @@ producers and exhaustive read_committed reads, plus the transaction watching onl
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from dataclasses import dataclass
@@ -13,6 +14,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from txkafka import kafka_admin
+from txkafka.connector.client.connection import BrokerConnection, SecurityConfig, split_host_port
+from txkafka.connector.client.protocol import Writer
 from txkafka.connector.client.transactions import TransactionClient
 from txkafka.kafka_admin import QUIET  # noqa: F401 - imported from here by chaos/feeder.py
 
@@ -104,6 +107,37 @@ class KafkaTarget:
 
     def partitions(self, topic: str) -> list[int]:
         return kafka_admin.partitions(self.conf, topic)
+
+    def set_client_quota(self, client_id: str, **quotas: float) -> None:
+        """Set quotas (``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``)
+        of one client id, as ``kafka-configs --alter --entity-type clients`` does: an
+        AlterClientQuotas request (API 49 v1; confluent-kafka's admin client has none)."""
+
+        def op(w: Writer, kv: tuple[str, float]) -> None:
+            w.string(kv[0]).parts.append(struct.pack(">d", kv[1]))
+            w.boolean(False).tags()
+
+        def entry(w: Writer, _: None) -> None:
+            w.array([client_id], lambda ww, c: ww.string("client-id").string(c).tags())
+            w.array(sorted(quotas.items()), op).tags()
+
+        body = Writer(True).array([None], entry).boolean(False).tags().build()
+        host, port = split_host_port(self.bootstrap.split(",")[0])
+        conn = BrokerConnection(host, port, SecurityConfig.from_kafka_config(self.conf))
+        try:
+            r = conn.connect().request(49, 1, body, flexible=True)
+            r.int32()
+
+            def answer(rr) -> tuple[int, str | None]:
+                code, msg = rr.int16(), rr.string()
+                rr.array(lambda e: (e.string(), e.string(), e.tags()))
+                rr.tags()
+                return code, msg
+
+            errors = [a for a in r.array(answer) if a[0]]
+        finally:
+            conn.close()
+        assert not errors, f"AlterClientQuotas for client id {client_id!r}: {errors}"
 
     def read_all(self, topic: str, *, isolation: str = "read_committed",
                  timeout: float = 60.0) -> list[Record]:

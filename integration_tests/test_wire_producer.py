@@ -22,6 +22,7 @@ from txkafka.connector.sink.commit_log import SinkCommitLog
 from txkafka.connector.sink.options import SinkConfig
 from txkafka.connector.client.transactions import TransactionClient
 from txkafka.connector.sink.transactional_ids import TransactionalIdFactory
+from txkafka.connector.client.fetcher import WireRange, read_range
 from txkafka.connector.client.producer import ClusterLink, WireProducer
 from txkafka.embedded_kafka import EmbeddedKafka
 
@@ -267,3 +268,33 @@ def test_a_record_timestamp_the_broker_refuses_names_the_clocks(kafka):
         w.flush()
     w.abort()
     w.close()
+
+
+def test_quotas_slow_txkafka_s_client_down_without_failing_or_handing_over(kafka):
+    """A broker enforcing quotas (KIP-13 byte rates) answers at once with throttle_time_ms and
+    then reads nothing more from that connection for that long (KIP-219): txkafka's producer and
+    fetch wait it out. Written under a producer_byte_rate, committed, read back under a
+    consumer_byte_rate by txkafka's fetch: every record once, in order, and no range handed to
+    librdkafka (a throttled Fetch is answered with no partitions at all, which the fetch took for
+    "no records where the range expects them")."""
+    topic = kafka.create_topic(partitions=1)
+    client = unique("quota")
+    # A broker's rate counts over at least 10 s: a client is throttled once it moved more than
+    # 10 s of its quota, here after about 300 KB, for about as long as the rest takes at the rate.
+    kafka.set_client_quota(client, producer_byte_rate=30_000, consumer_byte_rate=30_000)
+    conf = {**kafka.conf, "client.id": client, "batch.size": str(32 << 10)}
+    n = 400
+    values = pa.array([b"%06d" % i + b"x" * 994 for i in range(n)], pa.binary())
+    p = _write(conf, topic, unique("quota-tx"), [{"values": values.slice(s, 50)}
+                                                  for s in range(0, n, 50)])
+    done = p.flush()
+    p.close()
+    with TransactionClient(kafka.conf) as tc:
+        assert tc.end_txn(done.transactional_id, done.producer_id, done.producer_epoch,
+                          commit=True) == 0
+    assert [r.value for r in kafka.read_committed_count(topic, n)] == values.to_pylist()
+    wr = WireRange(topic, 0, 0, n, (("bootstrap.servers", kafka.bootstrap), ("client.id", client),
+                                    ("max.partition.fetch.bytes", str(64 << 10))))
+    read = [v for d in read_range(wr) for v in d.values.to_pylist()]
+    assert (wr.handoff, wr.handoff_reason) == (None, "")
+    assert read == values.to_pylist()

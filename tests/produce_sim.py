@@ -229,6 +229,8 @@ class SimCluster:
         (_, _, _, _, _, _, _, _, _, pid, epoch, seq, count) = _HEADER.unpack_from(records)
         if tid is not None and (t, p) not in self.in_txn:
             self.violations.append(f"Produce to {t}[{p}] before AddPartitionsToTxn")
+        if t not in self.topics:  # deleted
+            return UNKNOWN_TOPIC_OR_PARTITION
         if self.leaders[(t, p)] != node:
             self.stats.count("not_leader")
             return NOT_LEADER_OR_FOLLOWER
@@ -428,6 +430,9 @@ class SimConnection:
         self._cid = 0
         self.login_expiring = False  # (no login: the simulation's sessions do not end)
 
+    def throttle(self, throttle_ms: int) -> None:
+        """(The sender keeps to the throttle itself, on the simulation's clock.)"""
+
     def connect_idle(self) -> "SimConnection":
         if self.closed:
             raise KafkaProtocolError("closed")
@@ -516,6 +521,9 @@ class _CoordinatorConnection:
 
     def close(self) -> None:
         self.closed = True
+
+    def throttle(self, throttle_ms: int) -> None:
+        assert throttle_ms == 0  # (the simulated coordinator and Metadata never throttle)
 
     def version_for(self, api: int, lo: int, hi: int) -> int:
         return hi if api != wire_producer.INIT_PRODUCER_ID else 4

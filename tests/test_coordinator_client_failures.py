@@ -79,6 +79,7 @@ class FakeBroker:
         self.offered = OFFERED if offered is None else offered  # what ApiVersions announces
         self.coordinator: tuple[str, int] | None = None  # None: this broker itself
         self.log: list[tuple[int, int, bool]] = []  # (connection number, api key, authenticated)
+        self.client_ids: set[str] = set()  # of every request's header
         self.handlers: dict[int, Callable[[int, Reader], bytes]] = {
             FIND_COORDINATOR: self.find_coordinator,
             END_TXN: lambda n, body: end_txn_answer(0),
@@ -136,6 +137,7 @@ class FakeBroker:
                 frame = _recv(sock, struct.unpack(">i", _recv(sock, 4))[0])
                 key, version, cid = struct.unpack(">hhi", frame[:8])
                 client_id_len = struct.unpack(">h", frame[8:10])[0]
+                self.client_ids.add(frame[10:10 + max(client_id_len, 0)].decode())
                 body = Reader(frame[10 + max(client_id_len, 0) + (1 if FLEXIBLE[key] else 0):],
                               FLEXIBLE[key])
                 self.log.append((n, key, authenticated))
@@ -663,3 +665,64 @@ def test_the_coordinators_kept_are_bounded_the_newest_ids_first(brokers, monkeyp
                 assert tc.end_many([(t, 7, 0) for t in ids], commit=True) == {t: 0 for t in ids}
             assert len(tc._coordinators) <= 50
         assert finds() == 5  # one lookup per run: the ids in use stayed known
+
+
+# ------------------------------------------------------------------- 6. broker quotas (KIP-219)
+
+
+def _throttling(broker: FakeBroker, throttle_ms: int) -> list[tuple[int, int, bool]]:
+    """Every answer of ``broker`` says throttle_time_ms=``throttle_ms``; as Kafka does, the broker
+    then reads nothing more from that connection until the time has passed. Returns a log of
+    (connection, api key, whether the request came while its connection was muted): the fake
+    reads at once, so it sees a client that sends early; Kafka would leave it unread."""
+    muted: dict[int, float] = {}
+    log: list[tuple[int, int, bool]] = []
+
+    def throttled(api: int, answer: Callable[[int, Reader], bytes]
+                  ) -> Callable[[int, Reader], bytes]:
+        def handle(n: int, body: Reader) -> bytes:
+            log.append((n, api, time.monotonic() < muted.get(n, 0.0)))
+            out = answer(n, body)
+            muted[n] = time.monotonic() + throttle_ms / 1000
+            return struct.pack(">i", throttle_ms) + out[4:]  # (each answer starts with it)
+        return handle
+
+    for api, answer in list(broker.handlers.items()):
+        broker.handlers[api] = throttled(api, answer)
+    return log
+
+
+def test_requests_wait_for_the_throttle_time_a_quota_set(brokers):
+    """A broker enforcing a quota answers at once and mutes the connection for throttle_time_ms:
+    the client sends its next request on that connection only after that (the Java client's and
+    librdkafka's rule): FindCoordinator, EndTxn, DescribeTransactions, Metadata alike. A
+    throttle outlasting a call's deadline fails it unsent; the connection stays usable."""
+    broker = brokers()
+    log = _throttling(broker, 300)
+    with TransactionClient({"bootstrap.servers": f"127.0.0.1:{broker.port}"}, timeout=10) as tc:
+        assert tc.end_txn("t", 7, 0, commit=True) == 0
+        assert tc.end_txn("t", 7, 0, commit=True) == 0
+        assert tc.describe(["t"])["t"].state == "Ongoing"
+        assert tc.brokers()
+    assert len(log) >= 5 and not [e for e in log if e[2]], log
+
+    conn = BrokerConnection("127.0.0.1", broker.port, SecurityConfig()).connect()
+    conn.throttle(60_000)
+    with pytest.raises(KafkaProtocolError, match="throttles this client for 6.*s more.*quota"):
+        conn.request(END_TXN, 4, b"", flexible=True, deadline=time.monotonic() + 0.2)
+    assert conn.connected and not conn.broken
+    conn.close()
+
+
+def test_the_commit_client_identifies_itself_with_kafka_client_id(brokers):
+    """Quotas by client id (and the brokers' request logs) cover the driver's commit client too:
+    it sends ``kafka.client.id`` when set, as txkafka's producer and fetch do."""
+    broker = brokers()
+    conf = {"bootstrap.servers": f"127.0.0.1:{broker.port}"}
+    with TransactionClient({**conf, "client.id": "orders-etl"}, timeout=10) as tc:
+        assert tc.end_txn("t", 7, 0, commit=True) == 0
+    assert broker.client_ids == {"orders-etl"}
+    broker.client_ids.clear()
+    with TransactionClient(conf, timeout=10) as tc:
+        assert tc.end_txn("t", 7, 0, commit=True) == 0
+    assert broker.client_ids == {"txkafka-committer"}

@@ -153,6 +153,9 @@ class _Conn:
     def version_for(self, api: int, low: int, high: int) -> int:
         return high
 
+    def throttle(self, throttle_ms: int) -> None:
+        assert throttle_ms == 0
+
     def request(self, api: int, version: int, body, flexible: bool = True) -> Reader:
         self.requests += 1
         answer = Writer(True).int32(0).int16(COORDINATOR_LOAD_IN_PROGRESS).int64(-1).int16(-1)

@@ -37,6 +37,9 @@ class _Conn:
     def version_for(self, api, lo, hi):
         return 0
 
+    def throttle(self, throttle_ms):
+        assert throttle_ms == 0
+
     def request(self, api, version, body, flexible):
         self.requests += 1
         return _answer(*(self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]))

@@ -25,8 +25,8 @@ CONFIG = (("bootstrap.servers", "seed:9092"), ("group.id", "g-1"),
 
 
 def fetch_response(records: bytes | None, *, error: int = 0,
-                   aborted: list[tuple[int, int]] | None = None) -> bytes:
-    w = Writer(False).int32(0).int16(0).int32(0)
+                   aborted: list[tuple[int, int]] | None = None, throttle_ms: int = 0) -> bytes:
+    w = Writer(False).int32(throttle_ms).int16(0).int32(0)
     w.int32(1).string(TOPIC).int32(1)
     w.int32(0).int16(error).int64(100).int64(100).int64(0)
     if aborted is None:
@@ -68,12 +68,16 @@ class ScriptedConn:
         self.metadata_calls = 0
         self.closed = False
         self.connected = True
+        self.throttles: list[int] = []  # each answer's throttle_time_ms, as noted
 
     def connect(self, deadline=None):
         return self
 
     def version_for(self, api_key: int, lo: int, hi: int) -> int:
         return hi
+
+    def throttle(self, throttle_ms: int) -> None:
+        self.throttles.append(throttle_ms)
 
     def close(self) -> None:
         self.closed = True
@@ -161,6 +165,22 @@ def test_no_records_where_the_range_expects_them_is_handed_over():
                              fetch_response(None)])
     assert offsets == [0, 1, 2, 3, 4]
     assert wr.handoff == 5 and wr.handoff_reason == "no records where the range expects them"
+
+
+def throttled_fetch_response(throttle_ms: int) -> bytes:
+    """What a broker enforcing a fetch or request quota answers (KIP-219): at once, with the
+    throttle time and no partitions; it reads the connection again once that time has passed."""
+    return Writer(False).int32(throttle_ms).int16(0).int32(0).int32(0).build()
+
+
+def test_a_throttled_fetch_is_asked_again_not_handed_over():
+    first = batch(0, records_of([b"a"] * 4))
+    rest = batch(4, records_of([b"b"] * 6))
+    wr, conn, _, offsets = run([fetch_response(first, throttle_ms=700),
+                                throttled_fetch_response(900), fetch_response(rest)])
+    assert offsets == list(range(10)) and wr.handoff is None
+    assert conn.fetch_offsets == [0, 4, 4]
+    assert conn.throttles == [0, 700, 900, 0]  # Metadata, then each Fetch: noted, waited out
 
 
 def test_a_corrupt_response_is_handed_over_not_raised():

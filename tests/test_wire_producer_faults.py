@@ -44,6 +44,7 @@ from txkafka.connector.client.error_codes import (
 )
 from txkafka.connector.errors import (
     BrokersUnavailableError,
+    KafkaConfigError,
     KafkaAuthorizationError,
     KafkaProtocolError,
     TransactionError,
@@ -680,3 +681,52 @@ def test_a_busy_produce_connection_logs_in_again_before_its_session_ends(
     assert len(produced) * 0.005 > 2 * 0.5  # the sender was busy for more than two sessions
     assert b.expired == []
     assert len(set(produced)) >= 3  # logged in again on a new connection each session
+
+
+def test_a_partition_added_since_the_metadata_was_read_is_written_not_refused():
+    """Partitions added to the output topic while the stream runs: the worker's link still has
+    the old count (Metadata is kept for a minute), and a row whose 'partition' names a new
+    partition is checked against fresh Metadata before it is refused. (It failed the task, and
+    every retry on that worker, with "topic 't' has 2 partitions".)"""
+    cluster = SimCluster(random.Random(1), Faults(), topics={"t": 2})
+    link = SimLink(cluster)
+    first = WireProducer({"bootstrap.servers": "sim:9092"}, transactional_id="sim-0", link=link)
+    first.begin()
+    first.send("t", _values(0, 10), partitions=_to(1, 10))
+    first.flush()
+    first.close()
+    cluster.end_txn(commit=True)
+    with cluster.lock:  # kafka-topics --alter --partitions 4
+        cluster.topics["t"] = 4
+        for p in (2, 3):
+            cluster.leaders[("t", p)] = cluster.nodes[p % len(cluster.nodes)]
+            cluster.logs[("t", p)] = []
+    second = WireProducer({"bootstrap.servers": "sim:9092"}, transactional_id="sim-0", link=link)
+    second.begin()
+    second.send("t", _values(10, 10), partitions=_to(3, 10))
+    with pytest.raises(KafkaConfigError, match="'partition' column is 9, but topic 't' has 4"):
+        second.send("t", _values(20, 1), partitions=_to(9, 1))
+    assert second.flush().topic_partitions == {"t": [3]}
+    second.close()
+    assert cluster.written(("t", 3)) == _values(10, 10).to_pylist()
+
+
+def test_an_output_topic_deleted_mid_task_fails_it_saying_so():
+    """The output topic deleted while a task writes: Produce answers UNKNOWN_TOPIC_OR_PARTITION
+    and Metadata no longer knows the topic. Once that lasts kafka.topic.metadata.propagation.max.ms
+    the task fails naming the missing topic (it retried until the delivery timeout, then said
+    "check the brokers' health"); the driver commits nothing of it."""
+    cluster = SimCluster(random.Random(1), Faults(), topics={"t": 2})
+    link = SimLink(cluster)
+    link.conf["topic.metadata.propagation.max.ms"] = "300"
+    p = WireProducer({"bootstrap.servers": "sim:9092", "message.timeout.ms": "5000"},
+                     transactional_id="sim-0", link=link, where="test task")
+    p.begin()
+    p.send("t", _values(0, 50), partitions=_to(0, 50))
+    with cluster.lock:
+        del cluster.topics["t"]  # kafka-topics --delete
+    p.send("t", _values(50, 50), partitions=_to(0, 50))
+    with pytest.raises(TransactionError, match=r"topic 't' does not exist \(UNKNOWN_TOPIC_OR_"):
+        p.flush()
+    p.abort()
+    p.close()

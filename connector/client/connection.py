@@ -271,6 +271,8 @@ class BrokerConnection:
         self.api_versions: dict[int, tuple[int, int]] = {}
         # time.monotonic() after which the login is renewed (broker session lifetime), or None.
         self._renew_at: float | None = None
+        # time.monotonic() until which the broker throttles this client here (throttle()).
+        self._throttled_until = 0.0
 
     def __repr__(self) -> str:
         return f"BrokerConnection({self.host}:{self.port}, {self.security.protocol})"
@@ -303,11 +305,42 @@ class BrokerConnection:
         renew_at = self._renew_at
         return renew_at is not None and time.monotonic() >= renew_at
 
+    def throttle(self, throttle_ms: int) -> None:
+        """Note an answer's throttle_time_ms. A broker enforcing a quota (KIP-13 byte rates,
+        KIP-124 request time) answers at once and then reads nothing more from this connection
+        until that time has passed (KIP-219): the next request waits for it here, as the Java
+        client and librdkafka wait, rather than sit unread in the broker while its own timeout
+        runs (or, past it, be given up and sent again on a new connection)."""
+        if throttle_ms > 0:
+            self._throttled_until = max(self._throttled_until,
+                                        time.monotonic() + throttle_ms / 1000)
+
+    @property
+    def throttle_left_s(self) -> float:
+        """How long the broker still throttles this client on this connection (0: not)."""
+        return max(0.0, self._throttled_until - time.monotonic())
+
+    def _wait_throttle(self, deadline: float, api_key: int) -> None:
+        """Wait out the broker's throttle before writing (the caller holds the lock); a
+        throttle that outlasts the call's deadline fails it unsent (the connection stays)."""
+        left = self.throttle_left_s
+        if not left:
+            return
+        if time.monotonic() + left > deadline:
+            raise KafkaProtocolError(
+                f"the broker {self.host}:{self.port} throttles this client for {left:.1f}s more "
+                f"(a quota: its answers' throttle_time_ms), past API {api_key}'s timeout; the "
+                "request was not sent. Check the quotas set for this client's user and client.id")
+        time.sleep(left)
+
     def _deadline(self, deadline: float | None) -> float:
         if deadline is not None:
             return deadline
         scoped = current_deadline()
-        return scoped if scoped is not None else time.monotonic() + self.timeout
+        if scoped is not None:
+            return scoped
+        # A call's own timeout starts when the broker reads this connection again.
+        return time.monotonic() + self.throttle_left_s + self.timeout
 
     def _attempt_timeout(self, deadline: float) -> float:
         """Socket timeout of one operation: the per-attempt cap, or what is left of the call."""
@@ -593,6 +626,7 @@ class BrokerConnection:
                     if self._closed:
                         raise self._closed_error()
                     raise _NotConnected()
+                self._wait_throttle(deadline, api_key)  # (a login's requests go at once)
             frames = []
             cids = []
             for key, version, body, flex_req, _flex_resp in requests:
@@ -652,6 +686,8 @@ class BrokerConnection:
             sock = self._sock
             if sock is None:
                 raise self._closed_error()
+            if not capped:
+                self._wait_throttle(deadline, api_key)  # (a previous owner's answers said so)
             frames: list = []
             cid = self._frame(frames, api_key, version, body, flexible)
             with self._io_errors(sock, api_key):

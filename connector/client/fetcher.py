@@ -207,15 +207,22 @@ class WireRange:
         return w.build()
 
     def _fetch(self, conn: BrokerConnection, offset: int
-               ) -> tuple[int, list[tuple[int, int]], memoryview | None]:
+               ) -> tuple[int, list[tuple[int, int]], memoryview | None] | None:
+        """The partition's error code, aborted transactions and records; None when the broker
+        throttled the request (a quota): it then answers at once with no partitions at all, and
+        reads this connection again once the throttle time has passed."""
         r = conn.request(FETCH, FETCH_VERSION, self._request(offset), flexible=False)
-        r.int32()  # throttle
+        throttle_ms = r.int32()
+        conn.throttle(throttle_ms)
         top = r.int16()
         r.int32()  # session
         if top:
             return top, [], None
+        topics = r.int32()
+        if topics <= 0 and throttle_ms > 0:
+            return None
         err, aborted, records = 0, [], None
-        for _ in range(r.int32()):
+        for _ in range(topics):
             r.string()
             for _ in range(r.int32()):
                 r.int32()
@@ -255,7 +262,10 @@ class WireRange:
                 if conn.version_for(FETCH, 4, FETCH_VERSION) != FETCH_VERSION:
                     yield _Response(None, pos, "the broker does not speak Fetch v11 (Kafka < 2.3)")
                     return
-                err, aborted, records = self._fetch(conn, pos)
+                answer = self._fetch(conn, pos)
+                if answer is None:
+                    continue  # throttled: asked again once the connection's throttle ends
+                err, aborted, records = answer
             except ProtocolError as e:
                 yield _Response(None, pos, f"a Fetch response did not parse: {e}")
                 return

@@ -38,7 +38,7 @@ def request_metadata(conn: BrokerConnection, topics: list[str]) -> ClusterMetada
         w.boolean(False)  # include_cluster_authorized_operations
     w.boolean(False).tags()
     r = conn.request(METADATA, v, w.build(), flexible=True)
-    r.int32()  # throttle
+    conn.throttle(r.int32())
 
     def broker(rr: Reader) -> tuple[int, str, int]:
         node, host, port = rr.int32(), rr.string() or "", rr.int32()

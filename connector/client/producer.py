@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Collection, Mapping
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .connection import (
     ApiRange,
@@ -645,6 +646,7 @@ class _NodeSender:
             # KIP-219: the broker answered at once and holds this connection's next requests
             # until the throttle time has passed; sending before then only queues them there.
             self.resume_at = p._runner.clock() + throttle_ms / 1000
+            self.conn.throttle(throttle_ms)  # (the connection's next owner waits too)
         p._answered([(req, answer)], "")
 
     def _lose(self, sending: dict[tuple[str, int], _Batch] | None, failure: str | None) -> None:
@@ -757,7 +759,7 @@ class WireProducer:
                     if v >= 3:
                         w.int64(-1).int16(-1)
                     r = conn.request(INIT_PRODUCER_ID, v, w.tags().build(), flexible=True)
-                    r.int32()
+                    conn.throttle(r.int32())
                     err, pid, epoch = r.int16(), r.int64(), r.int16()
             except KafkaAuthenticationError:
                 raise
@@ -801,11 +803,25 @@ class WireProducer:
             acc = self._acc[topic] = BatchAccumulator(
                 topic, info.partitions, batch_bytes=self.batch_bytes, max_batch_bytes=self.max_bytes,
                 rng=self._sticky_rng)
+        if partitions is not None:
+            self._see_added_partitions(acc, partitions)
         ts = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         self.count += acc.append(keys, values, headers=headers, partitions=partitions,
                                  timestamp_ms=ts, now=self._runner.clock())
         if acc.sealed:
             self._dispatch(acc)
+
+    def _see_added_partitions(self, acc: BatchAccumulator, partitions: pa.Array) -> None:
+        """A row's ``partition`` past the topic's partition count as the worker last read it:
+        Metadata is asked again before the row is refused. Partitions added to the topic of a
+        running stream exist at once, and the worker's link keeps Metadata for a minute."""
+        top = pc.max(partitions).as_py()
+        if top is None or top < acc.partitions:
+            return
+        timeout_s, budget = self._metadata_patience()
+        info = self.link.topic(acc.topic, refresh=True, where=self.where, timeout_s=timeout_s,
+                               budget=budget)
+        acc.partitions = max(acc.partitions, info.partitions)
 
     def _dispatch(self, acc: BatchAccumulator) -> None:
         """Sealed batches: add new partitions to the transaction, give each its sequence, encode
@@ -903,7 +919,7 @@ class WireProducer:
                                    .array(tp[1], lambda ww, p: ww.int32(p)).tags())
                             .tags().build())
                     r = conn.request(ADD_PARTITIONS_TO_TXN, v, body, flexible=True)
-                    r.int32()
+                    conn.throttle(r.int32())
                     for _ in range(r.uvarint() - 1):
                         name = r.string() or ""
                         for _ in range(r.uvarint() - 1):
@@ -1107,7 +1123,11 @@ class WireProducer:
                     raise _Fatal(e) from None
                 except BrokersUnavailableError:
                     fresh = dict.fromkeys((t for t, _ in again), None)
-                except (KafkaProtocolError, TransactionError):
+                except TransactionError as e:
+                    if e.code == UNKNOWN_TOPIC_OR_PARTITION:  # (deleted: no retry brings it back)
+                        raise _Fatal(e) from None
+                    fresh[topic] = None
+                except KafkaProtocolError:
                     fresh[topic] = None
             info = fresh[topic]
             leader = info.leaders.get(partition, -1) if info is not None else -1

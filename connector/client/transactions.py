@@ -156,7 +156,7 @@ class TransactionClient:
         kafka_config: Mapping[str, object],
         *,
         timeout: float = 30.0,
-        client_id: str = "txkafka-committer",
+        client_id: str | None = None,
         security: SecurityConfig | None = None,
     ) -> None:
         servers = str(kafka_config.get("bootstrap.servers") or "")
@@ -165,7 +165,8 @@ class TransactionClient:
         self.bootstrap = [split_host_port(s) for s in servers.split(",") if s.strip()]
         self.security = security or SecurityConfig.from_kafka_config(kafka_config)
         self.timeout = timeout
-        self.client_id = client_id
+        # kafka.client.id, as every client of the query: quotas by client id cover this one too.
+        self.client_id = client_id or str(kafka_config.get("client.id") or "txkafka-committer")
         self._conns: dict[tuple[str, int], BrokerConnection] = {}
         self._coordinators: OrderedDict[str, tuple[str, int]] = OrderedDict()  # LRU, bounded
         # Brokers seen since start (coordinators, metadata): asked when the bootstrap ones are down.
@@ -380,7 +381,7 @@ class TransactionClient:
                 self._pause(e, deadline, backoff)
                 backoff = min(backoff * 2, 1.0)
                 continue
-            r.int32()
+            conn.throttle(r.int32())
             retry = []
 
             def coord(rr: Reader) -> None:
@@ -470,7 +471,7 @@ class TransactionClient:
             if not isinstance(e, KafkaAuthenticationError):
                 self._drop(conn)
             raise
-        r.int32()
+        conn.throttle(r.int32())
 
         def topic(rr: Reader) -> tuple[str, list[int]]:
             name = rr.string() or ""
@@ -546,7 +547,7 @@ class TransactionClient:
                 conn = self._conn(host, port)
                 r = conn.request(LIST_TRANSACTIONS, conn.version_for(*LIST_TRANSACTIONS_API.spec),
                                  body, flexible=True)
-            r.int32()
+            conn.throttle(r.int32())
             err = r.int16()
             if err == CLUSTER_AUTHORIZATION_FAILED:
                 raise KafkaAuthorizationError(
@@ -618,7 +619,7 @@ class TransactionClient:
         except KafkaProtocolError:
             self._drop(conn)
             return COORDINATOR_NOT_AVAILABLE
-        r.int32()
+        conn.throttle(r.int32())
         return r.int16()
 
     @_within_timeout
@@ -653,7 +654,7 @@ class TransactionClient:
                 reqs = [(END_TXN, v, Writer(flexible).string(tid).int64(pid).int16(ep)
                          .boolean(commit).tags().build(), flexible) for tid, pid, ep in group]
                 for (tid, _, _), r in zip(group, conn.request_many(reqs)):
-                    r.int32()
+                    conn.throttle(r.int32())
                     codes[tid] = r.int16()
             except KafkaAuthenticationError:
                 raise
