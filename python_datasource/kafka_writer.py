@@ -171,8 +171,7 @@ class _KafkaWrite:
         if commit_log is not None:
             identity = commit_log.identity(self.cfg.transactional_id_prefix)
             self.ids = TransactionalIdFactory(self.cfg.transactional_id_prefix, identity.sink_id)
-            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log,
-                                             planned_at=self.planned_at)
+            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
             # Driver-side recovery and checks before this batch's tasks start (invariants 4, 11).
             self.plan = self._committer.plan()
         else:
@@ -190,8 +189,7 @@ class _KafkaWrite:
         if self._committer is None:
             assert self.ids is not None
             commit_log = SinkCommitLog(self.cfg.checkpoint_location or "") if self.streaming else None
-            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log,
-                                             planned_at=self.planned_at)
+            self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
         return self._committer
 
     # ------------------------------------------------------------------ task side

@@ -209,14 +209,13 @@ class KafkaCommitter:
         ids: TransactionalIdFactory,
         commit_log: SinkCommitLog | None,
         client: TransactionClient | None = None,
-        planned_at: float | None = None,
     ) -> None:
-        """``planned_at``: :func:`host_clock` when Spark planned the batch (before its tasks
-        started), on the host where ``commit`` runs: no transaction of the batch is older."""
         self.cfg = cfg
         self.ids = ids
         self.log = commit_log
-        self.planned_at = planned_at
+        # host_clock() when Spark planned the batch being committed (before its tasks started),
+        # on the host where commit runs: no transaction of the batch is older. Set before commit.
+        self.planned_at: float | None = None
         self.client = client or shared_client(cfg.kafka, cfg.commit_timeout_ms / 1000.0)
         self.faults = FaultInjector.get()
         self.last_report: CommitReport | None = None
