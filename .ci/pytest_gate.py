@@ -14,14 +14,18 @@ matrix a test at a time (``--dist load``). A test's driver waits on Spark and Ka
 time, so three streams keep the machine's two cores busy (a fourth would only add load). ``-n 0``
 (or another ``-n``) in the arguments overrides this.
 
-Spark's Python processes run from a copy of pyspark.zip that carries bytecode (``txkafka
-pyspark-home``, exported as SPARK_HOME for both runs): each process Spark starts otherwise compiles
-pyspark again, about a fifth of the suite's CPU on two cores. The code they run is the same. The
-stock layout is still what runs in integration_tests/test_spark_python_imports.py, the
-packaging tests (new environments, a standalone cluster's executors), ``make demo`` and the other
-Pythons' checks. ``TXKAFKA_TEST_SPARK_HOME=stock`` runs everything on the stock layout; a SPARK_HOME
-already set is used as it is. Spark drivers and the embedded brokers run with the JIT's first tier
-only (``TXKAFKA_TEST_JIT=full``: the JVM's default).
+Spark's Python processes import the installed pyspark, with pip's bytecode, instead of
+``$SPARK_HOME/python/lib/pyspark.zip`` (txkafka/devtools/spark_home_for_tests.py: a Spark home linked to
+the installed one without that zip, exported as SPARK_HOME for both runs; the effect of ``txkafka
+pyspark-bytecode enable`` without writing into the environment). Each process Spark starts
+otherwise compiles pyspark again and, on Python 3.11, re-reads the zip's directory once per package.
+The code they run is the same. The stock layout is still what runs in
+integration_tests/test_spark_python_imports.py, the packaging tests (new environments, a
+standalone cluster's executors), ``make demo`` and the other Pythons' checks.
+``TXKAFKA_TEST_SPARK_HOME=stock`` runs everything on the stock layout; a SPARK_HOME already set is
+used as it is. The repository's own modules are compiled first (``compileall``): a machine that sets
+PYTHONDONTWRITEBYTECODE would otherwise compile them in every process. Spark drivers and the
+embedded brokers run with the JIT's first tier only (``TXKAFKA_TEST_JIT=full``: the JVM's default).
 """
 
 import os
@@ -45,25 +49,38 @@ def _say(msg: str) -> None:
     print(f"[pytest-gate] {msg}", flush=True)
 
 
-def _with_bytecode_spark_home(env: dict[str, str]) -> dict[str, str]:
-    """``env`` with SPARK_HOME at the cached bytecode copy of the installed Spark home (built once
-    per pyspark and Python version), unless the caller chose a home or the stock layout."""
+def _with_test_spark_home(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with SPARK_HOME at the tests' Spark home (built once per pyspark), unless the caller
+    chose a home or the stock layout."""
     if env.get("SPARK_HOME"):
         _say(f"Spark home: {env['SPARK_HOME']} (SPARK_HOME)")
         return env
     if env.get("TXKAFKA_TEST_SPARK_HOME") == "stock":
         _say("Spark home: the installed pyspark, stock (TXKAFKA_TEST_SPARK_HOME=stock)")
         return env
-    from txkafka.pyspark_home import PysparkHomeError, build
+    from txkafka.devtools.spark_home_for_tests import build
+    from txkafka.pyspark_home import PysparkHomeError
 
     try:
-        home = build(progress=lambda m: _say("  " + m))
+        home = build()
     except PysparkHomeError as e:  # the tests run as well on the stock layout, only slower
-        _say(f"Spark home: the installed pyspark, stock (no bytecode copy: {e})")
+        _say(f"Spark home: the installed pyspark, stock ({e})")
         return env
-    _say(f"Spark home: {home} (pyspark.zip with bytecode; TXKAFKA_TEST_SPARK_HOME=stock: "
-         "the stock one)")
+    _say(f"Spark home: {home} (Spark's Python processes import the installed pyspark; "
+         "TXKAFKA_TEST_SPARK_HOME=stock: the stock one)")
     return {**env, "SPARK_HOME": str(home)}
+
+
+# Compiled once here, read by every process the suite starts (PYTHONDONTWRITEBYTECODE only stops
+# imports from writing bytecode; compileall writes it, and skips what is up to date).
+_SOURCES = ("connector", "python_datasource", "txkafka", "pyspark_txkafka.py", "tests",
+            "integration_tests", "conftest.py")
+
+
+def _compile_sources() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0",
+                    *[os.path.join(root, s) for s in _SOURCES]], check=True)
 
 
 # The JIT's first tier only (C1), for Spark drivers (SPARK_SUBMIT_OPTS, silent, unlike
@@ -83,7 +100,8 @@ def _with_test_jvm_options(env: dict[str, str]) -> dict[str, str]:
 
 def main(args: list[str]) -> int:
     started = time.monotonic()
-    env = _with_test_jvm_options(_with_bytecode_spark_home(dict(os.environ)))
+    _compile_sources()
+    env = _with_test_jvm_options(_with_test_spark_home(dict(os.environ)))
     _say(f"all tests, Apache Kafka {KAFKA_VERSION}")
     # The slowest tests in the log: what to look at when the run nears CI's time budget.
     code = _pytest(["--durations=30", *args], env)

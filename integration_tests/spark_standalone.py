@@ -22,7 +22,7 @@ from txkafka.embedded_kafka import free_port
 
 def _spark_class(env: Mapping[str, str]) -> tuple[str, str]:
     """The cluster's spark-class and SPARK_HOME: ``env``'s SPARK_HOME when it names one (the test
-    run's bytecode home, .ci/pytest_gate.py), else the installed pyspark's, as a user's would be."""
+    run's, .ci/pytest_gate.py), else the installed pyspark's, as a user's would be."""
     home = env.get("SPARK_HOME")
     if not home:
         import pyspark

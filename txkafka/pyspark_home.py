@@ -138,7 +138,7 @@ def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str]
     if target.exists() and any(target.iterdir()) and not marker.is_file():
         raise PysparkHomeError(f"{target} exists and was not made by txkafka; choose another --out")
     target.mkdir(parents=True, exist_ok=True)
-    _mirror(source, target, skip=ZIP_RELATIVE)
+    mirror(source, target, skip=ZIP_RELATIVE)
     say(f"compiling {src_zip} ...")
     n, dropped = _zip_with_bytecode(src_zip, target / ZIP_RELATIVE)
     marker.write_text(stamp)
@@ -146,7 +146,7 @@ def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str]
     return target
 
 
-def _mirror(source: Path, target: Path, skip: Path) -> None:
+def mirror(source: Path, target: Path, skip: Path) -> None:
     """Link every entry of ``source`` into ``target`` except ``skip``, whose parents become real
     directories (so the caller can put its own file at ``skip``)."""
     head, rest = skip.parts[0], Path(*skip.parts[1:]) if len(skip.parts) > 1 else None
@@ -157,7 +157,7 @@ def _mirror(source: Path, target: Path, skip: Path) -> None:
                 if link.is_symlink():
                     link.unlink()
                 link.mkdir(exist_ok=True)
-                _mirror(entry, link, rest)
+                mirror(entry, link, rest)
             continue
         if link.is_symlink() and Path(os.readlink(link)) == entry:
             continue

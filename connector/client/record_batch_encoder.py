@@ -633,7 +633,11 @@ def _record_pieces(heads: pa.Array, values: pa.Array, hbytes: pa.Array | None,
     return out, row_bytes
 
 
-_NO_HEADERS_ARRAY = pa.array([_NO_HEADERS], pa.binary())
+# Built from its buffers: pa.array() would import pandas (pyarrow's pandas check) in every process
+# that imports this module, the driver's commit processes included, which never encode a record.
+_NO_HEADERS_ARRAY = pa.Array.from_buffers(
+    pa.binary(), 1, [None, pa.py_buffer(np.array([0, len(_NO_HEADERS)], np.int32)),
+                     pa.py_buffer(_NO_HEADERS)])
 
 
 def _records(prefix: pa.Array, keys: pa.Array | None, mid: pa.Array, values: pa.Array,

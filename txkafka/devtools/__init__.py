@@ -1,9 +1,10 @@
-"""Developer tooling: the benchmarks and the tests' JVM start-up archive.
+"""Developer tooling: the benchmarks, the tests' JVM start-up archive and their Spark home.
 
 Owns: ``txkafka bench`` (``bench``, with its ``tasks`` suite in ``bench_tasks`` and what the
 suites share in ``bench_runs``), ``txkafka bench-endurance`` (``bench_endurance``),
 ``python -m txkafka.devtools.bench_produce`` (one task's transaction on each producer, without
-Spark) and the class-data-sharing archive of Spark's JVM (``jvm_startup``).
+Spark), the class-data-sharing archive of Spark's JVM (``jvm_startup``) and the test suite's
+Spark home (``spark_home_for_tests``).
 
 May import anything of txkafka. Nothing else imports it: the command line loads its commands by
 name and lists them after the user's, under their own heading.
