@@ -21,7 +21,7 @@ pyspark-bytecode enable`` without writing into the environment). Each process Sp
 otherwise compiles pyspark again and, on Python 3.11, re-reads the zip's directory once per package.
 The code they run is the same. The stock layout is still what runs in
 integration_tests/test_spark_python_imports.py, the packaging tests (new environments, a
-standalone cluster's executors), ``make demo`` and the other Pythons' checks.
+standalone cluster's executors) and ``make demo``.
 ``TXKAFKA_TEST_SPARK_HOME=stock`` runs everything on the stock layout; a SPARK_HOME already set is
 used as it is. The repository's own modules are compiled first (``compileall``): a machine that sets
 PYTHONDONTWRITEBYTECODE would otherwise compile them in every process. Spark drivers and the
