@@ -44,3 +44,18 @@ def test_another_spark_home_is_refused(cache, tmp_path, monkeypatch):
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
     with pytest.raises(PysparkHomeError, match="not the installed pyspark package"):
         spark_home_for_tests.build()
+
+
+def test_txkafka_pyspark_home_under_it_mirrors_the_installed_home(cache, tmp_path, monkeypatch):
+    """The benchmarks' --pyspark-home inside the suite: SPARK_HOME is this home, and the bytecode
+    home is built from the installed pyspark it mirrors, zip included."""
+    from txkafka import pyspark_home
+
+    monkeypatch.setenv("SPARK_HOME", str(spark_home_for_tests.build()))
+    assert pyspark_home.installed_spark_home() != Path(pyspark.__file__).parent
+    with monkeypatch.context() as m:  # compiling pyspark's zip is not this test's subject
+        m.setattr(pyspark_home, "_zip_with_bytecode", lambda src, dst: (dst.write_bytes(
+            src.read_bytes()), (0, 0))[1])
+        home = pyspark_home.build(target=tmp_path / "bytecode-home")
+    assert (home / ZIP_RELATIVE).read_bytes() == \
+        (Path(pyspark.__file__).parent / ZIP_RELATIVE).read_bytes()

@@ -40,7 +40,9 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ZIP_RELATIVE = Path("python") / "lib" / "pyspark.zip"
-_MARKER = ".txkafka-pyspark-home"
+# In every home mirrored here (and the test suite's, devtools/spark_home_for_tests.py): its first
+# line is the Spark home mirrored, so a SPARK_HOME pointing at a mirror mirrors the original.
+MARKER = ".txkafka-pyspark-home"
 _LAYOUT = 2  # bump when what build() writes changes, so existing homes are rebuilt
 
 
@@ -112,8 +114,8 @@ def build(source: Optional[Path] = None, target: Optional[Path] = None,
     """Create (or reuse, when up to date) the mirrored SPARK_HOME; returns its path."""
     say = progress or (lambda m: None)
     source = (source or installed_spark_home()).resolve()
-    if (source / _MARKER).is_file():  # SPARK_HOME already points at a home built here
-        source = Path((source / _MARKER).read_text().splitlines()[0])
+    if (source / MARKER).is_file():  # SPARK_HOME already points at a mirror
+        source = Path((source / MARKER).read_text().splitlines()[0])
     src_zip = source / ZIP_RELATIVE
     if not src_zip.is_file():
         raise PysparkHomeError(f"{src_zip} not found: SPARK_HOME={source} is not a Spark home "
@@ -131,7 +133,7 @@ def build(source: Optional[Path] = None, target: Optional[Path] = None,
 def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str], None]) -> Path:
     stamp = (f"{source}\n{src_zip.stat().st_size} {src_zip.stat().st_mtime_ns}\n{sys.version}\n"
              f"layout {_LAYOUT}\n")
-    marker = target / _MARKER
+    marker = target / MARKER
     if marker.is_file() and marker.read_text() == stamp:
         say(f"up to date: {target}")
         return target

@@ -22,9 +22,7 @@ import sys
 from pathlib import Path
 
 from ..embedded_kafka import cache_dir, file_lock
-from ..pyspark_home import ZIP_RELATIVE, PysparkHomeError, installed_spark_home, mirror
-
-_MARKER = ".txkafka-test-spark-home"
+from ..pyspark_home import MARKER, ZIP_RELATIVE, PysparkHomeError, installed_spark_home, mirror
 
 
 def build() -> Path:
@@ -38,10 +36,12 @@ def build() -> Path:
                                f"its {ZIP_RELATIVE}; leave SPARK_HOME unset")
     digest = hashlib.sha256(str(source).encode()).hexdigest()[:12]
     target = cache_dir() / f"test-spark-home-{sys.implementation.cache_tag}-{digest}"
-    stamp = f"{source}\n{zipped.stat().st_size} {zipped.stat().st_mtime_ns}\n"
+    # pyspark_home's marker (first line: the home mirrored), so `txkafka pyspark-home` run with
+    # SPARK_HOME at this home mirrors the installed one, as the benchmarks do under the suite.
+    stamp = f"{source}\n{zipped.stat().st_size} {zipped.stat().st_mtime_ns}\nfor tests\n"
     try:
         with file_lock(target.parent / f".{target.name}.lock"):
-            marker = target / _MARKER
+            marker = target / MARKER
             if not (marker.is_file() and marker.read_text() == stamp):
                 target.mkdir(parents=True, exist_ok=True)
                 mirror(source, target, skip=ZIP_RELATIVE)
