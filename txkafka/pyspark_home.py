@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 ZIP_RELATIVE = Path("python") / "lib" / "pyspark.zip"
-# In every home mirrored here (and the test suite's, devtools/spark_home_for_tests.py): its first
-# line is the Spark home mirrored, so a SPARK_HOME pointing at a mirror mirrors the original.
+# In every home mirrored here: its first line is the Spark home mirrored, so a SPARK_HOME pointing at
+# a mirror mirrors the original.
 MARKER = ".txkafka-pyspark-home"
 _LAYOUT = 2  # bump when what build() writes changes, so existing homes are rebuilt
 
@@ -61,13 +61,13 @@ def installed_spark_home() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def default_target(source: Path) -> Path:
+def default_target(source: Path, kind: str = "spark-home") -> Path:
     """One cached home per installed Spark and Python version (the bytecode is version-bound)."""
     from .embedded_kafka import cache_dir
 
     digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
     tag = sys.implementation.cache_tag  # e.g. cpython-311
-    return cache_dir() / f"spark-home-{tag}-{digest}"
+    return cache_dir() / f"{kind}-{tag}-{digest}"
 
 
 def _is_test_suite(name: str) -> bool:
@@ -110,8 +110,11 @@ def _hash_pyc(code, source_hash: bytes) -> bytes:
 
 
 def build(source: Optional[Path] = None, target: Optional[Path] = None,
-          progress: Optional[Callable[[str], None]] = None) -> Path:
-    """Create (or reuse, when up to date) the mirrored SPARK_HOME; returns its path."""
+          progress: Optional[Callable[[str], None]] = None, *, with_zip: bool = True) -> Path:
+    """Create (or reuse, when up to date) the mirrored SPARK_HOME; returns its path.
+
+    ``with_zip=False``: no pyspark.zip at all (the test suite's home,
+    devtools/spark_home_for_tests.py)."""
     say = progress or (lambda m: None)
     source = (source or installed_spark_home()).resolve()
     if (source / MARKER).is_file():  # SPARK_HOME already points at a mirror
@@ -125,14 +128,15 @@ def build(source: Optional[Path] = None, target: Optional[Path] = None,
 
     try:
         with file_lock(target.parent / f".{target.name}.lock"):  # two drivers starting at once
-            return _build_locked(source, src_zip, target, say)
+            return _build_locked(source, src_zip, target, say, with_zip)
     except OSError as e:
         raise PysparkHomeError(f"cannot build a Spark home in {target}: {e}") from e
 
 
-def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str], None]) -> Path:
+def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str], None],
+                  with_zip: bool) -> Path:
     stamp = (f"{source}\n{src_zip.stat().st_size} {src_zip.stat().st_mtime_ns}\n{sys.version}\n"
-             f"layout {_LAYOUT}\n")
+             f"layout {_LAYOUT}{'' if with_zip else ', without pyspark.zip'}\n")
     marker = target / MARKER
     if marker.is_file() and marker.read_text() == stamp:
         say(f"up to date: {target}")
@@ -141,6 +145,9 @@ def _build_locked(source: Path, src_zip: Path, target: Path, say: Callable[[str]
         raise PysparkHomeError(f"{target} exists and was not made by txkafka; choose another --out")
     target.mkdir(parents=True, exist_ok=True)
     mirror(source, target, skip=ZIP_RELATIVE)
+    if not with_zip:
+        marker.write_text(stamp)
+        return target
     say(f"compiling {src_zip} ...")
     n, dropped = _zip_with_bytecode(src_zip, target / ZIP_RELATIVE)
     marker.write_text(stamp)
