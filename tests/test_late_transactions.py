@@ -235,7 +235,9 @@ def test_a_restart_starts_the_schedule_again():
 
     sweeper.restart(slow_first, [0.01, 30.0])  # the second sweep is far away...
     assert started.wait(20)
-    sweeper.restart(slow_first, [0.01, 0.02])  # ...until a commit restarts the schedule
+    # ...until a commit restarts the schedule. Its second sweep is 0.5 s on: sweeps whose times
+    # all passed during a slow one collapse into one, so the release must come before it.
+    sweeper.restart(slow_first, [0.01, 0.5])
     release.set()
     _wait(lambda: not sweeper.active)
     assert len(calls) == 3
