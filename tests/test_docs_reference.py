@@ -55,6 +55,14 @@ def test_benchmark_page_stays_a_reference_page():
     assert len((REPO / "docs" / "benchmarks.md").read_text().splitlines()) <= 200
 
 
+def test_every_result_folder_is_linked_from_the_docs():
+    """A result folder nothing links to is history, which git keeps: it goes, not piles up."""
+    text = "".join(p.read_text() for p in DOCS)
+    unlinked = [d.name for d in sorted((REPO / "docs" / "benchmarks").iterdir())
+                if d.is_dir() and f"benchmarks/{d.name}/" not in text]
+    assert not unlinked, f"docs/benchmarks/ folders no page links to: {unlinked}"
+
+
 # ---- the user guide: option tables that agree with the code ---------------------------------
 
 GUIDES = sorted((REPO / "docs").glob("user-guide*.md"))

@@ -300,6 +300,22 @@ def test_binary_view_inline_boundaries(size):
     assert got.keys.to_pylist() == keys + keys
 
 
+@pytest.mark.parametrize("size", [1, 4, 12, 13, 100, 5000])
+def test_equal_size_keys_and_values_are_copied_as_rows(size, monkeypatch):
+    """Equal-size keys and values take the row-copy path; it gives what the view path gives."""
+    rng = random.Random(size)
+    recs = [Record(key=rng.randbytes(size), value=rng.randbytes(size)) for _ in range(70)]
+    data = batch(0, recs) + batch(70, recs, codec=ZSTD)
+    calls = []
+    real = rbd._fixed_binary
+    monkeypatch.setattr(rbd, "_fixed_binary", lambda *a: calls.append(a[2]) or real(*a))
+    got = check(data)
+    assert calls == [size, size]
+    assert got.keys.to_pylist() == [r.key for r in recs] * 2
+    assert got.values.to_pylist() == [r.value for r in recs] * 2
+    assert got.values.type == pa.binary() and got.values.null_count == 0
+
+
 @pytest.mark.parametrize("layout", ["all-long", "all-short", "mixed", "all-null", "all-empty"])
 def test_binary_view_layouts(layout):
     rng = random.Random(layout)
@@ -775,6 +791,72 @@ def test_middle_record_length_past_the_whole_response(codec, n):
                  codec=codec)
     with pytest.raises(KafkaProtocolError):
         decode(data, 0, 100)
+
+
+def _record_with_fields(offset_delta: int, *, key: bytes | None, value: bytes,
+                        key_len: int | None = None, value_len: int | None = None,
+                        headers: bytes = varint(0)) -> bytes:
+    """A record whose key/value length fields may lie about the bytes that follow (its own
+    length prefix is true, so the records of the batch still tile it)."""
+    body = (b"\x00" + varint(0) + varint(offset_delta)
+            + varint(-1 if key is None else (len(key) if key_len is None else key_len))
+            + (key or b"")
+            + varint(len(value) if value_len is None else value_len) + value + headers)
+    return varint(len(body)) + body
+
+
+@pytest.mark.parametrize("n", [3, 40])   # chased records / a run of equal-size records
+@pytest.mark.parametrize("liar", ["value", "key"])
+@pytest.mark.parametrize("claim", [11, 12, 50, 10_000, 10**9])
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_a_key_or_value_length_past_its_record_is_a_protocol_error(n, liar, claim,
+                                                                   include_headers):
+    """A length that runs past its record, into the next record or past the whole response:
+    a KafkaProtocolError (Kafka's DefaultRecord rule), never the next record's bytes handed out
+    as this one's value, nor a read past the buffer (which crashed the process)."""
+    def rec(i: int) -> bytes:
+        lie = i == n // 2
+        return _record_with_fields(
+            i, key=b"k" * 10, value=b"v" * 10,
+            value_len=claim if lie and liar == "value" else None,
+            key_len=claim if lie and liar == "key" else None)
+    data = batch(0, [], raw_records=b"".join(rec(i) for i in range(n)), record_count=n,
+                 last_offset_delta=n - 1)
+    with pytest.raises(KafkaProtocolError, match="corrupt"):
+        decode(data, 0, 100, include_headers=include_headers)
+
+
+def test_a_key_or_value_length_past_its_record_outside_the_window_still_fails():
+    """The window does not hide a corrupt record of a batch returned whole (as Kafka's consumer
+    parses every record of the batch)."""
+    raw = b"".join(_record_with_fields(i, key=None, value=b"v" * 10,
+                                       value_len=30 if i == 0 else None) for i in range(5))
+    with pytest.raises(KafkaProtocolError, match="past the end of the record"):
+        decode(batch(0, [], raw_records=raw, record_count=5, last_offset_delta=4), 3, 100)
+
+
+@pytest.mark.parametrize("headers", [
+    varint(1000),                                     # more headers than the record could hold
+    varint(1) + varint(1) + b"a" + varint(40) + b"x",  # a header value past the record
+    varint(1) + varint(1) + b"a" + varint(1) + b"x" + b"trailing",  # bytes after the headers
+])
+def test_headers_that_do_not_end_with_their_record_are_a_protocol_error(headers):
+    raw = b"".join(_record_with_fields(i, key=b"k", value=b"v" * 5,
+                                       headers=headers if i == 1 else varint(0))
+                   for i in range(3))
+    data = batch(0, [], raw_records=raw, record_count=3, last_offset_delta=2)
+    with pytest.raises(KafkaProtocolError, match="corrupt"):
+        decode(data, 0, 100, include_headers=True)
+
+
+def test_trailing_bytes_after_headers_are_ignored_without_headers():
+    """Without the headers column the header section is not parsed: only the key and value must
+    lie inside the record."""
+    raw = b"".join(_record_with_fields(i, key=b"k", value=b"v" * 5,
+                                       headers=varint(1) + varint(1) + b"a" + varint(1) + b"x")
+                   for i in range(3))
+    got = decode(batch(0, [], raw_records=raw, record_count=3, last_offset_delta=2), 0, 100)
+    assert got.values.to_pylist() == [b"v" * 5] * 3
 
 
 @pytest.mark.parametrize("n", [3, 40])   # chased records / a run of equal-size records

@@ -1,11 +1,14 @@
 """Kafka record batches (message format v2) straight into Arrow columns, vectorised.
 
 Why: through confluent-kafka most of a record's Python-process CPU is the ``Message`` object made
-for it, then its fetch thread and building Arrow from the messages. Read from a Fetch response, the
-only per-record Python is one step of a loop that finds where each
-record starts (records are length-prefixed, so that step cannot be vectorised); every field is then
-decoded for all records at once with numpy, and keys and values become Arrow binary arrays through
-``binary_view`` views into the response buffer, one C++ cast copying the bytes.
+for it, then its fetch thread and building Arrow from the messages. Read from a Fetch response,
+records are found by their length prefixes, a run of equal-size records at a time (numpy checks
+the run; a record is chased in Python only where sizes keep changing); every field is then
+decoded for all records at once with numpy. Keys and values of one size are copied as the rows
+of a strided view; others become Arrow binary arrays through ``binary_view`` views into the
+response buffer, one C++ cast copying the bytes. As Kafka's consumer, a key, value or header
+that runs past the end of its record is a corrupt response (else it would hand out the next
+record's bytes, or read past the buffer).
 
 Layout facts (Kafka's ``DefaultRecordBatch``/``DefaultRecord``): a batch is a 61-byte header
 (base offset, length, leader epoch, magic 2, CRC, attributes, last offset delta, base and max
@@ -44,6 +47,9 @@ _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 HEADER_STRUCT = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(pa.field("element", HEADER_STRUCT))
 _INLINE = 12            # binary_view: values of at most 12 bytes live in the view itself
+# Equal-size values up to this size are copied as rows. Their int32 offsets cannot overflow:
+# each value lies inside its own record (checked), so a column is smaller than the response.
+_FIXED_MAX = 1 << 20
 # A view's offset into the joined buffer is an int32: the response and what it decompresses to
 # stop short of this (the rest is left for the next fetch).
 _VIEW_LIMIT = 2**31 - 1
@@ -108,8 +114,39 @@ def _decompress(codec: int, data: bytes | memoryview) -> bytes:
 
 
 def _uvarints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Unsigned varints starting at ``pos``: (values int64, sizes). One pass per byte of the
-    longest varint, each over only the varints still going."""
+    """Unsigned varints starting at ``pos`` (``buf`` readable 3 bytes past the last one):
+    (values int64, sizes). One-byte varints take one gather; longer ones are read from the
+    4-byte word at each position, branch-free; only varints of 5 bytes or more (values from
+    2**28 on) go byte by byte."""
+    b = buf[pos]
+    value = (b & 0x7F).astype(np.int64)
+    if not len(pos) or b.max() < 0x80:
+        return value, np.ones(len(pos), dtype=np.int64)
+    w = _words(buf)[pos]
+    stops = ~w & _STOP_BITS            # the high bit of each byte that ends the varint
+    mask = stops & (~stops + _U32_ONE)  # ... the first of them, alone
+    mask <<= _U32_ONE
+    mask -= _U32_ONE                    # the varint's bytes (all four when none ends it)
+    x = w & mask
+    v = x & _SEVEN_BITS[0]
+    for i in (1, 2, 3):
+        v |= (x >> np.uint32(i)) & _SEVEN_BITS[i]
+    value = v.astype(np.int64)
+    size = 1 + (mask > 0xFF).astype(np.int64) + (mask > 0xFFFF) + (mask > 0xFFFFFF)
+    longer = np.flatnonzero(stops == 0)
+    if len(longer):
+        value[longer], size[longer] = _long_uvarints(buf, pos[longer])
+    return value, size
+
+
+_STOP_BITS = np.uint32(0x80808080)
+_U32_ONE = np.uint32(1)
+_SEVEN_BITS = [np.uint32(0x7F), np.uint32(0x7F << 7), np.uint32(0x7F << 14), np.uint32(0x7F << 21)]
+
+
+def _long_uvarints(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Varints of any length, byte by byte: one pass per byte of the longest, each over only
+    the varints still going."""
     b = buf[pos]
     value = (b & 0x7F).astype(np.int64)
     size = np.ones(len(pos), dtype=np.int64)
@@ -166,6 +203,8 @@ def _views(words: np.ndarray, start: np.ndarray, length: np.ndarray) -> np.ndarr
 def _binary(words: np.ndarray, data: pa.Buffer, start: np.ndarray,
             length: np.ndarray) -> pa.Array:
     n = len(start)
+    if n and 0 < length[0] <= _FIXED_MAX and length.min() == length.max() == length[0]:
+        return _fixed_binary(np.frombuffer(data, dtype=np.uint8), start, int(length[0]))
     nulls = length < 0
     validity = None
     null_count = int(nulls.sum())
@@ -177,23 +216,35 @@ def _binary(words: np.ndarray, data: pa.Buffer, start: np.ndarray,
     return view.cast(pa.binary())
 
 
+def _fixed_binary(buf: np.ndarray, start: np.ndarray, size: int) -> pa.Array:
+    """Values that all have ``size`` bytes (fixed-size keys, payloads): gathered as rows of an
+    (n, size) view in one numpy copy, without views to build and cast."""
+    rows = np.lib.stride_tricks.as_strided(buf, shape=(len(buf) - size + 1, size), strides=(1, 1),
+                                           writeable=False)
+    offsets = np.arange(0, (len(start) + 1) * size, size, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), len(start),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(rows[start])])
+
+
 def _record_starts(buf: bytes | memoryview, pos: int, end: int, count: int,
-                   starts: list[int]) -> int:
-    """Append where each of ``count`` records' bodies start (after its length); returns the
-    position after them. Lengths under 64 and 8,192 bytes take one and two varint bytes."""
-    app = starts.append
+                   starts: list[int], ends: list[int]) -> int:
+    """Append where each of ``count`` records' bodies start (after its length) and end; returns
+    the position after them. Lengths under 64 and 8,192 bytes take one and two varint bytes."""
+    app, app_end = starts.append, ends.append
     for _ in range(count):
         b = buf[pos]
         if b < 0x80:
             pos += 1
             app(pos)
             pos += b >> 1
+            app_end(pos)
             continue
         b2 = buf[pos + 1]
         if b2 < 0x80:
             pos += 2
             app(pos)
             pos += ((b & 0x7F) | (b2 << 7)) >> 1
+            app_end(pos)
             continue
         value, shift, p = 0, 0, pos
         while True:
@@ -208,6 +259,7 @@ def _record_starts(buf: bytes | memoryview, pos: int, end: int, count: int,
                                          "response is corrupt")
         app(p)
         pos = p + ((value >> 1) ^ -(value & 1))
+        app_end(pos)
     if pos > end:
         raise KafkaProtocolError("records run past the end of their batch: the fetch response "
                                  "is corrupt")
@@ -220,8 +272,8 @@ _RUN_WINDOW = 256  # the first look at a run checks this many records, doubling 
 
 
 def _batch_starts(data: bytes | memoryview, buf: np.ndarray, pos: int, end: int,
-                  count: int) -> np.ndarray:
-    """Where each of a batch's ``count`` records' bodies start (after the length varint).
+                  count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of a batch's ``count`` records' bodies start (after the length varint) and end.
 
     Records are found by their lengths, one after the other. But consecutive records mostly have
     the same size (sizes change when a varint delta grows a byte, or with the payload), and a run
@@ -230,7 +282,8 @@ def _batch_starts(data: bytes | memoryview, buf: np.ndarray, pos: int, end: int,
     numpy checks a window of candidates at once; the first mismatch is where the next run starts.
     Where runs stay short (varying payloads), the records are chased one by one.
     """
-    parts: list[np.ndarray | list[int]] = []
+    parts: list[np.ndarray] = []
+    end_parts: list[np.ndarray] = []
     done = 0
     window = _RUN_WINDOW
     while done < count:
@@ -248,12 +301,15 @@ def _batch_starts(data: bytes | memoryview, buf: np.ndarray, pos: int, end: int,
         run = 0
         while fits >= _RUN_MIN:
             m = min(fits, window)
-            at = np.arange(pos, pos + m * stride, stride, dtype=np.int64)
-            same = buf[at] == buf[pos]
+            span = m * stride
+            # Strided slices, not gathers: byte k of each candidate.
+            same = buf[pos:pos + span:stride] == buf[pos]
             for k in range(1, lead):
-                same &= buf[at + k] == buf[pos + k]
+                same &= buf[pos + k:pos + k + span:stride] == buf[pos + k]
             got = m if same.all() else int(np.argmin(same))
-            parts.append(at[:got] + lead)
+            at = np.arange(pos + lead, pos + lead + got * stride, stride, dtype=np.int64)
+            parts.append(at)
+            end_parts.append(at + (stride - lead))
             run += got
             done += got
             pos += got * stride
@@ -265,16 +321,18 @@ def _batch_starts(data: bytes | memoryview, buf: np.ndarray, pos: int, end: int,
             continue
         window = _RUN_WINDOW
         chased: list[int] = []
-        pos = _record_starts(data, pos, end, min(_CHASE_STEP, count - done), chased)
+        chased_ends: list[int] = []
+        pos = _record_starts(data, pos, end, min(_CHASE_STEP, count - done), chased, chased_ends)
         done += len(chased)
         parts.append(np.array(chased, dtype=np.int64))
+        end_parts.append(np.array(chased_ends, dtype=np.int64))
     if pos != end:
         raise KafkaProtocolError(
             f"the records of a batch {'run past' if pos > end else 'stop short of'} its end: "
             "the fetch response is corrupt")
     if len(parts) == 1:
-        return np.asarray(parts[0], dtype=np.int64)
-    return np.concatenate(parts)
+        return parts[0], end_parts[0]
+    return np.concatenate(parts), np.concatenate(end_parts)
 
 
 def decode(records: bytes | memoryview | None, start: int, end: int, *,
@@ -307,6 +365,7 @@ def _decode(records: bytes | memoryview | None, start: int, end: int,
     extra: list[bytes] = []   # decompressed record sections, placed after the response
     extra_at = total + len(_PAD)
     starts: list[np.ndarray] = []  # per batch, where its records' bodies start in the joined buffer
+    ends: list[np.ndarray] = []    # ... and where they end
     view: np.ndarray | None = None
     batches: list[_Batch] = []
     next_offset = start
@@ -364,22 +423,23 @@ def _decode(records: bytes | memoryview | None, start: int, end: int,
         stop = at + (batch_end - body_at) if codec == 0 else len(data)
         if codec == 0 and view is None:
             view = np.frombuffer(mv, dtype=np.uint8)
-        found = _batch_starts(data, view if codec == 0 else np.frombuffer(data, dtype=np.uint8),
-                              at, stop, count)
+        found, found_ends = _batch_starts(
+            data, view if codec == 0 else np.frombuffer(data, dtype=np.uint8), at, stop, count)
         starts.append(found + shift if shift else found)
+        ends.append(found_ends + shift if shift else found_ends)
         if codec:
             extra.append(data)
             extra_at += len(data)
         batches.append(_Batch(base_offset, last_offset, attrs, base_ts, max_ts, count))
     joined = b"".join([mv, _PAD, *extra, _PAD]) if starts else b""
-    return _columns(joined, starts, batches, start, end,
+    return _columns(joined, starts, ends, batches, start, end,
                     min(next_offset, max(end, start)), include_headers)
 
 
 def _control_type(body: memoryview) -> int:
     """The type of a control record (0 abort, 1 commit): its key is (version int16, type int16)."""
     starts: list[int] = []
-    _record_starts(body, 0, len(body), 1, starts)
+    _record_starts(body, 0, len(body), 1, starts, [])
     buf = np.frombuffer(bytes(body[:starts[0] + 32]) + _PAD, dtype=np.uint8)
     p = np.array([starts[0] + 1], dtype=np.int64)
     for _ in range(2):  # timestamp delta, offset delta
@@ -392,7 +452,8 @@ def _control_type(body: memoryview) -> int:
     return struct.unpack_from(">h", buf, k + 2)[0]
 
 
-def _columns(joined: bytes, starts: list[np.ndarray], batches: list[_Batch], start: int,
+def _columns(joined: bytes, starts: list[np.ndarray], ends: list[np.ndarray],
+             batches: list[_Batch], start: int,
              end: int, next_offset: int, include_headers: bool) -> DecodedRecords:
     if not starts:
         empty = pa.array([], type=pa.binary())
@@ -418,6 +479,15 @@ def _columns(joined: bytes, starts: list[np.ndarray], batches: list[_Batch], sta
     p += size
     vlen = _zigzag(vlen)
     vstart = p
+    # Every field inside its record (Kafka's DefaultRecord rule): a length that lies would
+    # otherwise hand out the next record's bytes, or read past the buffer.
+    rec_end = ends[0] if len(ends) == 1 else np.concatenate(ends)
+    vend = vstart + np.maximum(vlen, 0)
+    if (vend >= rec_end).any():
+        i = int(np.argmax(vend >= rec_end))
+        raise KafkaProtocolError(
+            f"a record of the batch at offset {_batch_of(batches, counts, i).base_offset} has a "
+            "key or value length past the end of the record: the fetch response is corrupt")
 
     def per_batch(values: list[int], dtype: type) -> np.ndarray:
         return np.repeat(np.array(values, dtype=dtype), counts)
@@ -440,18 +510,24 @@ def _columns(joined: bytes, starts: list[np.ndarray], batches: list[_Batch], sta
         keep = np.flatnonzero((offsets >= start) & (offsets < end))
         offsets, timestamps, ts_types = offsets[keep], timestamps[keep], ts_types[keep]
         kstart, klen, vstart, vlen = kstart[keep], klen[keep], vstart[keep], vlen[keep]
+        vend, rec_end = vend[keep], rec_end[keep]
         if len(offsets) and offsets[-1] + 1 >= end:
             next_offset = end
     words = _words(buf)
     headers = None
     if include_headers:
-        headers = _headers(buf, words, data, vstart + np.maximum(vlen, 0))
+        headers = _headers(buf, words, data, vend, rec_end)
     return DecodedRecords(offsets, timestamps, ts_types, _binary(words, data, kstart, klen),
                           _binary(words, data, vstart, vlen), headers, next_offset)
 
 
+def _batch_of(batches: list[_Batch], counts: np.ndarray, i: int) -> _Batch:
+    """The batch of the i-th record of a response."""
+    return batches[int(np.searchsorted(np.cumsum(counts), i, side="right"))]
+
+
 def _headers(buf: np.ndarray, words: np.ndarray, data: pa.Buffer,
-             hstart: np.ndarray) -> pa.Array:
+             hstart: np.ndarray, rec_end: np.ndarray) -> pa.Array:
     """The ``headers`` column: null for a record without headers (as librdkafka and Spark).
 
     Decoded header by header: pass j reads the j-th header (key length, key, value length,
@@ -464,6 +540,11 @@ def _headers(buf: np.ndarray, words: np.ndarray, data: pa.Buffer,
     if n and count.min() < 0:
         raise KafkaProtocolError("a record has a negative header count: the fetch response is "
                                  "corrupt")
+    # Each header takes 2 bytes at least: a count beyond that would only allocate.
+    if n and (2 * count > rec_end - hstart - size).any():
+        raise KafkaProtocolError("a record's header count is more than the record holds: the "
+                                 "fetch response is corrupt")
+    final = hstart + size  # where each record's headers end
     offsets = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(count, out=offsets[1:])
     total = int(offsets[-1])
@@ -486,7 +567,11 @@ def _headers(buf: np.ndarray, words: np.ndarray, data: pa.Buffer,
         pos = pos + size + np.maximum(vlen, 0)
         j += 1
         more = count[active] > j
+        final[active[~more]] = pos[~more]
         active, pos = active[more], pos[more]
+    if (final != rec_end).any():
+        raise KafkaProtocolError("a record's headers do not end where the record does: the fetch "
+                                 "response is corrupt")
     keys = _binary(words, data, k_start, k_len).cast(pa.string())  # checks UTF-8
     values = _binary(words, data, v_start, v_len)
     structs = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_STRUCT))
