@@ -50,7 +50,13 @@ class SparkStandalone:
 
     def _launch(self, name: str, args: list[str], extra_env: dict[str, str]) -> subprocess.Popen:
         spark_class, home = _spark_class(self.env)
-        env = {**self.env, "SPARK_HOME": home, "SPARK_LOG_DIR": str(self.root), **extra_env}
+        # The workers' and executors' scratch space (an application's files, a packed
+        # environment unpacked per executor: 300 MB) in the cluster's folder, not /tmp: an
+        # executor killed at the end of a test never cleans up after itself.
+        local = self.root / "local"
+        local.mkdir(parents=True, exist_ok=True)
+        env = {**self.env, "SPARK_HOME": home, "SPARK_LOG_DIR": str(self.root),
+               "SPARK_LOCAL_DIRS": str(local), **extra_env}
         log = open(self.root / f"{name}.log", "ab")
         proc = subprocess.Popen([spark_class, *args], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True)

@@ -124,7 +124,13 @@ class UserEnv:
     def start(self, driver_processes, cfg: dict, env: dict[str, str], cwd: Path | None = None,
               launcher: list[str] | None = None):
         """The driver program, on the environment's Python unless ``launcher`` says otherwise
-        (its spark-submit), with ``env`` and nothing else."""
+        (its spark-submit), with ``env`` and nothing else but the JVM's temp folder: the
+        driver's scratch space (the packed environment, unpacked: 300 MB) goes to the test's
+        folder, as the harness kills the driver at the end, which then never cleans up /tmp."""
+        tmp = self.app / "jvm-tmp"
+        tmp.mkdir(exist_ok=True)
+        env = {**env, "SPARK_SUBMIT_OPTS": " ".join(
+            filter(None, [env.get("SPARK_SUBMIT_OPTS"), f"-Djava.io.tmpdir={tmp}"]))}
         return driver_processes(self.app / APP.name, json.dumps(cfg), env=env,
                                 launcher=launcher or [self.python], cwd=cwd or self.app,
                                 inherit_env=False)
