@@ -98,13 +98,12 @@ def _with_test_jvm_options(env: dict[str, str]) -> dict[str, str]:
         _say("JVMs: the full JIT (TXKAFKA_TEST_JIT=full)")
         return env
     _say(f"JVMs: {_C1_ONLY} for Spark drivers and brokers (TXKAFKA_TEST_JIT=full: the default)")
-    return {**env, **{key: " ".join(filter(None, [env.get(key), _C1_ONLY]))
-                      for key in ("SPARK_SUBMIT_OPTS", BROKER_JVM_OPTIONS_ENV)}}
+    return _with_jvm_option(env, _C1_ONLY)
 
 
-def _with_jvm_tmpdir(env: dict[str, str], tmp: str) -> dict[str, str]:
-    """Spark drivers' and brokers' ``java.io.tmpdir`` in ``tmp``."""
-    return {**env, **{key: " ".join(filter(None, [env.get(key), f"-Djava.io.tmpdir={tmp}"]))
+def _with_jvm_option(env: dict[str, str], option: str) -> dict[str, str]:
+    """``option`` added to the Spark drivers' and the brokers' JVM options."""
+    return {**env, **{key: " ".join(filter(None, [env.get(key), option]))
                       for key in ("SPARK_SUBMIT_OPTS", BROKER_JVM_OPTIONS_ENV)}}
 
 
@@ -119,8 +118,8 @@ def main(args: list[str]) -> int:
 def _run(args: list[str], jvm_tmp: str) -> int:
     started = time.monotonic()
     _compile_sources()
-    env = _with_jvm_tmpdir(_with_test_jvm_options(_with_test_spark_home(dict(os.environ))),
-                           jvm_tmp)
+    env = _with_jvm_option(_with_test_jvm_options(_with_test_spark_home(dict(os.environ))),
+                           f"-Djava.io.tmpdir={jvm_tmp}")
     _say(f"all tests, Apache Kafka {KAFKA_VERSION}")
     # The slowest tests in the log: what to look at when the run nears CI's time budget.
     code = _pytest(["--durations=30", *args], env)

@@ -216,6 +216,13 @@ def _binary(words: np.ndarray, data: pa.Buffer, start: np.ndarray,
     return view.cast(pa.binary())
 
 
+def numbers_array(values: np.ndarray, arrow_type: pa.DataType, dtype: type) -> pa.Array:
+    """An Arrow array over a numpy array's buffer (copied only to make it contiguous ``dtype``):
+    ``pa.array`` would import pandas in a worker's first task, 0.3 s of CPU per new worker."""
+    a = np.ascontiguousarray(values, dtype=dtype)
+    return pa.Array.from_buffers(arrow_type, len(a), [None, pa.py_buffer(a)])
+
+
 def _fixed_binary(buf: np.ndarray, start: np.ndarray, size: int) -> pa.Array:
     """Values that all have ``size`` bytes (fixed-size keys, payloads): gathered as rows of an
     (n, size) view in one numpy copy, without views to build and cast."""
@@ -453,13 +460,13 @@ def _control_type(body: memoryview) -> int:
 
 
 def _columns(joined: bytes, starts: list[np.ndarray], ends: list[np.ndarray],
-             batches: list[_Batch], start: int,
-             end: int, next_offset: int, include_headers: bool) -> DecodedRecords:
+             batches: list[_Batch], start: int, end: int, next_offset: int,
+             include_headers: bool) -> DecodedRecords:
     if not starts:
-        empty = pa.array([], type=pa.binary())
+        empty = pa.nulls(0, pa.binary())  # not pa.array: see numbers_array
         return DecodedRecords(np.zeros(0, np.int64), np.zeros(0, np.int64),
                               np.zeros(0, np.int32), empty, empty,
-                              pa.array([], type=HEADERS_TYPE) if include_headers else None,
+                              pa.nulls(0, HEADERS_TYPE) if include_headers else None,
                               next_offset)
     buf = np.frombuffer(joined, dtype=np.uint8)
     data = pa.py_buffer(joined)
@@ -575,9 +582,8 @@ def _headers(buf: np.ndarray, words: np.ndarray, data: pa.Buffer,
     keys = _binary(words, data, k_start, k_len).cast(pa.string())  # checks UTF-8
     values = _binary(words, data, v_start, v_len)
     structs = pa.StructArray.from_arrays([keys, values], fields=list(HEADER_STRUCT))
-    # From buffers: pa.array would import pandas (0.3 s) in the worker's first task.
+    # From buffers: pa.array would import pandas (see numbers_array).
     no_headers = pa.Array.from_buffers(pa.bool_(), n, [None, pa.py_buffer(
         np.packbits(count == 0, bitorder="little"))])
-    return pa.ListArray.from_arrays(
-        pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)]), structs,
-        type=HEADERS_TYPE, mask=no_headers)
+    return pa.ListArray.from_arrays(numbers_array(offsets, pa.int32(), np.int32), structs,
+                                    type=HEADERS_TYPE, mask=no_headers)

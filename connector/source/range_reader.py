@@ -35,7 +35,7 @@ from ..errors import (KafkaConfigError, KafkaProtocolError, MalformedRecordError
                       RecordFetchTimeoutError)
 from ..client.config import describe_config
 from .range_planner import report_data_loss
-from ..client.record_batch_decoder import HEADER_STRUCT, HEADERS_TYPE
+from ..client.record_batch_decoder import HEADER_STRUCT, HEADERS_TYPE, numbers_array
 from ..secrets_redaction import redact_text
 from .options import TopicPartitionKey
 
@@ -124,13 +124,6 @@ def message_offsets(messages: list[Message]) -> np.ndarray:
 # ---- building Arrow --------------------------------------------------------------------------
 
 
-def _numbers(values: np.ndarray, arrow_type: pa.DataType, dtype: type) -> pa.Array:
-    """An Arrow array over the numpy array's buffer: ``pa.array`` would import pandas in the
-    worker's first task (0.3 s of CPU in each new Python worker)."""
-    a = np.ascontiguousarray(values, dtype=dtype)
-    return pa.Array.from_buffers(arrow_type, len(a), [None, pa.py_buffer(a)])
-
-
 def _constant_string(value: str, n: int) -> pa.Array:
     data = value.encode("utf-8")
     offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(data))
@@ -189,10 +182,10 @@ def _record_batch(keys: pa.Array, values: pa.Array, topic: str, partition: int,
         keys,
         values,
         _constant_string(topic, n),
-        _numbers(np.full(n, partition, dtype=np.int32), pa.int32(), np.int32),
-        _numbers(offsets, pa.int64(), np.int64),
-        _numbers(timestamps_ms * 1000, TIMESTAMP_TYPE, np.int64),
-        _numbers(timestamp_types, pa.int32(), np.int32),
+        numbers_array(np.full(n, partition, dtype=np.int32), pa.int32(), np.int32),
+        numbers_array(offsets, pa.int64(), np.int64),
+        numbers_array(timestamps_ms * 1000, TIMESTAMP_TYPE, np.int64),
+        numbers_array(timestamp_types, pa.int32(), np.int32),
     ]
     if headers is not None:
         arrays.append(headers)
