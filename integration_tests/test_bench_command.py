@@ -68,6 +68,11 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "benchmark.json").read_text())
     assert result["read"]["txkafka"]["rows_s"] > 0
+    # Query start, txkafka's beside the minimal Python source's (Spark's cost for any of them).
+    start = result["read_start"]
+    assert len(start["txkafka"]["runs"]) == len(start["python_floor"]["runs"]) == 1, start
+    assert 0 < start["python_floor"]["median_s"] < 60 and 0 < start["txkafka"]["median_s"] < 60
+    assert "| python_floor |" in proc.stdout
     assert set(n for n, v in result["write"].items() if isinstance(v, dict)) == {
         "txkafka_exactly_once", "txkafka_at_least_once", "noop", "txkafka_exactly_once_librdkafka"}
     assert result["sink"]["txkafka_exactly_once"]["rows_s"] > 0

@@ -276,3 +276,16 @@ def test_the_result_records_the_command_without_secrets():
     with pytest.raises(SystemExit) as refused:
         spark_conf_pairs(["spark.a=b", "spark.hadoop.fs.s3a.secret.key:S3Key456"])
     assert "S3Key456" not in str(refused.value) and "number 2" in str(refused.value)
+
+
+def test_report_shows_each_readers_query_start_beside_the_python_floor():
+    r = _result()
+    r["read_start"] = {"what": "seconds from start() to the first batch",
+                       "txkafka": {"median_s": 1.04, "runs": [1.02, 1.04, 1.1]},
+                       "python_floor": {"median_s": 0.9, "runs": [0.89, 0.9, 0.91]},
+                       "kafka": {"median_s": 0.08, "runs": [0.08]}}
+    text = report_markdown(r)
+    assert "| query start: start() to the first batch | s (median) | runs |" in text
+    assert "| txkafka | 1.04 | 1.02, 1.04, 1.10 |" in text
+    assert "| python_floor | 0.90 | 0.89, 0.90, 0.91 |" in text
+    assert "| kafka | 0.08 | 0.08 |" in text

@@ -28,6 +28,7 @@ have received every record sent in it; anything else stops the benchmark with th
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
@@ -57,6 +58,7 @@ from .bench_runs import (
     _rotated,
     _run_query,
     check_count,
+    check_input_rows,
     producers_of,
 )
 
@@ -345,23 +347,55 @@ def _data_batch_rate(q: Any) -> float:
     return sum(p["numInputRows"] for p in progress) / (ms / 1000.0) if ms else float("nan")
 
 
+# The read suite's name for the minimal Python source whose query start it times (bench_tasks).
+FLOOR = "python_floor"
+
+
 def read_run(spark, fmt: str, kafka: Mapping[str, str], topic: str, rows: int,
              workdir: str) -> float:
     return read_run_detailed(spark, fmt, kafka, topic, rows, workdir)[0]
 
 
 def read_run_detailed(spark, fmt: str, kafka: Mapping[str, str], topic: str, rows: int,
-                      workdir: str) -> tuple[float, float]:
-    """(rows/s over the whole query, rows/s inside its data batches); ``kafka``: the query's
-    kafka.* options."""
+                      workdir: str) -> tuple[float, float, float]:
+    """(rows/s over the whole query, rows/s inside its data batches, seconds from ``start()`` to
+    its first batch); ``kafka``: the query's kafka.* options."""
+    began: list[float] = []
+
     def start():
         src = (spark.readStream.format(fmt).options(**kafka)
                .option("subscribe", topic).option("startingOffsets", "earliest")
                .options(**(TXKAFKA_READ_OPTIONS if fmt == "txkafka" else {})).load())
+        began.append(time.time())
         return (src.writeStream.format("noop").trigger(availableNow=True)
                 .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)).start())
     rate, q = _run_query(f"read {fmt}", start, rows, 900)
-    return rate, _data_batch_rate(q)
+    return rate, _data_batch_rate(q), _first_batch_after(q, began[0])
+
+
+def _first_batch_after(q, began: float) -> float:
+    """Seconds from ``start()`` (wall clock ``began``) to the query's first trigger (its progress
+    timestamp, Spark's clock in milliseconds)."""
+    first = datetime.datetime.fromisoformat(q.recentProgress[0]["timestamp"].replace("Z", "+00:00"))
+    return first.timestamp() - began
+
+
+def floor_start_run(spark, workdir: str) -> float:
+    """Seconds from ``start()`` to the first batch of a one-row query from the bench's minimal
+    Python streaming source (bench_tasks.FloorSource, registered by the caller)."""
+    from .bench_tasks import FLOOR_FORMAT
+
+    src = spark.readStream.format(FLOOR_FORMAT).load()
+    began = time.time()
+    q = (src.writeStream.format("noop").trigger(availableNow=True)
+         .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)).start())
+    if not q.awaitTermination(300):
+        q.stop()
+        raise RuntimeError("the floor source's query did not finish in 300 s")
+    if q.exception() is not None:
+        raise RuntimeError(f"the floor source's query failed: {q.exception()}")
+    check_input_rows("read floor", q.recentProgress, 1)
+    return _first_batch_after(q, began)
 
 
 def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdir: str,
@@ -779,6 +813,9 @@ def run_bench(ns: argparse.Namespace) -> int:
             core_batches = _arrow_batches(rows, 100)
         if "read" in ns.suites:
             systems += [("read", "txkafka")] + ([] if ns.skip_builtin else [("read", "kafka")])
+            from .bench_tasks import FloorSource
+
+            spark.dataSource.register(FloorSource)
         if "write" in ns.suites:
             systems += [("write", s) for s in ["txkafka_exactly_once", "txkafka_at_least_once",
                                                 "noop"] + variant
@@ -803,6 +840,7 @@ def run_bench(ns: argparse.Namespace) -> int:
         request_log = cluster.request_log_path(1) if cluster is not None and \
             cluster.request_log else None
         batch_runs: dict[str, list[float]] = {}  # read suite: rows/s inside the data batches
+        start_runs: dict[str, list[float]] = {}  # read suite: s from start() to the first batch
         # Warm every system up once (JIT, Python workers, the built-in's consumer and producer
         # classes; for the runs without Spark the broker's page cache, log segments and the
         # transaction coordinator), so no system's first timed run pays for it. Full size: the
@@ -824,6 +862,8 @@ def run_bench(ns: argparse.Namespace) -> int:
             elif suite == "read":
                 say(f"warming up the {name} reader")
                 read_run(spark, name, k.options, src, rows, workdir)
+                if name == "txkafka":
+                    floor_start_run(spark, workdir)
             elif suite == "write":
                 say(f"warming up the {name} pipeline")
                 write_run(spark, name, k, src, rows, workdir, 4, per_batch)
@@ -843,9 +883,16 @@ def run_bench(ns: argparse.Namespace) -> int:
                 elif (suite, name) == ("core", "read"):
                     value = core_read_run(k, src, rows)
                 elif suite == "read":
-                    value, in_batches = read_run_detailed(spark, name, k.options, src, rows, workdir)
+                    value, in_batches, first = read_run_detailed(spark, name, k.options, src, rows,
+                                                                 workdir)
                     batch_runs.setdefault(name, []).append(in_batches)
-                    say(f"  read {name}: {in_batches:,.0f} rows/s inside the data batches")
+                    start_runs.setdefault(name, []).append(first)
+                    say(f"  read {name}: {in_batches:,.0f} rows/s inside the data batches, first "
+                        f"batch {first:.2f} s after start()")
+                    if name == "txkafka":
+                        floor = floor_start_run(spark, workdir)
+                        start_runs.setdefault(FLOOR, []).append(floor)
+                        say(f"  read {FLOOR}: first batch {floor:.2f} s after start()")
                 elif suite == "sink":
                     value = sink_run(k, name, sink_df, rows, ns.sink_partitions, ns.sink_value_bytes,
                                      sink_meter, sink_cpu.setdefault(name, []), request_log,
@@ -864,6 +911,12 @@ def run_bench(ns: argparse.Namespace) -> int:
                 result[suite] = {n: {"rows_s": _median(v), "runs": v} for n, v in named.items()}
         for name, v in batch_runs.items():
             result["read"][name].update({"batch_rows_s": _median(v), "batch_runs": v})
+        if start_runs:
+            result["read_start"] = {
+                "what": "seconds from start() to the query's first batch (its progress timestamp); "
+                        f"{FLOOR}: a Python streaming source that imports nothing and reads one row",
+                **{name: {"median_s": round(_median(v), 3), "runs": [round(x, 3) for x in v]}
+                   for name, v in start_runs.items()}}
         if "write" in result:
             result["write"]["trigger"] = "1 second"
             result["write"]["rows_per_batch"] = per_batch
@@ -1173,6 +1226,13 @@ def report_markdown(r: dict[str, Any]) -> str:
                          f"{', '.join(f'{x:,.0f}' for x in c['runs']['produce'])} |")
             lines.append(f"| ceiling: plain consumer | {c['consume_rows_s']:,.0f} | "
                          f"{', '.join(f'{x:,.0f}' for x in c['runs']['consume'])} |")
+    if r.get("read_start"):
+        lines += ["", "| query start: start() to the first batch | s (median) | runs |",
+                  "|---|---|---|"]
+        for n, v in r["read_start"].items():
+            if isinstance(v, dict):
+                lines.append(f"| {n} | {v['median_s']:.2f} | "
+                             f"{', '.join(f'{x:.2f}' for x in v['runs'])} |")
     cpu = {n: v["cpu_us_per_row"] for n, v in (r.get("sink") or {}).items()
            if isinstance(v, dict) and "cpu_us_per_row" in v}
     if cpu:

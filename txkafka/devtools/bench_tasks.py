@@ -12,6 +12,9 @@ With ``--trace`` Spark writes an event log, and each run's write stage is broken
 it: Spark's task metrics (scheduler delay, deserialisation, run time, result serialisation) and the
 Python runner's own timings (worker boot, init = reading the pickled function and writer, Python
 processing), plus the drain writer's timestamps inside ``write()``.
+
+The bench's own Python data sources live here too: the drain writer (also the sink suite's) and the
+read suite's floor source.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ import uuid
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamArrowWriter,
-                                    WriterCommitMessage)
+                                    DataSourceStreamReader, InputPartition, WriterCommitMessage)
 
 DRAIN_FORMAT = "txkafka_bench_drain"
+FLOOR_FORMAT = "txkafka_bench_floor"
 
 # System names, in the order tables and charts list them.
 SYSTEMS = ["builtin", "drain", "mapinarrow_noop", "txkafka_at_least_once", "txkafka_exactly_once",
@@ -125,6 +129,38 @@ class DrainDataSource(DataSource):
 
     def writer(self, schema, overwrite: bool) -> BatchDrainWriter:
         return BatchDrainWriter(self.options["ledger"])
+
+
+class _FloorReader(DataSourceStreamReader):
+    """One row, once: the least a Python streaming source can do."""
+
+    def initialOffset(self) -> dict:
+        return {"row": 0}
+
+    def latestOffset(self) -> dict:
+        return {"row": 1}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return [InputPartition(0)] if end["row"] > start["row"] else []
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        yield (1,)
+
+
+class FloorSource(DataSource):
+    """Registered as ``txkafka_bench_floor``: a Python streaming source that imports nothing and
+    reads one row. The read suite times its query's start beside txkafka's and Spark's Kafka
+    source's: what Spark's Python streaming machinery costs any Python source."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FLOOR_FORMAT
+
+    def schema(self) -> str:
+        return "x int"
+
+    def streamReader(self, schema) -> _FloorReader:
+        return _FloorReader()
 
 
 def read_ledger(path: str) -> list[dict]:
