@@ -58,7 +58,6 @@ from .bench_runs import (
     _rotated,
     _run_query,
     check_count,
-    check_input_rows,
     producers_of,
 )
 
@@ -360,24 +359,11 @@ def read_run_detailed(spark, fmt: str, kafka: Mapping[str, str], topic: str, row
                       workdir: str) -> tuple[float, float, float]:
     """(rows/s over the whole query, rows/s inside its data batches, seconds from ``start()`` to
     its first batch); ``kafka``: the query's kafka.* options."""
-    began: list[float] = []
-
-    def start():
-        src = (spark.readStream.format(fmt).options(**kafka)
-               .option("subscribe", topic).option("startingOffsets", "earliest")
-               .options(**(TXKAFKA_READ_OPTIONS if fmt == "txkafka" else {})).load())
-        began.append(time.time())
-        return (src.writeStream.format("noop").trigger(availableNow=True)
-                .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)).start())
-    rate, q = _run_query(f"read {fmt}", start, rows, 900)
-    return rate, _data_batch_rate(q), _first_batch_after(q, began[0])
-
-
-def _first_batch_after(q, began: float) -> float:
-    """Seconds from ``start()`` (wall clock ``began``) to the query's first trigger (its progress
-    timestamp, Spark's clock in milliseconds)."""
-    first = datetime.datetime.fromisoformat(q.recentProgress[0]["timestamp"].replace("Z", "+00:00"))
-    return first.timestamp() - began
+    src = (spark.readStream.format(fmt).options(**kafka)
+           .option("subscribe", topic).option("startingOffsets", "earliest")
+           .options(**(TXKAFKA_READ_OPTIONS if fmt == "txkafka" else {})))
+    rate, q, began = _available_now_into_noop(f"read {fmt}", src, rows, workdir)
+    return rate, _data_batch_rate(q), _first_batch_after(q, began)
 
 
 def floor_start_run(spark, workdir: str) -> float:
@@ -385,17 +371,31 @@ def floor_start_run(spark, workdir: str) -> float:
     Python streaming source (bench_tasks.FloorSource, registered by the caller)."""
     from .bench_tasks import FLOOR_FORMAT
 
-    src = spark.readStream.format(FLOOR_FORMAT).load()
-    began = time.time()
-    q = (src.writeStream.format("noop").trigger(availableNow=True)
-         .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)).start())
-    if not q.awaitTermination(300):
-        q.stop()
-        raise RuntimeError("the floor source's query did not finish in 300 s")
-    if q.exception() is not None:
-        raise RuntimeError(f"the floor source's query failed: {q.exception()}")
-    check_input_rows("read floor", q.recentProgress, 1)
+    _, q, began = _available_now_into_noop(f"read {FLOOR}", spark.readStream.format(FLOOR_FORMAT),
+                                           1, workdir)
     return _first_batch_after(q, began)
+
+
+def _available_now_into_noop(what: str, reader: Any, rows: int, workdir: str
+                             ) -> tuple[float, Any, float]:
+    """Run ``reader``'s stream with Trigger.AvailableNow into ``noop`` (``_run_query``'s checks);
+    returns (rows/s, the query, the wall-clock time just before ``start()``)."""
+    began: list[float] = []
+
+    def start():
+        src = reader.load()
+        began.append(time.time())
+        return (src.writeStream.format("noop").trigger(availableNow=True)
+                .option("checkpointLocation", tempfile.mkdtemp(dir=workdir)).start())
+    rate, q = _run_query(what, start, rows, 900)
+    return rate, q, began[0]
+
+
+def _first_batch_after(q: Any, began: float) -> float:
+    """Seconds from wall-clock ``began`` to the query's first trigger (its progress timestamp,
+    Spark's clock in milliseconds)."""
+    first = datetime.datetime.fromisoformat(q.recentProgress[0]["timestamp"].replace("Z", "+00:00"))
+    return first.timestamp() - began
 
 
 def write_run(spark, sink: str, k: BenchKafka, src_topic: str, rows: int, workdir: str,
