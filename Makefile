@@ -27,7 +27,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
-	$(BIN)/txkafka bench
+	$(BIN)/python -m txkafka.devtools bench
 
 # The release files: dist/txkafka-<version>.tar.gz (sdist) and the wheel built from it.
 dist: $(STAMP)

@@ -1,5 +1,5 @@
 """Spark's built-in Kafka connector, resolved into an empty local Maven repository and an empty
-txkafka cache, then loaded by a Spark driver: what `make test` and `txkafka bench` need on a machine
+txkafka cache, then loaded by a Spark driver: what `make test` and `make bench` need on a machine
 that has never run Maven. Run by .ci/run with MAVEN_OPTS=-Dmaven.repo.local=<empty folder> and
 TXKAFKA_CACHE=<empty folder>."""
 

@@ -1,4 +1,4 @@
-"""`txkafka bench` end to end on the session broker, sized to seconds: the JSON result and the PNG
+"""`python -m txkafka.devtools bench` end to end on the session broker, sized to seconds: the JSON result and the PNG
 chart are written and the core ratios are computed from interleaved runs. (The numbers in
 docs/benchmarks.md come from the full-size run; nothing here times anything.)"""
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.kafka]
 def test_bench_writes_json_and_charts(kafka, tmp_path):
     out = tmp_path / "bench"
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka", "bench", "-b", kafka.bootstrap, "--rows", "20000",
+        [sys.executable, "-m", "txkafka.devtools", "bench", "-b", kafka.bootstrap, "--rows", "20000",
          "--repeats", "2", "--suites", "ceiling", "core", "--skip-builtin", "--pyspark-home",
          "--out", str(out)],
         capture_output=True, text=True, timeout=300)
@@ -60,7 +60,7 @@ def test_bench_spark_suites_check_their_counts(kafka, tmp_path):
     out = tmp_path / "bench"
     rate, seconds = 500, 4
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka", "bench", "-b", kafka.bootstrap, "--rows", "4000",
+        [sys.executable, "-m", "txkafka.devtools", "bench", "-b", kafka.bootstrap, "--rows", "4000",
          "--repeats", "1", "--suites", "read", "write", "sink", "latency", "--skip-builtin",
          "--librdkafka-producer", "--latency-seconds", str(seconds), "--latency-rate", str(rate),
          "--no-warmup", "--out", str(out)],
@@ -100,7 +100,7 @@ def test_bench_tasks_suite_small(kafka, tmp_path):
     write stages are found in Spark's event log and the report, JSON and chart are written."""
     out = tmp_path / "bench"
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka", "bench", "-b", kafka.bootstrap, "--suites",
+        [sys.executable, "-m", "txkafka.devtools", "bench", "-b", kafka.bootstrap, "--suites",
          "tasks", "--tasks-partitions", "2", "6", "--tasks-batches", "1", "--tasks-batch-rows",
          "2000", "--repeats", "1", "--skip-builtin", "--trace", "--pyspark-home", "--librdkafka-producer",
          "--out", str(out)],
@@ -149,12 +149,12 @@ def test_bench_produce_checks_both_paths(kafka, tmp_path):
 
 
 def test_bench_endurance_samples_resources_and_checks_every_record(kafka, tmp_path):
-    """`txkafka bench-endurance` for half a minute on the session broker: every input record
+    """`python -m txkafka.devtools bench-endurance` for half a minute on the session broker: every input record
     arrives once in the read_committed output, the resources are sampled (the sink's commit log
     and transactional ids included) and the JSON, chart and report are written."""
     out = tmp_path / "endurance"
     proc = subprocess.run(
-        [sys.executable, "-m", "txkafka", "bench-endurance", "-b", kafka.bootstrap,
+        [sys.executable, "-m", "txkafka.devtools", "bench-endurance", "-b", kafka.bootstrap,
          "--minutes", "0.5", "--rate", "200", "--trigger-s", "1", "--partitions", "2",
          "--sample-s", "5", "--pyspark-home", "--producer", "txkafka", "--out", str(out)],
         capture_output=True, text=True, timeout=600)

@@ -126,8 +126,19 @@ def test_killed_at_each_point_then_a_changed_query_from_the_savepoint_is_exactly
     had_open = kafka.open_transactions(sink_prefix(old))
 
     sp = str(tmp_path / "sp.json")
+    # Without --yes: the same checks, the plan printed, nothing changed.
+    dry = _cli("savepoint", "create", "--checkpoint", old, "--out", sp, "-b", kafka.bootstrap,
+               "--quiet-period", "0", "--json")
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["dry_run"] and plan["positions_after_batch"] == KILL_POINTS[point][0], plan
+    assert sorted(plan["would_commit"] + plan["would_abort"]) == sorted(
+        t.transactional_id for t in had_open)
+    assert not Path(sp).exists()
+    assert ({t.transactional_id for t in kafka.open_transactions(sink_prefix(old))}
+            == {t.transactional_id for t in had_open})
     made = _cli("savepoint", "create", "--checkpoint", old, "--out", sp, "-b", kafka.bootstrap,
-                "--quiet-period", QUIET_S)
+                "--quiet-period", QUIET_S, "--yes")
     assert made.returncode == 0, made.stderr
     assert f"savepoint written to {sp}" in made.stdout
     saved = read_savepoint(sp)
@@ -310,8 +321,8 @@ def test_a_query_without_an_exactly_once_txkafka_sink_is_refused(sink, spark, ka
         q.stop()
     assert SparkCheckpoint(ck).latest_committed_batch() == 0
     made = _cli("savepoint", "create", "--checkpoint", ck, "--out", str(tmp_path / "sp.json"),
-                "-b", kafka.bootstrap, "--quiet-period", "0")
-    assert made.returncode == 1
+                "-b", kafka.bootstrap, "--quiet-period", "0", "--yes")
+    assert made.returncode == 3
     assert "no exactly-once txkafka sink there" in made.stderr, made.stderr
     assert not (tmp_path / "sp.json").exists()
     assert not Path(ck, "txkafka-sink").exists()
@@ -329,8 +340,8 @@ def test_an_unknown_outcome_is_refused(kafka, tmp_path):
     forgotten = KafkaCommittable(tid, 424242, 0, 0, 0, 0, 10, {"out": [0]})
     log.write_decision(0, 0, [forgotten], [0])
     made = _cli("savepoint", "create", "--checkpoint", str(ck), "--out", str(tmp_path / "sp.json"),
-                "-b", kafka.bootstrap, "--quiet-period", "0")
-    assert made.returncode == 1, made.stdout
+                "-b", kafka.bootstrap, "--quiet-period", "0", "--yes")
+    assert made.returncode == 3, made.stdout
     assert "the output's content is not known" in made.stderr, made.stderr
     assert tid in made.stderr and "commit-log resolve" in made.stderr
     assert not (tmp_path / "sp.json").exists()

@@ -238,7 +238,7 @@ def test_a_benchmark_without_the_bench_extra_stops_before_it_runs(monkeypatch, t
                                                                   no_broker, command):
     """Its charts need matplotlib: without it the command says how to install it, before any
     broker or suite starts, instead of failing at the end of the run."""
-    from txkafka.cli import main
+    from txkafka.devtools.cli import main
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib: ModuleNotFoundError
     out = tmp_path / "out"
@@ -249,7 +249,7 @@ def test_a_benchmark_without_the_bench_extra_stops_before_it_runs(monkeypatch, t
 
 @pytest.mark.parametrize("command", ["bench", "bench-endurance"])
 def test_report_of_a_missing_or_damaged_file_is_an_error_line(tmp_path, command):
-    from txkafka.cli import main
+    from txkafka.devtools.cli import main
 
     missing = tmp_path / "nonexistent.json"
     with pytest.raises(SystemExit, match=rf"^error: --report {re.escape(str(missing))}: cannot "
@@ -267,9 +267,9 @@ def test_the_result_records_the_command_without_secrets():
     an object store key given to Spark stays out of it, and out of a refused --spark-conf."""
     from txkafka.devtools.bench import command_line, spark_conf_pairs
 
-    argv = ["/v/bin/txkafka", "bench", "-b", "h:9092", "-X", "sasl.password=BenchPw123",
+    argv = ["/repo/txkafka/devtools/__main__.py", "bench", "-b", "h:9092", "-X", "sasl.password=BenchPw123",
             "--spark-conf", "spark.hadoop.fs.s3a.secret.key=S3Key456", "--rows", "1000"]
-    assert command_line(argv) == ("txkafka bench -b h:9092 -X sasl.password=[redacted] "
+    assert command_line(argv) == ("python -m txkafka.devtools bench -b h:9092 -X sasl.password=[redacted] "
                                   "--spark-conf spark.hadoop.fs.s3a.secret.key=[redacted] "
                                   "--rows 1000")
     assert command_line(["/v/bin/python", "-m", "txkafka.devtools.bench"]) == ""

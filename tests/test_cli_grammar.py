@@ -1,7 +1,10 @@
 """One grammar for every txkafka command: the whole argparse tree is walked, so a command added
-later is held to it too. Every option and command has help; every command that connects to Kafka
-takes -b/--bootstrap-servers and --command-config (and reads the file: a malformed one stops it
-before anything starts, without its text); --json is a flag; nobody spells --bootstrap."""
+later is held to it too. Commands are sub-commands all the way down (no positional choices); every
+option and command has help; every command that connects to Kafka takes -b/--bootstrap-servers and
+--command-config (and reads the file: a malformed one stops it before anything starts, without its
+text); every command that changes Kafka or a checkpoint is a dry run without --yes; every command
+that reports takes --json; exit statuses are the table of txkafka/exit_codes.py; nobody spells
+--bootstrap. The developer tooling (python -m txkafka.devtools) is held to the same rules."""
 
 from __future__ import annotations
 
@@ -10,16 +13,24 @@ import json
 
 import pytest
 
-from txkafka import demo, pipeline
-from txkafka.cli import _load_extensions, build_parser, main
+from txkafka import demo, exit_codes, pipeline
+from txkafka.cli import _load_extensions, build_parser, main, run
 from txkafka.cli_options import CommandLineError, KafkaConnection, read_command_config
 from txkafka.devtools import bench, bench_produce
+from txkafka.devtools import cli as devtools_cli
 
 # Each leaf command, by how it is typed. A new one must be put in one of the two sets.
-CONNECTING = {"demo", "verify", "transactions list", "transactions abort", "savepoint create",
-              "bench", "bench-endurance"}
-LOCAL = {"broker", "commit-log show", "commit-log resolve", "commit-log moved", "savepoint show",
-         "pyspark-bytecode", "pyspark-home"}
+CONNECTING = {"demo", "verify", "transactions list", "transactions abort", "savepoint create"}
+LOCAL = {"broker start", "broker stop", "broker status", "broker logs", "commit-log show",
+         "commit-log resolve", "commit-log moved", "savepoint show", "pyspark-bytecode enable",
+         "pyspark-bytecode disable", "pyspark-bytecode status", "pyspark-home"}
+DEVELOPER = {"bench", "bench-endurance"}
+# ... and by what it does. A command that changes Kafka or a checkpoint takes --yes (a dry run
+# without it); one that reports takes --json. `demo` writes only its own topics; `broker` and
+# `pyspark-bytecode enable|disable` change the local machine, not a cluster or a checkpoint.
+CHANGING = {"transactions abort", "commit-log resolve", "commit-log moved", "savepoint create"}
+REPORTING = {"verify", "transactions list", "commit-log show", "savepoint create",
+             "savepoint show", "broker status", "pyspark-bytecode status", "pyspark-home"}
 B = "127.0.0.1:1"
 SECRET = "hunter2-secret"
 
@@ -57,20 +68,113 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 def test_every_command_is_classified():
     assert {name for name, _ in _leaves(_tree())} == CONNECTING | LOCAL
+    assert {name for name, _ in _leaves(devtools_cli.build_parser())} == DEVELOPER
+    assert CHANGING | REPORTING <= CONNECTING | LOCAL
+
+
+def _all_leaves():
+    yield from _leaves(_tree())
+    yield from _leaves(devtools_cli.build_parser())
+
+
+def test_one_grammar_sub_commands_not_positional_choices():
+    """`txkafka broker start`, not `txkafka broker {start,stop}`: a command's words are parsers,
+    so each has its own help and options, and no option means "only with start"."""
+    wrong = [f"{name}: {a.dest} {sorted(a.choices)}"
+             for name, parser in _parsers(_tree())
+             for a in parser._actions
+             if not a.option_strings and a.choices and not isinstance(a, argparse._SubParsersAction)]
+    assert not wrong, wrong
+
+
+def test_the_developer_tooling_is_not_a_user_command():
+    names = {name.split()[0] for name, _ in _leaves(_tree())}
+    assert not names & DEVELOPER
+    with pytest.raises(SystemExit) as exc:
+        main(["bench"])
+    assert exc.value.code == exit_codes.USAGE
+
+
+@pytest.mark.parametrize("name", sorted(CONNECTING | LOCAL | DEVELOPER))
+def test_yes_exactly_on_the_commands_that_change_kafka_or_a_checkpoint(name):
+    opts = _options(dict(_all_leaves())[name])
+    if name in CHANGING:
+        assert opts["--yes"].nargs == 0 and "dry run" in opts["--yes"].help, name
+    else:
+        assert "--yes" not in opts, f"{name} takes --yes: put it in CHANGING (and test its dry run)"
+
+
+@pytest.mark.parametrize("name", sorted(CONNECTING | LOCAL))
+def test_json_exactly_on_the_commands_that_report(name):
+    opts = _options(dict(_all_leaves())[name])
+    if name in REPORTING:
+        assert opts["--json"].nargs == 0, name
+    else:
+        assert "--json" not in opts, f"{name} takes --json: put it in REPORTING"
+
+
+def test_help_states_the_exit_statuses():
+    text = _tree().format_help()
+    for code, meaning in exit_codes.MEANINGS.items():
+        assert f"  {code}  {meaning.split()[0]}" in text, (code, text)
+    assert len(set(exit_codes.MEANINGS)) == len(exit_codes.MEANINGS) == 5
+
+
+# ---- exit statuses, through the program's entry point (message on stderr, status as exit code)
+
+def test_a_usage_error_is_2_and_only_argparse_and_bad_values_give_it(capsys):
+    with pytest.raises(SystemExit) as exc:
+        run(["transactions", "list", "--no-such-option"])
+    assert exc.value.code == exit_codes.USAGE
+    assert run(["transactions", "list", "-b", B, "-X", "novalue"]) == exit_codes.USAGE
+    assert "key=value" in capsys.readouterr().err
+
+
+def test_an_unreadable_checkpoint_is_4(tmp_path, capsys):
+    for argv in (["commit-log", "show", "--checkpoint", str(tmp_path)],
+                 ["commit-log", "moved", "--checkpoint", str(tmp_path)],
+                 ["savepoint", "show", str(tmp_path / "nope.json")]):
+        assert run(argv) == exit_codes.UNREACHABLE, argv
+        assert capsys.readouterr().err.startswith("error: "), argv
+
+
+def test_an_unreachable_cluster_is_4(capsys):
+    code = run(["transactions", "list", "-b", "127.0.0.1:1", "--prefix", "p-",
+                "-X", "socket.timeout.ms=1000"])
+    assert code == exit_codes.UNREACHABLE, capsys.readouterr().err
+
+
+def test_a_broker_that_does_not_run_is_3(capsys):
+    name = "grammar-test-never-started"
+    assert run(["broker", "status", "--name", name]) == exit_codes.NEEDS_OPERATOR
+    assert "not running" in capsys.readouterr().out
+    assert run(["broker", "status", "--name", name, "--json"]) == exit_codes.NEEDS_OPERATOR
+    assert json.loads(capsys.readouterr().out)["name"] == name
+
+
+def test_typed_errors_map_to_the_table():
+    from txkafka.connector import errors
+
+    expected = {errors.KafkaConfigError("x"): exit_codes.USAGE,
+                errors.UnsupportedBrokerError("x"): exit_codes.UNREACHABLE,
+                errors.BrokersUnavailableError("x"): exit_codes.UNREACHABLE,
+                errors.KafkaAuthorizationError("x"): exit_codes.UNREACHABLE,
+                errors.CommitLogError("x"): exit_codes.UNREACHABLE,
+                errors.CheckpointMovedError("x"): exit_codes.NEEDS_OPERATOR,
+                errors.TransactionOutcomeUnknownError("x"): exit_codes.NEEDS_OPERATOR,
+                errors.SavepointError("x"): exit_codes.NEEDS_OPERATOR}
+    assert {type(e).__name__: exit_codes.for_error(e) for e in expected} == {
+        type(e).__name__: c for e, c in expected.items()}
 
 
 def test_every_option_and_every_command_has_help():
     missing = []
-    for name, parser in _parsers(_tree()):
+    for name, parser in [*_parsers(_tree()), *_parsers(devtools_cli.build_parser())]:
         for action in parser._actions:
             if isinstance(action, (argparse._HelpAction, argparse._VersionAction)):
                 continue
             if isinstance(action, argparse._SubParsersAction):
-                # a command's help line: argparse's own, or the developer commands' heading's
                 helped = {a.dest for a in action._choices_actions if a.help}
-                helped |= {a.metavar.strip() for g in parser._action_groups
-                           for a in g._group_actions if a.help and a not in parser._actions
-                           and a.metavar}
                 missing += [f"{name} {c}" for c in action.choices if c not in helped]
             elif not action.help or action.help == argparse.SUPPRESS:
                 missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
@@ -91,16 +195,17 @@ def test_defaults_are_shown_in_the_help():
     assert "(default: None)" not in text and "(default: False)" not in text
 
 
-@pytest.mark.parametrize("name", sorted(CONNECTING))
+@pytest.mark.parametrize("name", sorted(CONNECTING | DEVELOPER))
 def test_connecting_commands_take_bootstrap_servers_and_command_config(name):
-    opts = _options(dict(_leaves(_tree()))[name])
+    opts = _options(dict(_all_leaves())[name])
     assert opts.get("-b") is opts.get("--bootstrap-servers") is not None, name
     assert opts["-b"].dest == "bootstrap_servers"
     assert opts["--command-config"].dest == "command_config" and opts["--command-config"].nargs is None
 
 
 def test_json_is_a_flag_and_nobody_spells_bootstrap():
-    programs = [*_parsers(_tree()), ("python -m txkafka.pipeline", pipeline.parser()),
+    programs = [*_parsers(_tree()), *_parsers(devtools_cli.build_parser()),
+                ("python -m txkafka.pipeline", pipeline.parser()),
                 ("python -m txkafka.devtools.bench_produce", bench_produce.parser())]
     wrong = []
     for name, parser in programs:
@@ -127,18 +232,22 @@ COMMAND_LINES = {
 }
 
 
+def _main_of(name: str):
+    return devtools_cli.main if name in DEVELOPER else main
+
+
 def test_every_connecting_command_has_a_command_line_here():
-    assert set(COMMAND_LINES) == CONNECTING
+    assert set(COMMAND_LINES) == CONNECTING | DEVELOPER
 
 
-@pytest.mark.parametrize("name", sorted(CONNECTING))
+@pytest.mark.parametrize("name", sorted(CONNECTING | DEVELOPER))
 def test_a_malformed_command_config_stops_the_command_naming_the_line_not_the_secret(
         name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # bench writes its --out folder before it starts anything
     props = tmp_path / "client.properties"
     props.write_text(f"security.protocol=SASL_SSL\nsasl.password: {SECRET}\n")
     with pytest.raises(SystemExit) as exc:
-        main([*COMMAND_LINES[name], "-b", B, "--command-config", str(props)])
+        _main_of(name)([*COMMAND_LINES[name], "-b", B, "--command-config", str(props)])
     message = str(exc.value.code)
     assert "--command-config" in message and "line 2" in message, message
     assert SECRET not in message
@@ -149,7 +258,7 @@ def test_settings_without_a_cluster_are_refused_before_a_broker_starts(name, tmp
     props = tmp_path / "client.properties"
     props.write_text("security.protocol=SASL_SSL\n")
     with pytest.raises(CommandLineError, match="need --bootstrap-servers"):
-        main([*COMMAND_LINES[name], "--command-config", str(props)])
+        _main_of(name)([*COMMAND_LINES[name], "--command-config", str(props)])
 
 
 # ---- the properties file and the settings it gives
@@ -272,9 +381,98 @@ def test_pipeline_reads_the_file_and_its_own_settings(tmp_path):
 
 def test_bench_clients_and_queries_get_the_settings(tmp_path, monkeypatch):
     monkeypatch.setattr(bench.kafka_admin, "admin", lambda conf: None)
-    ns = _tree().parse_args(["bench", "-b", B, "--command-config",
-                                    str(_java_properties(tmp_path))])
+    ns = devtools_cli.build_parser().parse_args(["bench", "-b", B, "--command-config",
+                                                 str(_java_properties(tmp_path))])
     k = bench.BenchKafka(KafkaConnection.from_args(ns))
     assert k.conf["sasl.password"] == SECRET and k.conf["bootstrap.servers"] == B
     assert k.options["kafka.sasl.mechanism"] == "SCRAM-SHA-512"
     assert k.options["kafka.bootstrap.servers"] == B
+
+
+# ---- every command that changes Kafka or a checkpoint: without --yes it changes nothing
+
+def _files(root) -> dict:
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def _dry_savepoint_create(tmp_path, monkeypatch):
+    import txkafka.connector.client.transactions as tcm
+    from tests.test_savepoint import StableFake, _spark
+    from tests.test_sink_core import _committer, _decide_then_crash
+
+    ck, fake = tmp_path / "ck", StableFake()
+    fake.close = lambda: None
+    _committer(ck, fake)
+    _spark(ck, 4, '{"t":{"0":5}}')
+    _spark(ck, 5, '{"t":{"0":9}}', committed=False)
+    _decide_then_crash(ck, fake, 5, [0, 1])
+    monkeypatch.setattr(tcm, "TransactionClient", lambda conf, **kw: fake)
+    argv = ["savepoint", "create", "--checkpoint", str(ck), "--out", str(tmp_path / "sp.json"),
+            "-b", B, "--quiet-period", "0"]
+    return ck, lambda: repr(sorted(fake.txns.items())), argv
+
+
+def _dry_transactions_abort(tmp_path, monkeypatch):
+    from tests.test_operator_cli_safety import FakeClient, _sink_with_changed_prefix
+    import txkafka.connector.client.transactions as tcm
+
+    FakeClient.instances, FakeClient.open_ids = [], []
+    monkeypatch.setattr(tcm, "TransactionClient", FakeClient)
+    ck, _sid, new = _sink_with_changed_prefix(tmp_path, "a1b2c3-1-0-0")
+    FakeClient.open_ids = [f"{new}a1b2c3-0-1-0"]  # an orphan of the sink
+    return ck, lambda: repr([t for c in FakeClient.instances for t in c.aborted]), [
+        "transactions", "abort", "-b", B, "--checkpoint", str(ck)]
+
+
+def _dry_commit_log_resolve(tmp_path, monkeypatch):
+    from tests.test_commit_log_resolve import _stopped
+
+    _stopped(tmp_path)
+    return tmp_path, lambda: "", ["commit-log", "resolve", "--checkpoint", str(tmp_path),
+                                  "--batch", "5", "--lost"]
+
+
+def _dry_commit_log_moved(tmp_path, monkeypatch):
+    import shutil
+
+    from tests.test_checkpoint_place import _started
+
+    old, new = tmp_path.resolve() / "old", tmp_path.resolve() / "new"
+    _started(old)
+    shutil.move(old, new)
+    return new, lambda: "", ["commit-log", "moved", "--checkpoint", str(new)]
+
+
+DRY_RUNS = {"savepoint create": _dry_savepoint_create,
+            "transactions abort": _dry_transactions_abort,
+            "commit-log resolve": _dry_commit_log_resolve,
+            "commit-log moved": _dry_commit_log_moved}
+
+
+def test_every_changing_command_has_a_dry_run_here():
+    assert set(DRY_RUNS) == CHANGING
+
+
+@pytest.mark.parametrize("name", sorted(CHANGING))
+def test_without_yes_a_command_changes_nothing_and_says_what_it_would_do(
+        name, tmp_path, monkeypatch, capsys):
+    ck, kafka_state, argv = DRY_RUNS[name](tmp_path, monkeypatch)
+    capsys.readouterr()
+    files, kafka = _files(ck), kafka_state()
+    assert run(argv) == exit_codes.OK
+    out = capsys.readouterr().out
+    assert "would " in out and "--yes" in out, out
+    assert _files(ck) == files and kafka_state() == kafka
+    assert run([*argv, "--yes"]) == exit_codes.OK, capsys.readouterr().err
+    assert _files(ck) != files or kafka_state() != kafka  # --yes did act
+
+
+def test_the_savepoint_dry_run_names_what_it_would_commit_abort_and_write(tmp_path, monkeypatch,
+                                                                          capsys):
+    ck, _state, argv = _dry_savepoint_create(tmp_path, monkeypatch)
+    capsys.readouterr()
+    assert run([*argv, "--json"]) == exit_codes.OK
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["dry_run"] and plan["roll_forward_batch"] == 5
+    assert plan["positions_after_batch"] == 5 and len(plan["would_commit"]) == 2
+    assert plan["would_abort"] == [] and not (tmp_path / "sp.json").exists()

@@ -129,4 +129,4 @@ def test_cli_prints_a_line_a_shell_can_eval(tmp_path):
     assert shell.stdout == str(out)
     missing = subprocess.run([sys.executable, "-m", "txkafka", "pyspark-home", "--spark-home",
                               str(tmp_path / "nowhere")], capture_output=True, text=True)
-    assert missing.returncode == 1 and "pyspark.zip not found" in missing.stderr
+    assert missing.returncode == 2 and "pyspark.zip not found" in missing.stderr

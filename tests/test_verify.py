@@ -7,7 +7,7 @@ import pytest
 
 import txkafka.verify as verify_mod
 from tests.spark_checkpoint_files import write_commits, write_offsets
-from txkafka.cli import main
+from txkafka.cli import main, run
 from txkafka.connector.errors import TxKafkaError
 from txkafka.verify import verify, verify_counts, verify_windowed_counts
 
@@ -115,10 +115,10 @@ def test_a_checkpoint_uri_with_credentials_stays_out_of_the_error():
 
 def test_cli_reports_an_unopenable_checkpoint_without_its_credentials(capsys):
     uri = "bogus://AKIAEXAMPLEKEY:S3CR3TVALUE@bucket/ck"
-    code = main(["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst",
-                 "--check", "counts", "--checkpoint", uri])
+    code = run(["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst",
+                "--check", "counts", "--checkpoint", uri])
     captured = capsys.readouterr()
-    assert code == 2 and "bogus://[redacted]@bucket/ck" in captured.err, captured.err
+    assert code == 4 and "bogus://[redacted]@bucket/ck" in captured.err, captured.err
     assert "S3CR3TVALUE" not in captured.out + captured.err
 
 
@@ -321,7 +321,7 @@ def test_verify_reads_whole_topics_unless_told_it_is_a_look_at_a_running_pipelin
                                    ["--check", "windowed-counts", "--window-ms", "1000"]])
 def test_a_checkpoint_without_an_offset_log_is_an_error_not_an_empty_log(monkeypatch, capsys,
                                                                          tmp_path, check):
-    """A mistyped --checkpoint, or a folder that is not a query's checkpoint, exits 2 naming the
+    """A mistyped --checkpoint, or a folder that is not a query's checkpoint, exits 4 naming the
     path (it read as an empty offset log: exit 1, "nothing verified"), before a topic is read."""
     def no_scan(*args, **kwargs):
         raise AssertionError("a topic was read")
@@ -332,10 +332,10 @@ def test_a_checkpoint_without_an_offset_log_is_an_error_not_an_empty_log(monkeyp
     write_commits(not_a_checkpoint, 0)  # a folder, but no offsets/
     for path, missing in ((tmp_path / "typo", tmp_path / "typo"),
                           (not_a_checkpoint, not_a_checkpoint / "offsets")):
-        code = main(["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst", *check,
-                     "--checkpoint", str(path)])
+        code = run(["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst", *check,
+                    "--checkpoint", str(path)])
         err = capsys.readouterr().err
-        assert code == 2, err
+        assert code == 4, err
         assert err == (f"error: --checkpoint {path}: no Spark offset log there ({missing} does "
                        "not exist). Give the checkpointLocation of the query that wrote "
                        "--output.\n"), err

@@ -1,3 +1,3 @@
-from txkafka.cli import main
+from txkafka.cli import run
 
-raise SystemExit(main())
+raise SystemExit(run())

@@ -1,6 +1,7 @@
 """The txkafka command line: a local broker, the demo, the output's verification,
 and for operators the sink's transactions, its commit log, savepoints and the
-Python start-up aids; the developer tooling's commands (benchmarks) after them."""
+Python start-up aids. Commands that change Kafka or a checkpoint show what they
+would do and change nothing without --yes; commands that report take --json."""
 
 from __future__ import annotations
 
@@ -9,11 +10,8 @@ import json
 import sys
 from typing import Callable, Sequence
 
-from .cli_options import CommandParser
-
-Handler = Callable[[argparse.Namespace], int]
-_COMMANDS: dict[str, Handler] = {}
-
+from . import exit_codes
+from .cli_options import CommandLineError, CommandParser, add_json_flag
 
 def _broker_cluster(args: argparse.Namespace):
     from .embedded_kafka import EmbeddedKafka
@@ -26,100 +24,107 @@ def _broker_cluster(args: argparse.Namespace):
     )
 
 
-def cmd_broker(args: argparse.Namespace) -> int:
-    from .embedded_kafka import EmbeddedKafka, EmbeddedKafkaError
+def cmd_broker_start(args: argparse.Namespace) -> int:
+    from .embedded_kafka import EmbeddedKafkaError
 
-    if args.action == "start":
-        try:
-            cluster = _broker_cluster(args)
-        except ValueError as e:  # a version that cannot run, or a feature it lacks
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        try:
-            bootstrap = cluster.start(timeout=args.timeout)
-        except EmbeddedKafkaError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        print(bootstrap)
-        return 0
+    try:
+        cluster = _broker_cluster(args)
+    except ValueError as e:  # a version that cannot run, or a feature it lacks
+        raise CommandLineError(str(e)) from None
+    try:
+        bootstrap = cluster.start(timeout=args.timeout)
+    except EmbeddedKafkaError as e:
+        raise CommandLineError.unreadable(str(e)) from None
+    print(bootstrap)
+    return exit_codes.OK
+
+
+def cmd_broker_stop(args: argparse.Namespace) -> int:
+    from .embedded_kafka import EmbeddedKafka
+
     cluster = EmbeddedKafka(args.name)
-    if args.action == "stop":
-        cluster.destroy() if args.clean else cluster.stop()
-        return 0
-    if args.action == "status":
-        st = cluster.status()
+    cluster.destroy() if args.clean else cluster.stop()
+    return exit_codes.OK
+
+
+def cmd_broker_status(args: argparse.Namespace) -> int:
+    from .embedded_kafka import EmbeddedKafka
+
+    cluster = EmbeddedKafka(args.name)
+    st, running = cluster.status(), cluster.is_running()
+    if args.json:
         print(json.dumps(st, indent=2))
-        return 0 if cluster.is_running() else 3
-    if args.action == "logs":
-        for node in cluster.node_infos:
-            print(cluster.log_tail(node, args.lines))
-        return 0
-    raise AssertionError(args.action)
+    else:
+        print(f"cluster {st['name']}: {'running' if running else 'not running'}"
+              + (f" at {st['bootstrap_servers']}" if running else "")
+              + (f" (Kafka {st['kafka_version']})" if st.get("kafka_version") else ""))
+        for n in st["nodes"]:
+            print(f"  node {n['node_id']}: port {n['port']}, "
+                  f"{'alive' if n['alive'] else 'down'} (pid {n['pid']})")
+    return exit_codes.OK if running else exit_codes.NEEDS_OPERATOR
+
+
+def cmd_broker_logs(args: argparse.Namespace) -> int:
+    from .embedded_kafka import EmbeddedKafka
+
+    cluster = EmbeddedKafka(args.name)
+    for node in cluster.node_infos:
+        print(cluster.log_tail(node, args.lines))
+    return exit_codes.OK
+
+
+def _register_broker(sub: argparse._SubParsersAction) -> None:
+    b = sub.add_parser("broker", help="run a local Apache Kafka (KRaft) for development, from "
+                       "Maven Central's jars")
+    bsub = b.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+
+    def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--name", default="default", help="cluster name, so several can run at "
+                       "once")
+        return p
+
+    st = named(bsub.add_parser("start", help="start it (or find it running) and print its "
+                               "bootstrap servers"))
+    st.add_argument("--nodes", type=int, choices=[1, 3], default=1, help="brokers: 1, or 3 for "
+                    "replication factor 3")
+    st.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
+                    help="KRaft feature transaction.version at format time: 0 the classic "
+                         "protocol, 1 or 2 the newer ones (default: Kafka's; Kafka 4.0+)")
+    st.add_argument("--kafka-version", default=None, metavar="X.Y.Z",
+                    help="the Apache Kafka release to fetch and run (default: "
+                         "$TXKAFKA_KAFKA_VERSION, else the newest release the test suite runs on)")
+    st.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
+                    help="how long to wait until transactions work")
+    st.set_defaults(func=cmd_broker_start)
+    sp = named(bsub.add_parser("stop", help="stop it (its data stays, unless --clean)"))
+    sp.add_argument("--clean", action="store_true", help="also delete its data")
+    sp.set_defaults(func=cmd_broker_stop)
+    ss = named(bsub.add_parser("status", help="whether it runs, where, and each node (exit "
+                               "status 3 when not running)"))
+    add_json_flag(ss, "the status")
+    ss.set_defaults(func=cmd_broker_status)
+    lg = named(bsub.add_parser("logs", help="each node's log tail"))
+    lg.add_argument("--lines", type=int, default=40, metavar="N", help="lines per node")
+    lg.set_defaults(func=cmd_broker_logs)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    p = CommandParser(prog="txkafka", description=__doc__)
+    p = CommandParser(prog="txkafka", description=__doc__, epilog=exit_codes.epilog())
     p.add_argument("--version", action="version", version=f"txkafka {__version__}")
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
-
-    b = sub.add_parser("broker", help="run a local Apache Kafka (KRaft) from Maven Central jars")
-    b.add_argument("action", choices=["start", "stop", "status", "logs"],
-                   help="start (prints the bootstrap servers), stop, status (exit status 3 when "
-                        "not running) or logs (each node's log tail)")
-    b.add_argument("--name", default="default", help="cluster name, so several can run at once")
-    b.add_argument("--nodes", type=int, choices=[1, 3], default=1, help="with start: brokers")
-    b.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
-                   help="with start: KRaft feature transaction.version at format time (default: "
-                        "Kafka's; Kafka 4.0+)")
-    b.add_argument("--kafka-version", default=None, metavar="X.Y.Z",
-                   help="with start: Apache Kafka release to fetch and run (default: "
-                        "$TXKAFKA_KAFKA_VERSION, else the newest release the test suite runs on)")
-    b.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
-                   help="with start: how long to wait for readiness")
-    b.add_argument("--clean", action="store_true", help="with stop: also delete the data")
-    b.add_argument("--lines", type=int, default=40, metavar="N", help="with logs: lines per node")
-    b.set_defaults(func=cmd_broker)
-
+    _register_broker(sub)
     for register in _EXTENSIONS:
         register(sub)
-    developer = _DeveloperCommands(sub)
-    for register in _DEVELOPER_EXTENSIONS:
-        register(developer)
-    if developer.listed:
-        developer.list_in(p.add_argument_group("developer commands"))
     return p
 
 
-class _DeveloperCommands:
-    """What the developer tooling's ``register_cli`` adds its sub-commands through: they parse like
-    the user's, but ``--help`` lists them after the user's commands, under their own heading."""
-
-    def __init__(self, sub: argparse._SubParsersAction) -> None:
-        self.sub = sub
-        self.listed: list[tuple[str, str]] = []
-
-    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
-        # without its help, argparse leaves the command out of the user's list
-        self.listed.append((name, kwargs.pop("help", None) or ""))
-        return self.sub.add_parser(name, **kwargs)
-
-    def list_in(self, group: argparse._ArgumentGroup) -> None:
-        """One help line per command, as argparse lists the user's (indented as they are, in the
-        same column); help-only entries: they are not among the parser's arguments."""
-        for name, text in self.listed:
-            group._group_actions.append(
-                argparse.Action([], argparse.SUPPRESS, help=text, metavar=f"  {name}"))
-
-
-# Sub-commands defined in other modules register themselves here, the user's in the order --help
-# lists them (after `broker`), then the developer tooling's.
+# Sub-commands defined in other modules register themselves here, in the order --help lists them
+# (after `broker`). Developer tooling is not among them: `python -m txkafka.devtools`.
 _USER_COMMANDS = ("txkafka.demo", "txkafka.verify", "txkafka.operator_cli", "txkafka.savepoint",
                   "txkafka.installed_pyspark", "txkafka.pyspark_home")
-_DEVELOPER_COMMANDS = ("txkafka.devtools.bench", "txkafka.devtools.bench_endurance")
 _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
-_DEVELOPER_EXTENSIONS: list[Callable[[_DeveloperCommands], None]] = []
 
 
 def _load_extensions() -> None:
@@ -127,20 +132,26 @@ def _load_extensions() -> None:
 
     if _EXTENSIONS:
         return  # main() may run more than once in a process (tests, embedding)
-    for mods, into in ((_USER_COMMANDS, _EXTENSIONS), (_DEVELOPER_COMMANDS, _DEVELOPER_EXTENSIONS)):
-        for mod in mods:
-            try:
-                m = importlib.import_module(mod)
-            except ModuleNotFoundError as e:
-                if e.name != mod:
-                    raise
-                continue
-            into.append(m.register_cli)
+    for mod in _USER_COMMANDS:
+        try:
+            m = importlib.import_module(mod)
+        except ModuleNotFoundError as e:
+            if e.name != mod:
+                raise
+            continue
+        _EXTENSIONS.append(m.register_cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse and run one command; its exit status (txkafka/exit_codes.py). A command that cannot
+    go on raises CommandLineError, which ``run`` turns into a message and a status."""
     _load_extensions()
-    args = build_parser().parse_args(argv)
+    return dispatch(build_parser(), argv)
+
+
+def dispatch(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
+    """Run the command ``argv`` names in ``parser`` (``set_defaults(func=...)``)."""
+    args = parser.parse_args(argv)
     from .connector.errors import TxKafkaError
 
     try:
@@ -148,8 +159,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TxKafkaError as e:
         # A typed error says what happened and what to do (an unreachable cluster, a denied ACL, a
         # file a newer txkafka wrote); a traceback would only bury it.
-        raise SystemExit(f"error: {e}") from None
+        raise CommandLineError(str(e), exit_codes.for_error(e)) from None
+
+
+def run(argv: Sequence[str] | None = None,
+        entry: Callable[[Sequence[str] | None], int] = main) -> int:
+    """The ``txkafka`` program (and ``python -m txkafka.devtools``): ``entry``, with a stopped
+    command's message on stderr and its status as the exit status."""
+    try:
+        return entry(argv)
+    except CommandLineError as e:
+        print(e.code, file=sys.stderr)
+        return e.status
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run())

@@ -13,6 +13,7 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from . import exit_codes
 from .connector.client.config import check_client_config, kafka_client_config
 from .connector.errors import KafkaConfigError
 from .connector.option_names import KAFKA_PREFIX
@@ -20,10 +21,22 @@ from .connector.secrets_redaction import redact_text
 
 
 class CommandLineError(SystemExit):
-    """A command line that cannot be acted on: the message goes to stderr, the exit status is 1."""
+    """A command that cannot go on: ``txkafka``'s entry point (``cli.run``) prints the message to
+    stderr and exits with ``status`` (txkafka/exit_codes.py; by default a usage error)."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, status: int = exit_codes.USAGE) -> None:
         super().__init__(f"error: {message}")
+        self.status = status
+
+    @classmethod
+    def needs_operator(cls, message: str) -> "CommandLineError":
+        """A refusal an operator resolves (a copied checkpoint, a live query)."""
+        return cls(message, exit_codes.NEEDS_OPERATOR)
+
+    @classmethod
+    def unreadable(cls, message: str) -> "CommandLineError":
+        """A checkpoint or file that cannot be read, a cluster that cannot be reached."""
+        return cls(message, exit_codes.UNREACHABLE)
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -47,6 +60,19 @@ class CommandParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
+
+
+def add_yes_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--yes``, the same on every command that changes Kafka or a checkpoint: without it the
+    command shows what it would do and changes nothing."""
+    parser.add_argument("--yes", action="store_true",
+                        help=f"really {what} (without it: a dry run that prints what it would do "
+                             "and changes nothing)")
+
+
+def add_json_flag(parser: argparse.ArgumentParser, what: str = "the report") -> None:
+    """``--json``, the same on every command that reports."""
+    parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
 
 
 def add_kafka_options(parser: argparse.ArgumentParser, *, required: bool = True,

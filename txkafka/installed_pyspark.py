@@ -18,6 +18,7 @@ pyspark first on the path, a version mismatch) is left alone. ``disable`` remove
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Optional
@@ -199,6 +200,9 @@ def state(files: Optional[list[str]] = None) -> str:
 
 
 def cmd_pyspark_bytecode(args) -> int:
+    from . import exit_codes
+    from .cli_options import CommandLineError
+
     try:
         if args.action == "enable":
             print(f"enabled: {enable()}")
@@ -206,24 +210,34 @@ def cmd_pyspark_bytecode(args) -> int:
             removed = disable()
             print("disabled" + (f": removed {', '.join(removed)}" if removed else " (it was off)"))
         files = hook_files()
+        imports_from = spark_python_imports_from()
         if args.action == "status":
+            if args.json:
+                print(json.dumps({"state": state(files), "hook_files": files,
+                                  "spark_python_imports_pyspark_from": imports_from}, indent=2))
+                return exit_codes.OK
             print(f"pyspark-bytecode: {state(files)}" + (f" ({', '.join(files)})" if files else ""))
             if state(files) == "outdated":
                 print("  the hook file differs from this txkafka's: run `txkafka pyspark-bytecode enable`")
-        print(f"Spark's Python processes import pyspark from: {spark_python_imports_from()}")
+        print(f"Spark's Python processes import pyspark from: {imports_from}")
     except PysparkBytecodeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
+        raise CommandLineError.needs_operator(str(e)) from None
+    return exit_codes.OK
 
 
 def register_cli(sub) -> None:
+    from .cli_options import add_json_flag
+
     p = sub.add_parser(
         "pyspark-bytecode",
         help="let the Python processes Spark starts import the installed pyspark's bytecode instead "
              "of compiling pyspark.zip again (faster streaming query starts); off by default")
-    p.add_argument("action", choices=["enable", "disable", "status"],
-                   help="enable: install the import hook beside pyspark; disable: remove it; "
-                        "status: whether it is on, and where Spark's Python processes import "
-                        "pyspark from")
-    p.set_defaults(func=cmd_pyspark_bytecode)
+    psub = p.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
+    psub.add_parser("enable", help="install the import hook beside pyspark").set_defaults(
+        func=cmd_pyspark_bytecode)
+    psub.add_parser("disable", help="remove the import hook").set_defaults(
+        func=cmd_pyspark_bytecode)
+    st = psub.add_parser("status", help="whether the hook is on, and where Spark's Python "
+                         "processes import pyspark from")
+    add_json_flag(st, "the status")
+    st.set_defaults(func=cmd_pyspark_bytecode)

@@ -17,7 +17,9 @@ import json
 import sys
 import time
 
-from .cli_options import CommandLineError, KafkaConnection, add_kafka_options
+from . import exit_codes
+from .cli_options import (CommandLineError, KafkaConnection, add_json_flag, add_kafka_options,
+                          add_yes_flag)
 from .connector.errors import TxKafkaError
 from .connector.secrets_redaction import redact_uri
 from .connector.checkpoint.savepoint import resume_option
@@ -30,7 +32,7 @@ def _open_log(checkpoint: str) -> tuple[SinkCommitLog, SinkIdentity]:
     log = SinkCommitLog(checkpoint)
     ident = log.existing_identity()
     if ident is None:
-        raise CommandLineError(
+        raise CommandLineError.unreadable(
             f"--checkpoint {redact_uri(checkpoint)}: no txkafka sink there ({log.root}/sink.json "
             "does not exist). Give the checkpointLocation of a query that writes with format('txkafka').")
     return log, ident
@@ -147,7 +149,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
             "loses the batch). Give --checkpoint, or add --force if the query is abandoned.")
     if args.checkpoint and not args.force:
         SinkCommitLog(args.checkpoint).refuse_if_elsewhere(
-            CommandLineError, "the open transactions of these ids may be a query's at {elsewhere}",
+            CommandLineError.needs_operator, "the open transactions of these ids may be a query's at {elsewhere}",
             "give --checkpoint {elsewhere}, or add --force")
     named = list(dict.fromkeys(args.id or []))
     foreign = [tid for tid in named if not sel.owns(tid)]
@@ -168,20 +170,24 @@ def cmd_abort(args: argparse.Namespace) -> int:
                   f"commits them when it restarts; aborting loses them): {', '.join(protected)}. "
                   "Use --force to abort anyway.", file=sys.stderr)
         targets = [t for t in listed if args.force or t.transactional_id not in pending]
+        # what is left to do, whatever happens to the others: a named id that is not open is a
+        # finding; a decided batch's transactions wait for an operator (restart the query)
+        held = exit_codes.NEEDS_OPERATOR if protected and not args.force else (
+            exit_codes.FINDINGS if not_open else exit_codes.OK)
         if not targets:
             print("nothing to abort")
-            return 1 if not_open else 0
+            return held
         if not args.yes:
             print(f"would abort {len(targets)} transaction(s): "
                   f"{', '.join(t.transactional_id for t in targets)}; add "
                   f"{'--yes --force' if by_prefix_alone else '--yes'} to do it")
-            return 1 if not_open else 0  # as with --yes: a named id that is not open fails
+            return held
         descs = tc.describe(t.transactional_id for t in targets)
         codes = tc.end_many([(d.transactional_id, d.producer_id, d.producer_epoch)
                              for d in descs.values() if d.state == "Ongoing"], commit=False)
     ok = sum(1 for c in codes.values() if c == 0)
     print(f"aborted {ok} of {len(codes)} transaction(s)")
-    return 0 if ok == len(codes) and not not_open else 1
+    return held if ok == len(codes) else exit_codes.FINDINGS
 
 
 def _status(log: SinkCommitLog, st) -> str:
@@ -267,7 +273,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     rnd = state.pending
     note = log.read_unresolved(args.batch, rnd.number)
     if note is None:
-        raise CommandLineError(
+        raise CommandLineError.needs_operator(
             f"batch {args.batch} round {rnd.number} is decided but its outcome was never found "
             "unknown: restart the query and it completes the commit itself. Resolve only a batch "
             "that stopped the query with TransactionOutcomeUnknownError.")
@@ -339,7 +345,7 @@ def cmd_moved(args: argparse.Namespace) -> int:
     if recorded is not None:
         held = _holds_sink(recorded, ident.sink_id)
         if held and not args.force:
-            raise CommandLineError(
+            raise CommandLineError.needs_operator(
                 f"the checkpoint at {recorded} still holds sink {ident.sink_id}: this one was "
                 "copied, not moved, and a query there would share the sink's transactional ids "
                 "with a query here. If no query will run there again, delete that checkpoint (or "
@@ -369,28 +375,28 @@ def register_cli(sub) -> None:
                        "transactionalIdPrefix option (default: the ones its commit log used)")
 
     t = sub.add_parser("transactions", help="list or abort the sink's open transactions")
-    tsub = t.add_subparsers(dest="action", required=True)
+    tsub = t.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
     tl = tsub.add_parser("list", help="open transactions of the sink")
     common(tl)
     tl.add_argument("--all", action="store_true", help="every state, not only Ongoing")
-    tl.add_argument("--json", action="store_true", help="print the rows as JSON")
+    add_json_flag(tl, "the rows")
     tl.set_defaults(func=cmd_list)
     ta = tsub.add_parser("abort", help="abort open transactions (never a decided batch's)")
     common(ta)
     ta.add_argument("--id", action="append", help="only this transactional id (repeatable)")
-    ta.add_argument("--yes", action="store_true", help="really abort (default: a dry run)")
+    add_yes_flag(ta, "abort them")
     ta.add_argument("--force", action="store_true", help="abort a decided batch's transactions "
                     "too (and, with --prefix alone, whatever matches)")
     ta.set_defaults(func=cmd_abort)
 
     c = sub.add_parser("commit-log", help="show the sink's commit log, resolve an unknown "
                        "outcome, or record a moved checkpoint")
-    csub = c.add_subparsers(dest="action", required=True)
+    csub = c.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
     cs = csub.add_parser("show", help="the newest batches: status, rounds, source offsets")
     cs.add_argument("--checkpoint", required=True, metavar="DIR",
                     help="the query's checkpointLocation")
     cs.add_argument("--last", type=int, default=20, metavar="N", help="how many batches")
-    cs.add_argument("--json", action="store_true", help="print the batches as JSON")
+    add_json_flag(cs, "the batches")
     cs.set_defaults(func=cmd_log)
     cr = csub.add_parser("resolve", help="record whether a batch's unknown-outcome transactions "
                          "committed (after checking the output), so the query can continue")
@@ -405,7 +411,7 @@ def register_cli(sub) -> None:
                          help="their records are missing: the restart writes those task partitions again")
     cr.add_argument("--id", action="append", help="only this transactional id (repeatable; default: "
                     "every undetermined one)")
-    cr.add_argument("--yes", action="store_true", help="really write (default: a dry run)")
+    add_yes_flag(cr, "record the answer in the checkpoint")
     cr.set_defaults(func=cmd_resolve)
     cm = csub.add_parser("moved", help="record a moved checkpoint's new place (a query on a moved "
                          "or copied checkpoint stops with CheckpointMovedError)")
@@ -413,5 +419,5 @@ def register_cli(sub) -> None:
                     help="the checkpoint's new place: the query's checkpointLocation now")
     cm.add_argument("--force", action="store_true", help="record it even though the old place "
                     "still holds the sink's checkpoint")
-    cm.add_argument("--yes", action="store_true", help="really write (default: a dry run)")
+    add_yes_flag(cm, "record the new place in the checkpoint")
     cm.set_defaults(func=cmd_moved)

@@ -176,18 +176,25 @@ def mirror(source: Path, target: Path, skip: Path) -> None:
 
 
 def cmd_pyspark_home(args: argparse.Namespace) -> int:
+    import json
+
+    from . import exit_codes
+    from .cli_options import CommandLineError
+
     try:
         home = build(Path(args.spark_home) if args.spark_home else None,
                      Path(args.out) if args.out else None,
                      progress=lambda m: print(f"[txkafka] {m}", file=sys.stderr, flush=True))
     except PysparkHomeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print(f"export SPARK_HOME={shlex.quote(str(home))}")
-    return 0
+        raise CommandLineError(str(e)) from None  # --spark-home or --out is not usable
+    print(json.dumps({"spark_home": str(home)}) if args.json
+          else f"export SPARK_HOME={shlex.quote(str(home))}")
+    return exit_codes.OK
 
 
 def register_cli(sub) -> None:
+    from .cli_options import add_json_flag
+
     p = sub.add_parser(
         "pyspark-home",
         help="build a SPARK_HOME whose pyspark.zip has bytecode (faster Python worker and "
@@ -197,4 +204,5 @@ def register_cli(sub) -> None:
                    "$SPARK_HOME, else the installed pyspark)")
     p.add_argument("--out", metavar="DIR",
                    help="where to build it (default: ~/.cache/txkafka/spark-home-...)")
+    add_json_flag(p, "the Spark home's path")
     p.set_defaults(func=cmd_pyspark_home)

@@ -1,14 +1,15 @@
 """``txkafka savepoint``: move a stopped pipeline to a new checkpoint, a changed query or another
 parallelism, exactly once.
 
-    txkafka savepoint create --checkpoint CK --out SP -b HOST:PORT [-X k=v ...] [--quiet-period S]
+    txkafka savepoint create --checkpoint CK --out SP -b HOST:PORT [-X k=v ...] [--quiet-period S] [--yes]
     txkafka savepoint show SP [--json]
 
 ``create`` works on a stopped query: it watches the checkpoint and the sink's transactions for a
 quiet period (refusing if the query still moves), resolves the sink (rolls a decided round
 forward, aborts the sink's open transactions no decision covers; refuses an unknown outcome or
 lost partitions awaiting a re-run), then writes the end offsets of the newest batch whose output
-is committed. A new query started with ``.option("savepoint", SP)`` reads from there.
+is committed. Without ``--yes`` it runs the same checks and prints what it would commit, abort and
+write, changing nothing. A new query started with ``.option("savepoint", SP)`` reads from there.
 ``create()`` is the same as a function (the chaos campaign calls it).
 """
 
@@ -25,7 +26,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pyarrow.fs as pafs
 
-from . import __version__
+from . import __version__, exit_codes
 from .connector.errors import (
     CommitLogError,
     KafkaProtocolError,
@@ -254,17 +255,19 @@ def _resolve_sink(commit_log: SinkCommitLog, ids: Sequence[TransactionalIdFactor
     return resolved
 
 
-def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
-           prefix: Optional[str] = None, quiet_period_s: float = DEFAULT_QUIET_PERIOD_S,
-           client=None, watermarks: Optional[Watermarks] = None,
-           sleep: Callable[[float], None] = time.sleep) -> str:
-    """Take a savepoint of the stopped query on ``checkpoint`` and write it to ``out``.
+@dataclass(frozen=True)
+class _Target:
+    """A checkpoint a savepoint may be taken of, checked: a txkafka sink, Spark's metadata, Kafka
+    source offsets, its recorded place, and a free ``--out``."""
 
-    ``kafka_conf`` is librdkafka's config of the sink's cluster (``bootstrap.servers`` and any
-    security settings). Returns ``out``. Raises SavepointError, with nothing written, when the
-    query looks alive, the sink cannot be resolved, or the checkpoint has no txkafka sink or
-    Kafka-shaped source offsets. ``client``/``watermarks``/``sleep`` are for tests.
-    """
+    shown: str
+    commit_log: SinkCommitLog
+    ident: Any
+    spark: Any
+    ids: list[TransactionalIdFactory]
+
+
+def _check(checkpoint: str, out: str, prefix: Optional[str]) -> _Target:
     shown = redact_uri(checkpoint)
     commit_log = SinkCommitLog(checkpoint)
     ident = commit_log.existing_identity()
@@ -292,7 +295,6 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
             "only: the query must read with format('txkafka') (or Spark's 'kafka').")
 
     from .operator_cli import _prefixes_in_log
-    from .connector.client.transactions import TransactionClient
 
     names = [prefix] if prefix else list(dict.fromkeys(
         [*_prefixes_in_log(commit_log, ident.sink_id), ident.prefix]))
@@ -302,17 +304,74 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
         SavepointError, "resolving the sink here could abort the open transactions of a query at "
         "{elsewhere}, which has the same transactional ids",
         "take the savepoint of the checkpoint at {elsewhere}, with its query stopped")
-    own = client is None
+    return _Target(shown, commit_log, ident, spark, ids)
+
+
+def _with_client(kafka_conf: Mapping[str, str], client, work: Callable[[Any], Any]) -> Any:
+    from .connector.client.transactions import TransactionClient
+
     tc = client if client is not None else TransactionClient(kafka_conf)
     try:
+        return work(tc)
+    finally:
+        if client is None:
+            tc.close()
+
+
+def plan(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
+         prefix: Optional[str] = None, quiet_period_s: float = DEFAULT_QUIET_PERIOD_S,
+         client=None, watermarks: Optional[Watermarks] = None,
+         sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+    """What ``create`` would do, changing nothing: the same checks (the quiet period included),
+    then the decided transactions it would commit, the open ones it would abort and the batch
+    whose end offsets it would write. Raises SavepointError as ``create`` does."""
+    t = _check(checkpoint, out, prefix)
+
+    def look(tc) -> dict[str, Any]:
+        if quiet_period_s > 0:
+            _observe(_Watch(t.commit_log, t.ids, tc, watermarks or kafka_watermarks(kafka_conf)),
+                     quiet_period_s, sleep, t.shown)
+        latest = t.commit_log.latest()
+        pending = latest.pending if latest is not None else None
+        decided = {c.transactional_id for c in pending.decision} if pending else set()
+        open_ids = sorted({x.transactional_id for f in t.ids
+                           for x in tc.list_transactions(prefix=f.sink_prefix, states=["Ongoing"])
+                           if f.owns(x.transactional_id)})
+        sink_complete = (latest.batch_id if latest is not None
+                         and (latest.complete or pending is not None) else None)
+        batch, _basis = committed_batch(t.spark.latest_committed_batch(), sink_complete)
+        return {
+            "checkpoint": t.shown, "out": redact_uri(out),
+            "roll_forward_batch": latest.batch_id if pending is not None else None,
+            "would_commit": sorted(i for i in open_ids if i in decided),
+            "would_abort": [i for i in open_ids if i not in decided],
+            "positions_after_batch": batch,
+        }
+
+    return _with_client(kafka_conf, client, look)
+
+
+def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
+           prefix: Optional[str] = None, quiet_period_s: float = DEFAULT_QUIET_PERIOD_S,
+           client=None, watermarks: Optional[Watermarks] = None,
+           sleep: Callable[[float], None] = time.sleep) -> str:
+    """Take a savepoint of the stopped query on ``checkpoint`` and write it to ``out``.
+
+    ``kafka_conf`` is librdkafka's config of the sink's cluster (``bootstrap.servers`` and any
+    security settings). Returns ``out``. Raises SavepointError, with nothing written, when the
+    query looks alive, the sink cannot be resolved, or the checkpoint has no txkafka sink or
+    Kafka-shaped source offsets. ``client``/``watermarks``/``sleep`` are for tests.
+    """
+    t = _check(checkpoint, out, prefix)
+    shown, commit_log, ident, spark, ids = t.shown, t.commit_log, t.ident, t.spark, t.ids
+
+    def resolve(tc) -> dict[str, Any]:
         if quiet_period_s > 0:
             watch = _Watch(commit_log, ids, tc, watermarks or kafka_watermarks(kafka_conf))
             _observe(watch, quiet_period_s, sleep, shown)
-        resolved = _resolve_sink(commit_log, ids, tc, str(kafka_conf.get("bootstrap.servers")),
-                                 shown)
-    finally:
-        if own:
-            tc.close()
+        return _resolve_sink(commit_log, ids, tc, str(kafka_conf.get("bootstrap.servers")), shown)
+
+    resolved = _with_client(kafka_conf, client, resolve)
 
     latest = commit_log.latest()
     sink_complete = latest.batch_id if latest is not None and latest.complete else None
@@ -370,17 +429,37 @@ def cmd_create(args: argparse.Namespace) -> int:
         raise CommandLineError("--quiet-period must be >= 0 seconds")
     conf = KafkaConnection.from_args(args).client_conf
     try:
+        if not args.yes:
+            would = plan(args.checkpoint, args.out, conf, prefix=args.prefix,
+                         quiet_period_s=args.quiet_period)
+            _print_plan(would, args.json)
+            return exit_codes.OK
         out = create(args.checkpoint, args.out, conf, prefix=args.prefix,
                      quiet_period_s=args.quiet_period)
         sp = read_savepoint(out)
     except SavepointError as e:
-        raise CommandLineError(str(e)) from None
+        raise CommandLineError(str(e), exit_codes.for_error(e)) from None
     if args.json:
         print(json.dumps(sp.to_json(), indent=1))
     else:
         print(f"savepoint written to {redact_uri(out)}")
         print(sp.text(out))
-    return 0
+    return exit_codes.OK
+
+
+def _print_plan(would: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"dry_run": True, **would}, indent=1))
+        return
+    if would["roll_forward_batch"] is not None:
+        print(f"would roll batch {would['roll_forward_batch']} forward: commit its decided "
+              f"transaction(s) {', '.join(would['would_commit']) or '(none open)'}")
+    print(f"would abort {len(would['would_abort'])} open transaction(s) no decision covers"
+          + (f": {', '.join(would['would_abort'])}" if would["would_abort"] else ""))
+    after = would["positions_after_batch"]
+    print(f"would write {would['out']}: the end offsets of batch {after}" if after is not None
+          else f"would write {would['out']}: the start offsets of batch 0 (no batch committed)")
+    print("Nothing was changed. Add --yes to do it, with the query stopped.")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -389,17 +468,17 @@ def cmd_show(args: argparse.Namespace) -> int:
     try:
         sp = read_savepoint(args.savepoint)
     except SavepointError as e:
-        raise CommandLineError(str(e)) from None
+        raise CommandLineError.unreadable(str(e)) from None
     print(json.dumps(sp.to_json(), indent=1) if args.json else sp.text(args.savepoint))
     return 0
 
 
 def register_cli(sub) -> None:
-    from .cli_options import add_kafka_options
+    from .cli_options import add_json_flag, add_kafka_options, add_yes_flag
 
     s = sub.add_parser("savepoint", help="move a stopped pipeline to a new checkpoint or a "
                        "changed query, exactly once")
-    ssub = s.add_subparsers(dest="action", required=True)
+    ssub = s.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
     c = ssub.add_parser("create", help="resolve the sink of a stopped query and write the source "
                         "positions matching its output")
     add_kafka_options(c, cluster="the sink's Kafka cluster")
@@ -412,11 +491,12 @@ def register_cli(sub) -> None:
     c.add_argument("--quiet-period", type=float, default=DEFAULT_QUIET_PERIOD_S, metavar="SECONDS",
                    help="how long to watch the checkpoint and the sink's transactions; anything "
                    "moving means the query is alive; 0 skips the check")
-    c.add_argument("--json", action="store_true", help="print the savepoint as JSON")
+    add_yes_flag(c, "commit the decided transactions, abort the others and write the savepoint")
+    add_json_flag(c, "the savepoint (or, without --yes, the plan)")
     c.set_defaults(func=cmd_create)
     sh = ssub.add_parser("show", help="print what a savepoint holds")
     sh.add_argument("savepoint", help="the savepoint file (a path or a pyarrow.fs URI)")
-    sh.add_argument("--json", action="store_true", help="print the savepoint as JSON")
+    add_json_flag(sh, "the savepoint")
     sh.set_defaults(func=cmd_show)
 
 

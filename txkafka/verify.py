@@ -672,20 +672,22 @@ def _show(rid: bytes) -> str:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from .cli_options import KafkaConnection
+    from . import exit_codes
+    from .cli_options import CommandLineError, KafkaConnection
 
     conf = dict(KafkaConnection.from_args(args).client_conf)
+    if args.check == "windowed-counts" and not args.checkpoint and args.watermark_ms is None:
+        raise CommandLineError("--check windowed-counts needs --checkpoint or --watermark-ms")
     try:
         rep = _run_check(conf, args)
     except CheckpointError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise CommandLineError.unreadable(str(e)) from None
     payload = {**asdict(rep), "ok": rep.ok, "nothing_checked": rep.nothing_checked}
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump(payload, fh, indent=2)
     print(json.dumps(payload, indent=2) if args.json else rep.text())
-    return 0 if rep.ok else 1
+    return exit_codes.OK if rep.ok else exit_codes.FINDINGS
 
 
 def _run_check(conf: dict, args: argparse.Namespace
@@ -694,8 +696,6 @@ def _run_check(conf: dict, args: argparse.Namespace
         return verify_counts(conf, args.input, args.output, checkpoint=args.checkpoint,
                              allow_empty=args.allow_empty)
     if args.check == "windowed-counts":
-        if not args.checkpoint and args.watermark_ms is None:
-            raise SystemExit("error: --check windowed-counts needs --checkpoint or --watermark-ms")
         return verify_windowed_counts(conf, args.input, args.output, args.window_ms,
                                       checkpoint=args.checkpoint,
                                       watermark_delay_ms=args.watermark_ms,
@@ -713,9 +713,12 @@ def register_cli(sub) -> None:
     p.add_argument("--input", required=True, metavar="TOPIC", help="the input topic")
     p.add_argument("--output", required=True, metavar="TOPIC", help="the output topic")
     p.add_argument("--check", choices=["ids", "windowed-counts", "counts"], default="ids",
-                   help="ids: each input id once in the output; windowed-counts: a count per "
-                        "(key, event-time window) in append mode (key KEY@WINDOWSTARTMS, value "
-                        "the count); counts: groupBy(key).count() in update mode")
+                   help="ids: each input id once in the output, in order per partition; "
+                        "windowed-counts: one count per (key, event-time window), as an "
+                        "append-mode windowed count writes it (key KEY@WINDOWSTARTMS, value the "
+                        "count); counts: every update of a groupBy(key).count() once, as an "
+                        "update-mode query writes it (txkafka's sink writes append only: this "
+                        "checks another sink's output)")
     p.add_argument("--id", default="key", metavar="WHERE",
                    help="ids: where the unique id is: key, value or header:NAME")
     p.add_argument("--id-in", metavar="WHERE", help="ids: the id's place in the input, if it "

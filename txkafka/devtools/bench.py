@@ -1,4 +1,4 @@
-"""``txkafka bench``: txkafka against Spark's built-in Kafka connector and the client's own ceiling.
+"""``python -m txkafka.devtools bench``: txkafka against Spark's built-in Kafka connector and the client's own ceiling.
 
 Everything runs in one session on one broker, and every comparison is a ratio of medians of runs
 interleaved in the same session (A, B, C, A, B, C, ...), so machine drift cancels. Results go to a
@@ -310,11 +310,11 @@ def spark_conf_pairs(pairs: list[str]) -> dict[str, str]:
 
 
 def command_line(argv: Sequence[str]) -> str:
-    """The ``txkafka bench`` command a result file records (to rerun it; empty when the bench
+    """The ``python -m txkafka.devtools bench`` command a result file records (to rerun it; empty when the bench
     ran otherwise), without the values of its secrets (``-X sasl.password=...``)."""
     if list(argv[1:2]) != ["bench"]:
         return ""
-    return redact_command_line(["txkafka", "bench", *argv[2:]])
+    return redact_command_line(["python", "-m", "txkafka.devtools", "bench", *argv[2:]])
 
 
 def spark_session(builtin: bool, master: str, conf: dict[str, str] | None = None):

@@ -1,6 +1,6 @@
 """The endurance benchmark: one exactly-once stream for an hour, and what grows while it runs.
 
-    python -m txkafka bench-endurance --minutes 60 --rate 3000 --out docs/benchmarks/endurance
+    python -m txkafka.devtools bench-endurance --minutes 60 --rate 3000 --out docs/benchmarks/endurance
 
 Kafka -> txkafka source -> txkafka sink (exactly_once) at a steady input rate on a 3-node cluster
 (started here unless ``--bootstrap-servers`` names one). Every ``--sample-s`` seconds it records the
