@@ -200,6 +200,8 @@ def _anchors(doc: Path) -> set[str]:
         if m and not in_fence:
             slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
             out.add(slug)
+        if not in_fence:  # an explicit anchor (the glossary's terms)
+            out.update(re.findall(r'<a id="([\w-]+)"></a>', line))
     return out
 
 
