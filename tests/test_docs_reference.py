@@ -332,3 +332,204 @@ def test_every_test_a_page_cites_exists():
                       for n in re.findall(r"\b(test_\w{8,})\b", doc.read_text())
                       if n not in names})
     assert len(names) > 500 and not missing, missing
+
+
+# ---- every `txkafka ...` the docs show is a command the real parser has -----------------------
+
+def _unknown_commands(root, words: list[str]) -> list[str]:
+    """The command words of ``words`` (after ``txkafka``) that no parser level has: each level of
+    sub-commands must be named (``a|b`` names alternatives); a placeholder (``COMMAND``, ``...``),
+    ``--help`` or a flag ends the check."""
+    import argparse
+
+    def children(parser):
+        return next((a.choices for a in parser._actions
+                     if isinstance(a, argparse._SubParsersAction)), {})
+
+    parsers, path, bad = [root], ["txkafka"], []
+    for word in words:
+        word = word.strip("[]()\"',.:")
+        subs = [children(p) for p in parsers]
+        if not any(subs) or not word or word.startswith("-") or not re.fullmatch(r"[a-z][\w|-]*", word):
+            break
+        names = word.split("|")
+        missing = [n for n in names if not any(n in s for s in subs)]
+        if missing:
+            bad.append(f"{' '.join(path)} {'|'.join(missing)}")
+            break
+        parsers = [s[n] for s in subs for n in names if n in s]
+        path.append(word)
+    return bad
+
+
+# CHANGELOG.md is history: it names commands as they were then.
+CURRENT_DOCS = [d for d in DOCS if d.name != "CHANGELOG.md"]
+
+
+def _code_commands(text: str) -> list[tuple[int, str]]:
+    """Each ``txkafka ...`` in code (a fenced block's line, or a code span starting with it), with
+    its line number and the words after ``txkafka``."""
+    out, fence = [], False
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            fence = not fence
+            continue
+        if fence:
+            out += [(n, m.group(1)) for m in re.finditer(
+                r"(?:^\s*|\$\(|[;&|]\s*)txkafka((?: +[^#\n;&>)]+)?)", line.split("#")[0])]
+        else:
+            out += [(n, m.group(1).replace("\\|", "|"))
+                    for m in re.finditer(r"`txkafka((?: [^`]*)?)`", line)]
+    return out
+
+
+def test_every_txkafka_command_the_docs_show_parses_with_the_real_parser():
+    from txkafka.cli import _load_extensions, build_parser
+
+    _load_extensions()
+    root = build_parser()
+    bad, seen = [], 0
+    for doc in CURRENT_DOCS:
+        for n, rest in _code_commands(doc.read_text()):
+            seen += 1
+            bad += [f"{doc.relative_to(REPO)}:{n}: {b}" for b in _unknown_commands(root, rest.split())]
+    assert seen > 100 and not bad, bad
+
+
+def test_every_developer_command_the_docs_show_parses():
+    from txkafka.devtools.cli import build_parser
+
+    root = build_parser()
+    bad = []
+    for doc in CURRENT_DOCS:
+        for n, line in enumerate(doc.read_text().splitlines(), 1):
+            for m in re.finditer(r"python -m txkafka\.devtools((?: +[^`#\n;&>)|]+)?)", line):
+                words = m.group(1).split()
+                bad += [f"{doc.relative_to(REPO)}:{n}: {b}"
+                        for b in _unknown_commands(root, words) + _unknown_flags(root, words)]
+    assert not bad, bad
+
+
+# ---- the exit statuses: one table, the code's -----------------------------------------------
+
+def test_the_exit_status_table_is_the_codes():
+    from txkafka.exit_codes import MEANINGS
+
+    page = (REPO / "docs" / "operations.md").read_text()
+    table = next(rows for header, rows in _tables(page) if header == ["status", "meaning"])
+    assert {int(r[0]): r[1] for r in table} == MEANINGS
+
+
+# ---- error class names: each one a page names exists -----------------------------------------
+
+# Errors of other programs that the pages name (Spark's, Python's, confluent-kafka's).
+FOREIGN_ERRORS = {"StreamingQueryException", "KafkaException", "ModuleNotFoundError",
+                  "OverflowError", "TimeoutError", "ValueError", "SocketTimeoutException",
+                  "AnalysisException", "PythonException", "KafkaError", "ImportError",
+                  "IllegalArgumentException", "IllegalStateException", "OutOfMemoryError",
+                  "AbortableError", "FatalError"}
+
+
+def test_every_error_class_a_page_names_exists():
+    classes = _exception_classes(*(REPO / f for f in ("connector", "python_datasource",
+                                                       "txkafka")))
+    unknown = sorted({f"{doc.relative_to(REPO)}: {name}" for doc in CURRENT_DOCS
+                      for name in re.findall(r"`(\w+(?:Error|Exception))`", doc.read_text())
+                      if name not in classes and name not in FOREIGN_ERRORS})
+    assert not unknown, unknown
+
+
+# ---- the option names a page's code uses are options of that side ---------------------------
+
+def test_every_option_in_the_docs_code_is_an_option():
+    from txkafka.connector.option_names import IGNORE_UNKNOWN_OPTIONS, READER, WRITER
+
+    known = {*READER.options, *WRITER.options, IGNORE_UNKNOWN_OPTIONS}
+    # Spark's own options of a query (not the data source's)
+    spark = {"checkpointLocation", "path"}
+    unknown = sorted({f"{doc.relative_to(REPO)}: {name}" for doc in DOCS
+                      for name in re.findall(r'\.option\("([^"]+)"', doc.read_text())
+                      if name not in known | spark and not name.startswith("kafka.")})
+    assert not unknown, unknown
+
+
+# ---- user pages: reference, not evidence -----------------------------------------------------
+
+USER_PAGES = [REPO / "README.md", *(REPO / "docs" / f"{n}.md" for n in (
+    "user-guide", "user-guide-reader", "user-guide-writer", "deployment", "managed-kafka",
+    "operations", "operations-security", "troubleshooting", "runbook", "glossary"))]
+
+
+def test_user_pages_name_no_test_module_or_commit():
+    """Evidence (tests, modules, commits) belongs in design.md or development.md. Allowed: the
+    import path of the errors and logger names, which users type."""
+    internal = {n.name for folder in ("connector", "python_datasource", "txkafka")
+                for p in (REPO / folder).rglob("*.py")
+                for n in ast.walk(ast.parse(p.read_text()))
+                if isinstance(n, ast.ClassDef) and not n.name.startswith("_")
+                and not n.name.endswith(("Error", "Fault")) and n.name != "DefaultSource"}
+    evidence = re.compile(
+        r"integration_tests/|\btests/\w|\btest_\w+|\b(?:connector|python_datasource|txkafka)/[\w/]*\.py"
+        r"|\b(?:commits?|at) `?[0-9a-f]{7,12}\b|checked by hand|load average")
+    found = []
+    for page in USER_PAGES:
+        for n, line in enumerate(page.read_text().splitlines(), 1):
+            hits = evidence.findall(line)
+            hits += re.findall(r"\btxkafka\.connector\.\w+", line) if "logger" not in line and \
+                "errors" not in line else []
+            hits += [c for c in internal if re.search(rf"`{c}[`.(]", line)]
+            if hits:
+                found.append(f"{page.relative_to(REPO)}:{n}: {sorted(set(hits))}")
+    assert not found, found
+
+
+def test_the_runbook_leads_with_the_restart_and_covers_every_typed_error():
+    from txkafka.connector import errors
+
+    page = (REPO / "docs" / "runbook.md").read_text()
+    first = page.split("\n\n", 2)[1]
+    assert "restart the query on the same checkpoint" in first.lower(), first
+    table = next(rows for header, rows in _tables(page) if header[0] == "symptom or error")
+    assert "crashed" in table[0][0] and "same checkpoint" in table[0][1]
+    named = {n for row in table for n in re.findall(r"`(\w+)`", row[0])}
+    classes = {n for n in dir(errors) if isinstance(getattr(errors, n), type)
+               and issubclass(getattr(errors, n), errors.TxKafkaError)
+               and n != "TxKafkaError"}
+    assert not classes - named, f"docs/runbook.md has no row for {sorted(classes - named)}"
+
+
+def test_the_glossary_is_sorted_and_each_term_has_an_anchor():
+    rows = next(rows for header, rows in _tables((REPO / "docs" / "glossary.md").read_text())
+                if header == ["term", "meaning"])
+    terms = [re.sub(r"<a id=\"[\w-]+\"></a>", "", r[0]).strip() for r in rows]
+    assert terms == sorted(terms, key=str.lower), terms
+    assert all(r[0].startswith('<a id="') for r in rows)
+
+
+def test_the_glossary_s_words_are_linked_from_the_user_pages_that_use_them():
+    for term in ("decided", "task layout", "sweep", "late attempt", "roll forward"):
+        using = [p for p in USER_PAGES if p.name not in ("glossary.md",)
+                 and re.search(rf"\b{term}\b", p.read_text(), re.I)]
+        unlinked = [p.name for p in using if "glossary.md" not in p.read_text()]
+        assert not unlinked, f"{term!r}: used but the glossary is not linked from {unlinked}"
+
+
+def test_third_party_platform_statements_are_dated():
+    """Services and managed Spark change: what a page says of their current versions says when."""
+    page = (REPO / "docs" / "managed-kafka.md").read_text()
+    services = page.split("## The services", 1)[1].split("\n## ", 1)[0]
+    undated = [line for line in services.splitlines()
+               if line.startswith("- Transactions") and "as of 20" not in line]
+    assert not undated, undated
+    deployment = (REPO / "docs" / "deployment.md").read_text()
+    undated = [line for line in deployment.splitlines()
+               if re.search(r"Spark 4\.[0-3]\b.*\b(yet|newest|ends at)\b|\b(newest|ends at)\b.*Spark 4", line)
+               and "as of 20" not in line]
+    assert not undated, undated
+
+
+def test_the_readme_quickstart_has_what_a_newcomer_needs():
+    section = (REPO / "README.md").read_text().split("\n## Quickstart\n", 1)[1].split("\n## ", 1)[0]
+    for needed in ("txkafka broker start", "PYSPARK_PYTHON", "SparkSession", "create_topics",
+                   'format("txkafka")', "read_committed", "checkpointLocation"):
+        assert needed in section, needed
