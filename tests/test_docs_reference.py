@@ -258,9 +258,10 @@ def _command_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def _unknown_flags(root, words: list[str]) -> list[str]:
+def _unknown_flags(root, words: list[str], commands: bool = False) -> list[str]:
     """Flags of ``words`` (a command line after ``txkafka``) that the command they follow does not
-    take; ``a|b`` names alternatives, each checked; ``...`` or a placeholder ends the check."""
+    take; ``a|b`` names alternatives, each checked; ``...`` or a placeholder ends the check.
+    ``commands``: a command word the parser does not have is one too (for lines known to be code)."""
     import argparse
 
     def children(parser):
@@ -279,6 +280,8 @@ def _unknown_flags(root, words: list[str]) -> list[str]:
             parsers = [s[n] for s in subs for n in names if n in s]
             path.append(word)
         elif all(subs) and not word.startswith("-"):
+            if commands and re.fullmatch(r"[a-z][\w|-]*", word):
+                bad.append(f"{' '.join(path)} {word}")  # a command the parser does not have
             break  # `txkafka transactions ...`, `txkafka COMMAND --help`: no leaf named
         elif re.fullmatch(r"--?[A-Za-z][\w-]*(=\S*)?", word):
             flag = word.split("=")[0]
@@ -336,32 +339,6 @@ def test_every_test_a_page_cites_exists():
 
 # ---- every `txkafka ...` the docs show is a command the real parser has -----------------------
 
-def _unknown_commands(root, words: list[str]) -> list[str]:
-    """The command words of ``words`` (after ``txkafka``) that no parser level has: each level of
-    sub-commands must be named (``a|b`` names alternatives); a placeholder (``COMMAND``, ``...``),
-    ``--help`` or a flag ends the check."""
-    import argparse
-
-    def children(parser):
-        return next((a.choices for a in parser._actions
-                     if isinstance(a, argparse._SubParsersAction)), {})
-
-    parsers, path, bad = [root], ["txkafka"], []
-    for word in words:
-        word = word.strip("[]()\"',.:")
-        subs = [children(p) for p in parsers]
-        if not any(subs) or not word or word.startswith("-") or not re.fullmatch(r"[a-z][\w|-]*", word):
-            break
-        names = word.split("|")
-        missing = [n for n in names if not any(n in s for s in subs)]
-        if missing:
-            bad.append(f"{' '.join(path)} {'|'.join(missing)}")
-            break
-        parsers = [s[n] for s in subs for n in names if n in s]
-        path.append(word)
-    return bad
-
-
 # CHANGELOG.md is history: it names commands as they were then.
 CURRENT_DOCS = [d for d in DOCS if d.name != "CHANGELOG.md"]
 
@@ -392,7 +369,8 @@ def test_every_txkafka_command_the_docs_show_parses_with_the_real_parser():
     for doc in CURRENT_DOCS:
         for n, rest in _code_commands(doc.read_text()):
             seen += 1
-            bad += [f"{doc.relative_to(REPO)}:{n}: {b}" for b in _unknown_commands(root, rest.split())]
+            bad += [f"{doc.relative_to(REPO)}:{n}: {b}"
+                    for b in _unknown_flags(root, rest.split(), commands=True)]
     assert seen > 100 and not bad, bad
 
 
@@ -406,7 +384,7 @@ def test_every_developer_command_the_docs_show_parses():
             for m in re.finditer(r"python -m txkafka\.devtools((?: +[^`#\n;&>)|]+)?)", line):
                 words = m.group(1).split()
                 bad += [f"{doc.relative_to(REPO)}:{n}: {b}"
-                        for b in _unknown_commands(root, words) + _unknown_flags(root, words)]
+                        for b in _unknown_flags(root, words, commands=True)]
     assert not bad, bad
 
 
