@@ -511,3 +511,10 @@ def test_the_readme_quickstart_has_what_a_newcomer_needs():
     for needed in ("txkafka broker start", "PYSPARK_PYTHON", "SparkSession", "create_topics",
                    'format("txkafka")', "read_committed", "checkpointLocation"):
         assert needed in section, needed
+
+
+def test_no_user_page_cell_exceeds_300_characters():
+    long = [f"{p.name}: {len(c)} chars: {c[:60]}..." for p in USER_PAGES
+            for header, rows in _tables(p.read_text()) for row in [header, *rows] for c in row
+            if len(c) > MAX_CELL]
+    assert not long, long
