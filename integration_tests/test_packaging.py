@@ -69,6 +69,7 @@ def test_wheel_installs_under_txkafka_and_registers_by_scan(tmp_path, release):
     assert "txkafka/connector/sink/committer.py" in names
     assert "txkafka/python_datasource/kafka_source_provider.py" in names
     assert not any(n.startswith(("connector/", "python_datasource/")) for n in names)
+    assert not any(n.startswith("txkafka/devtools/") for n in names)  # developer tooling stays home
     assert not any(n.endswith(".pth") for n in names)  # nothing that runs in other programs
     # pyproject's license expression comes with its text
     license_text = zipfile.ZipFile(wheel).read(f"txkafka-{__version__}.dist-info/licenses/LICENSE")
