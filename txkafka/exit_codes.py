@@ -27,8 +27,12 @@ MEANINGS: dict[int, str] = {
 
 
 def epilog() -> str:
-    """The table as ``--help`` shows it."""
-    return "exit status:\n" + "\n".join(f"  {code}  {text}" for code, text in MEANINGS.items())
+    """The table as ``--help`` shows it, wrapped to a terminal's width."""
+    import textwrap
+
+    return "exit status:\n" + "\n".join(
+        textwrap.fill(text, 79, initial_indent=f"  {code}  ", subsequent_indent=" " * 5)
+        for code, text in MEANINGS.items())
 
 
 def for_error(e: errors.TxKafkaError) -> int:
