@@ -104,7 +104,7 @@ def _cli_cluster(nodes: int) -> Iterator[KafkaTarget]:
         assert again.returncode == 0, again.stderr
         assert again.stdout.strip().splitlines()[-1] == bootstrap
         assert "already running" in again.stderr
-        status = _cli("broker", "status", "--name", name)
+        status = _cli("broker", "status", "--name", name, "--json")
         assert status.returncode == 0
         listed = json.loads(status.stdout)["nodes"]
         assert len(listed) == nodes and all(n["alive"] for n in listed)

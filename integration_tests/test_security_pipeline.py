@@ -520,7 +520,8 @@ def test_driver_crash_recovery_and_no_secret_anywhere(secure_kafka, driver_proce
         done = list(pool.map(lambda a: _txkafka_cli(*a), calls))
     # (the command lines hold the password: only what the CLI printed is captured)
     captured += [(f"txkafka {a[0]} {a[1]}", f"{p.stdout}\n{p.stderr}") for a, p in zip(calls, done)]
-    assert [p.returncode for p in done] == [0, 0, 0, 0], _shown(str([p.stderr[-2000:]
+    # abort refuses the decided batch's transactions: exit status 3, an operator's call
+    assert [p.returncode for p in done] == [0, 0, 3, 0], _shown(str([p.stderr[-2000:]
                                                                       for p in done]), sk)
     rows = json.loads(done[0].stdout)
     assert rows and all(r["decided_pending_commit"] for r in rows), _shown(done[0].stdout, sk)
