@@ -290,16 +290,24 @@ def _unknown_flags(root, words: list[str], commands: bool = False) -> list[str]:
     return bad
 
 
-def test_every_flag_the_docs_show_for_a_command_is_one_it_takes():
+def _doc_command_problems(docs, extract, commands: bool) -> tuple[list[str], int]:
+    """What ``_unknown_flags`` finds in each ``txkafka`` command line ``extract`` takes from
+    ``docs``, and how many lines it checked."""
     from txkafka.cli import _load_extensions, build_parser
 
     _load_extensions()
     root = build_parser()
     bad, seen = [], 0
-    for doc in DOCS:
-        for n, rest in _command_lines(doc.read_text()):
+    for doc in docs:
+        for n, rest in extract(doc.read_text()):
             seen += 1
-            bad += [f"{doc.relative_to(REPO)}:{n}: {b}" for b in _unknown_flags(root, rest.split())]
+            bad += [f"{doc.relative_to(REPO)}:{n}: {b}"
+                    for b in _unknown_flags(root, rest.split(), commands=commands)]
+    return bad, seen
+
+
+def test_every_flag_the_docs_show_for_a_command_is_one_it_takes():
+    bad, seen = _doc_command_problems(DOCS, _command_lines, commands=False)
     assert seen > 100 and not bad, bad
 
 
@@ -361,16 +369,7 @@ def _code_commands(text: str) -> list[tuple[int, str]]:
 
 
 def test_every_txkafka_command_the_docs_show_parses_with_the_real_parser():
-    from txkafka.cli import _load_extensions, build_parser
-
-    _load_extensions()
-    root = build_parser()
-    bad, seen = [], 0
-    for doc in CURRENT_DOCS:
-        for n, rest in _code_commands(doc.read_text()):
-            seen += 1
-            bad += [f"{doc.relative_to(REPO)}:{n}: {b}"
-                    for b in _unknown_flags(root, rest.split(), commands=True)]
+    bad, seen = _doc_command_problems(CURRENT_DOCS, _code_commands, commands=True)
     assert seen > 100 and not bad, bad
 
 
