@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .commit_log import SinkCommitLog
+from .figures import LATE_SWEPT, count_aborts
 from ..client.transactions import TransactionClient
 from .transactional_ids import TransactionalIdFactory
 
@@ -124,6 +125,7 @@ def sweep_once(client: TransactionClient, ids: TransactionalIdFactory,
         return []
     codes = client.end_many(targets, commit=False)
     aborted = [t for t in targets if codes.get(t[0]) == 0]
+    count_aborts(commit_log, LATE_SWEPT, len(aborted))
     if aborted:
         log.warning("aborted %d late transaction(s) of sink %s that no decision covers (task "
                     "attempts that wrote after their batch was decided): %s", len(aborted),
