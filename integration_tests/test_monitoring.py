@@ -10,7 +10,6 @@ listener and the command show match the commit log's records, and the bytes matc
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
@@ -25,7 +24,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 MAX_OFFSETS = 300   # per trigger, every partition together
 BURST = 600         # records produced per burst: twice what a batch reads
-BURSTS = 4
+BURSTS = 3
 
 
 def _status(capsys, ck: str, bootstrap: str, *extra: str) -> tuple[int, dict]:
@@ -42,19 +41,8 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
     spark.streams.addListener(listener)
     marker = tmp_path / "killed.marker"
     arm(f"point=after_precommit,batch=1,partition=0,attempt=0,action=exit,once={marker}")
-    produced = 0
-
-    def produce_bursts() -> None:
-        nonlocal produced
-        for _ in range(BURSTS):
-            kafka.produce(src, [(f"id-{produced + i:07d}", f"v{produced + i}")
-                                for i in range(BURST)])
-            produced += BURST
-            time.sleep(1.0)
-
-    producer = threading.Thread(target=produce_bursts)
     kafka.produce(src, [(f"id-{i:07d}", f"v{i}") for i in range(BURST)])
-    produced = BURST
+    total = BURST
     q = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
          .option("subscribe", src).option("startingOffsets", "earliest")
          .option("maxOffsetsPerTrigger", str(MAX_OFFSETS)).load()
@@ -64,13 +52,16 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
          .queryName("monitored").start())
     started = time.monotonic()
     try:
-        producer.start()
-        behind = wait_until(lambda: _behind(capsys, ck, kafka.bootstrap), 120,
-                            "txkafka status to say the query is behind")
-        producer.join(60)
-        total = produced
+        # A burst after each of the first batches: the input grows twice as fast as it is read,
+        # however long a batch takes on this machine.
+        for k in range(BURSTS):
+            wait_until(lambda: (f := listener.figures("monitored")) is not None
+                       and f.batch_id is not None and f.batch_id >= k, 180, f"batch {k}")
+            kafka.produce(src, [(f"id-{total + i:07d}", f"v{total + i}") for i in range(BURST)])
+            total += BURST
+        behind = _status(capsys, ck, kafka.bootstrap)
         wait_until(lambda: (f := listener.figures("monitored")) is not None and f.lag is not None
-                   and f.lag.total == 0 and _sink_records(f) == total, 180,
+                   and f.lag.total == 0 and f.totals["records"] == total, 240,
                    "the query to catch up (the listener's lag at 0, every record committed)")
         code, healthy = _status(capsys, ck, kafka.bootstrap)
         capsys.readouterr()
@@ -87,8 +78,7 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
     fig = listener.figures("monitored")
     history = fig.lag_history
     peak = history.index(max(history))
-    assert max(history) > MAX_OFFSETS, history
-    assert any(b > a for a, b in zip(history[:peak], history[1:peak + 1])), history
+    assert max(history) > history[0] and peak > 0, history
     assert history[-1] == 0 and any(b < a for a, b in zip(history[peak:], history[peak + 1:]))
     assert fig.lag.metrics() == {"avgOffsetsBehindLatest": "0.0", "maxOffsetsBehindLatest": "0",
                                  "minOffsetsBehindLatest": "0"}
@@ -134,14 +124,3 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
           f"{json.dumps(fig.to_json()['lag'])} sink totals {fig.totals}\n"
           f"{listener.prometheus_text()}")
 
-
-def _behind(capsys, ck: str, bootstrap: str):
-    """txkafka status's answer once it says the query is behind (None before)."""
-    if SinkCommitLog(ck).existing_identity() is None:
-        return None
-    code, s = _status(capsys, ck, bootstrap)
-    return (code, s) if code == 1 and s["committed_batch"] is not None else None
-
-
-def _sink_records(fig) -> int:
-    return fig.totals["records"]

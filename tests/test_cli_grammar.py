@@ -17,7 +17,7 @@ from txkafka.devtools import bench, bench_produce
 
 # Each leaf command, by how it is typed. A new one must be put in one of the two sets.
 CONNECTING = {"demo", "verify", "transactions list", "transactions abort", "savepoint create",
-              "bench", "bench-endurance"}
+              "bench", "bench-endurance", "status"}
 LOCAL = {"broker", "commit-log show", "commit-log resolve", "commit-log moved", "savepoint show",
          "pyspark-bytecode", "pyspark-home"}
 B = "127.0.0.1:1"
@@ -124,6 +124,7 @@ COMMAND_LINES = {
     "savepoint create": ["savepoint", "create", "--checkpoint", "ck", "--out", "sp.json"],
     "bench": ["bench"],
     "bench-endurance": ["bench-endurance"],
+    "status": ["status", "--checkpoint", "ck"],
 }
 
 

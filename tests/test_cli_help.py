@@ -8,7 +8,7 @@ import re
 from txkafka.cli import _load_extensions, build_parser
 
 USER = ["broker", "demo", "verify", "transactions", "commit-log", "savepoint", "pyspark-bytecode",
-        "pyspark-home"]
+        "pyspark-home", "status"]
 DEVELOPER = ["bench", "bench-endurance"]
 
 

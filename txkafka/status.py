@@ -11,7 +11,8 @@ sink's open transactions; what needs an operator. Everything comes from the chec
 
 Exit status, for monitoring scripts: 0 healthy, 1 behind (records behind latest above
 ``--max-lag``), 2 a usage error (argparse), 3 needs an operator, 4 cannot tell (the checkpoint or
-the cluster could not be read).
+the cluster could not be read). Client settings that cannot be used (``--command-config``, ``-X``)
+stop it with status 1 and an ``error:`` line, as every command.
 """
 
 from __future__ import annotations
@@ -179,8 +180,9 @@ def screen(s: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    # A command line whose client settings cannot be used stops as every command's does.
+    conn = KafkaConnection.optional_from_args(args)
     try:
-        conn = KafkaConnection.optional_from_args(args)
         s = collect(args.checkpoint, conn, max_lag=args.max_lag, batches=args.batches)
     except (CommandLineError, TxKafkaError, OSError) as e:
         # Its own status, not 1: a script must not read "cannot tell" as "behind".
