@@ -60,6 +60,8 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
             kafka.produce(src, [(f"id-{total + i:07d}", f"v{total + i}") for i in range(BURST)])
             total += BURST
         behind = _status(capsys, ck, kafka.bootstrap)
+        main(["status", "--checkpoint", ck, "-b", kafka.bootstrap, "--batches", "3"])
+        shown_behind = capsys.readouterr().out
         wait_until(lambda: (f := listener.figures("monitored")) is not None and f.lag is not None
                    and f.lag.total == 0 and f.totals["records"] == total, 240,
                    "the query to catch up (the listener's lag at 0, every record committed)")
@@ -120,7 +122,8 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
     assert all(healthy["sink_batches"][i] == by_batch[b].to_json()
                for i, b in enumerate(sorted(by_batch)[-5:]))
     assert_exactly_once(kafka, PipelineTopics(src, dst, total), ck)
-    print(f"\nquery ran {took:.1f}s; lag history {history}\n{shown}\nlistener: "
+    print(f"\nquery ran {took:.1f}s; lag history {history}\n{shown_behind}\n{shown}\n"
+          f"batches 1-2: {by_batch[1].to_json()} {by_batch[2].to_json()}\nlistener: "
           f"{json.dumps(fig.to_json()['lag'])} sink totals {fig.totals}\n"
           f"{listener.prometheus_text()}")
 

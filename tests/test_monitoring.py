@@ -64,29 +64,6 @@ def test_the_sink_figures_come_from_its_records(tmp_path):
     assert figures[3].bytes is None and figures[3].records == 5
 
 
-def test_lost_and_rewritten_rounds_count_in_their_batch(tmp_path):
-    from tests.test_sink_core import _spark_offsets
-    from txkafka.connector.errors import TransactionLostError
-
-    fake = FakeCoordinator()
-    committer, ids, log = _committer(tmp_path, fake)
-    _spark_offsets(tmp_path, 4, '{"in":{"0":40}}')
-    results = _results(ids, fake, 4, [0, 1, 2])
-    fake.fail_commit.add(results[1].committable.transactional_id)
-    with pytest.raises(TransactionLostError):
-        committer.commit(4, results)
-    assert FiguresReader(log).newest()[-1].status == "lost"
-    committer.plan()
-    redo = _results(ids, fake, 4, [1])
-    fake.txns[redo[0].committable.transactional_id]["state"] = "Ongoing"
-    fake.fail_commit.clear()
-    committer.commit(4, [TaskResult(0, 0, 4, None, 0, True), redo[0],
-                         TaskResult(2, 0, 4, None, 0, True)])
-    four = FiguresReader(log).newest()[-1]
-    assert (four.status, four.committed, four.lost, four.rewritten, four.records) == (
-        "complete", 3, 1, 1, 15)
-
-
 def _progress(qid: str, batch: int, end: dict, latest: dict, name: str = "orders"):
     src = SimpleNamespace(endOffset=json.dumps(end), latestOffset=json.dumps(latest))
     return SimpleNamespace(progress=SimpleNamespace(
@@ -161,3 +138,4 @@ def test_status_says_when_the_checkpoint_was_moved(tmp_path, capsys):
     (tmp_path / "a").rename(tmp_path / "b")
     assert main(["status", "--checkpoint", str(tmp_path / "b")]) == 3
     assert "commit-log moved" in capsys.readouterr().out
+

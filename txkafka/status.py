@@ -182,9 +182,11 @@ def screen(s: dict[str, Any]) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     # A command line whose client settings cannot be used stops as every command's does.
     conn = KafkaConnection.optional_from_args(args)
+    from confluent_kafka import KafkaException
+
     try:
         s = collect(args.checkpoint, conn, max_lag=args.max_lag, batches=args.batches)
-    except (CommandLineError, TxKafkaError, OSError) as e:
+    except (CommandLineError, TxKafkaError, OSError, KafkaException) as e:
         # Its own status, not 1: a script must not read "cannot tell" as "behind".
         text = str(e.code if isinstance(e, CommandLineError) else f"error: {e}")
         print(text, file=sys.stderr)
