@@ -113,8 +113,11 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
         assert got.lost == 0 and got.rolled_forward == 0 and got.rewritten == 0
     retried = {c.partition_id: c.attempt for c in raw[1].last.decision}
     assert retried[0] == 1, retried  # the killed attempt's retry committed
-    # The killed attempt left its pre-committed transaction open; the sink aborted it, once.
+    # The killed attempt left its pre-committed transaction open; the sink aborted it once, after
+    # batch 1's commit (batch 2's record carries the count, for batch 1).
+    assert by_batch[1].aborted == 1, fig.sink_batches
     assert sum(b.aborted + b.late_swept for b in fig.sink_batches) == 1, fig.sink_batches
+    assert fig.totals["aborted"] == 1 and fig.totals["late_swept"] == 0, fig.totals
     out = kafka.read_all(dst)
     assert fig.totals["records"] == len(out) == total
     assert fig.totals["bytes"] == sum(len(r.key) + len(r.value) for r in out)

@@ -57,10 +57,12 @@ def test_the_sink_figures_come_from_its_records(tmp_path):
     figures = {f.batch_id: f for f in FiguresReader(log).newest()}
     one = figures[1]
     assert (one.status, one.committed, one.records, one.bytes, one.aborted) == (
-        "complete", 2, 10, 140, 0)
+        "complete", 2, 10, 140, 1)
     assert one.commit_ms is not None and one.completed_ms is not None
-    # The orphan was swept after batch 1's outcome: the sink's next record carries it.
-    assert (figures[2].status, figures[2].aborted, figures[2].records) == ("empty", 1, 0)
+    # The orphan was swept after batch 1's outcome: the sink's next record carries it, for batch 1.
+    assert (figures[2].status, figures[2].aborted, figures[2].records) == ("empty", 0, 0)
+    assert figures[2].carried == {"aborted": 1, "late_swept": 0}
+    assert FiguresReader(log).newest(1)[0].aborted == 0  # batch 3's own: none carried yet
     assert figures[3].bytes is None and figures[3].records == 5
 
 

@@ -222,7 +222,8 @@ class TxKafkaListener(StreamingQueryListener):
                 if b.status in ("complete", "empty") and b.batch_id not in counted:
                     counted.add(b.batch_id)
                     for key in _COUNTERS:
-                        q.totals[key] += int(getattr(b, key) or 0)
+                        # aborts: as the records carry them, so that each counts once
+                        q.totals[key] += int(b.carried.get(key, getattr(b, key)) or 0)
             if newest:
                 counted.difference_update({b for b in counted if b < newest[0].batch_id})
 

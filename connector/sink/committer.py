@@ -399,7 +399,7 @@ class KafkaCommitter:
             report.aborted = self._abort(committables)
             report.skipped = True
             report.orphans_aborted = self._sweep_after_commit(batch_id)
-            count_aborts(self.log, ABORTED, report.aborted + report.orphans_aborted)
+            count_aborts(self.log, batch_id, ABORTED, report.aborted + report.orphans_aborted)
             report.seconds = time.monotonic() - started
             self.last_report = report
             log.info("batch %d: already committed by the sink; the re-run's %d transaction(s) "
@@ -412,7 +412,7 @@ class KafkaCommitter:
             stray = [c for c in committables if c.partition_id not in redo]
             if stray:
                 report.aborted += self._abort(stray)
-                count_aborts(self.log, ABORTED, report.aborted)
+                count_aborts(self.log, batch_id, ABORTED, report.aborted)
                 committables = [c for c in committables if c.partition_id in redo]
             missing = sorted(redo - {c.partition_id for c in committables})
             if missing:
@@ -430,7 +430,7 @@ class KafkaCommitter:
                     self.log.prune()
             report.orphans_aborted = (self._sweep_after_commit(batch_id)
                                       if self._needs_sweep(results) else 0)
-            count_aborts(self.log, ABORTED, report.orphans_aborted)
+            count_aborts(self.log, batch_id, ABORTED, report.orphans_aborted)
             report.seconds = time.monotonic() - started
             self.last_report = report
             return report
@@ -454,7 +454,7 @@ class KafkaCommitter:
         report.transactions = len(committables)
         report.records = sum(c.record_count for c in committables)
         report.orphans_aborted = self._sweep_after_commit(batch_id, keep={c.key for c in committables})
-        count_aborts(self.log, ABORTED, report.orphans_aborted)
+        count_aborts(self.log, batch_id, ABORTED, report.orphans_aborted)
         if self.log is not None and prune_due(batch_id, listing):
             self.log.prune()
         report.seconds = time.monotonic() - started
@@ -536,10 +536,10 @@ class KafkaCommitter:
                     pending = {c.key for c in state.pending.decision}
         mine = [r.committable for r in results if r is not None and r.committable]
         n = self._abort([c for c in mine if c.key not in decided])
-        count_aborts(self.log, ABORTED, n)
+        count_aborts(self.log, batch_id, ABORTED, n)
         if unresolved is None:
             swept = self.sweep_orphans(keep=pending)
-            count_aborts(self.log, ABORTED, swept)
+            count_aborts(self.log, batch_id, ABORTED, swept)
             return n + swept
         try:
             self.sweep_orphans(keep=pending)

@@ -5,9 +5,10 @@ rolled forward by a later run), lost (aborted by the broker before the commit la
 (a later round of the batch), records and bytes committed, the commit time (from the decision to
 the last EndTxn answer). Aborts happen also after a batch's outcome is written (the orphan sweep
 after the commit, the follow-up sweeps of late attempts, a failed batch, the re-run of a committed
-one): the driver process counts them here and the sink's next record (outcome or empty batch)
-carries the counts since its previous one, as ``swept``. So they belong to the batch whose record
-carries them, and a driver that stops loses the counts it had not recorded yet.
+one): the driver process counts them here, per batch they followed, and the sink's next record
+(outcome or empty batch) carries the counts since its previous one, as ``swept``
+(``{"<batch>": {"aborted": n, "late_swept": m}}``). A batch's figures add what later records
+carry for it; a driver that stops loses the counts it had not recorded yet.
 
 Fields added to records only (connector/formats.py: older readers ignore them, no format bump).
 """
@@ -15,7 +16,7 @@ Fields added to records only (connector/formats.py: older readers ignore them, n
 from __future__ import annotations
 
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .commit_log import BatchState, SinkCommitLog
@@ -23,16 +24,19 @@ from .commit_log import BatchState, SinkCommitLog
 ABORTED = "aborted"        # ended by the sink: a failed batch, a re-run, orphans after a commit
 LATE_SWEPT = "late_swept"  # late attempts' transactions ended by the follow-up sweeps
 
-_COUNTS: dict[str, dict[str, int]] = {}
+Swept = dict[int, dict[str, int]]  # batch -> kind -> transactions
+
+_COUNTS: dict[str, Swept] = {}
 _COUNTS_LOCK = threading.Lock()
 
 
-def count_aborts(log: SinkCommitLog | None, kind: str, n: int) -> None:
-    """Count ``n`` transactions of the sink under ``log`` ended as ``kind``, for its next record."""
+def count_aborts(log: SinkCommitLog | None, batch_id: int, kind: str, n: int) -> None:
+    """Count ``n`` transactions of the sink under ``log`` ended as ``kind`` after (or for)
+    ``batch_id``, for the sink's next record."""
     if log is None or n <= 0:
         return
     with _COUNTS_LOCK:
-        counts = _COUNTS.setdefault(log.root, {})
+        counts = _COUNTS.setdefault(log.root, {}).setdefault(batch_id, {})
         counts[kind] = counts.get(kind, 0) + n
 
 
@@ -42,7 +46,21 @@ def take_counts(log: SinkCommitLog | None) -> dict[str, Any]:
         return {}
     with _COUNTS_LOCK:
         counts = _COUNTS.pop(log.root, None)
-    return {"swept": counts} if counts else {}
+    if not counts:
+        return {}
+    return {"swept": {str(b): dict(kinds) for b, kinds in sorted(counts.items())}}
+
+
+def swept_in(outcome: dict[str, Any] | None) -> Swept:
+    """The counts a record carries, by the batch they belong to (malformed entries skipped)."""
+    raw = (outcome or {}).get("swept")
+    out: Swept = {}
+    if isinstance(raw, dict):
+        for b, kinds in raw.items():
+            if isinstance(kinds, dict) and str(b).isdigit():
+                out[int(b)] = {k: int(v) for k, v in kinds.items()
+                               if k in (ABORTED, LATE_SWEPT) and isinstance(v, int)}
+    return out
 
 
 @dataclass(frozen=True)
@@ -54,26 +72,33 @@ class BatchFigures:
     rolled_forward: int = 0         # of those, committed by a later run (recovery)
     lost: int = 0                   # decided transactions the broker aborted first
     rewritten: int = 0              # transactions of re-written rounds (round > 0)
-    aborted: int = 0                # ended by the sink (see the module's docstring)
-    late_swept: int = 0             # late attempts ended by the follow-up sweeps
+    aborted: int = 0                # ended by the sink after or for it (module docstring)
+    late_swept: int = 0             # late attempts ended by the follow-up sweeps after it
     records: int = 0                # records committed
     bytes: int | None = 0           # key and value bytes committed (None: not counted)
     commit_ms: float | None = None  # decision to last EndTxn answer, the slowest round
+    # What this batch's records carry for any batch (counted once each by a listener's totals).
+    carried: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["carried"]
+        return out
 
 
-def batch_figures(log: SinkCommitLog, state: BatchState) -> BatchFigures:
-    """The figures of one batch from its records."""
-    committed = rolled = lost = rewritten = records = aborted = late = 0
+def batch_figures(log: SinkCommitLog, state: BatchState) -> tuple[BatchFigures, Swept]:
+    """The figures of one batch from its own records (``aborted`` and ``late_swept`` are what
+    later records carry for it: 0 here), and the counts its records carry, by batch."""
+    committed = rolled = lost = rewritten = records = 0
     size: int | None = 0
     commit_ms: float | None = None
+    swept: Swept = {}
     for rnd in state.rounds:
         out = rnd.outcome or {}
-        swept = out.get("swept") or {}
-        aborted += int(swept.get(ABORTED, 0))
-        late += int(swept.get(LATE_SWEPT, 0))
+        for b, kinds in swept_in(out).items():
+            into = swept.setdefault(b, {})
+            for k, n in kinds.items():
+                into[k] = into.get(k, 0) + n
         if rnd.empty:
             continue
         if rnd.number > 0:
@@ -88,9 +113,11 @@ def batch_figures(log: SinkCommitLog, state: BatchState) -> BatchFigures:
         size = None if size is None or out.get("bytes") is None else size + int(out["bytes"])
         if out.get("end_txn_ms") is not None and not out.get("recovered"):
             commit_ms = max(commit_ms or 0.0, float(out["end_txn_ms"]))
+    carried = {k: sum(kinds.get(k, 0) for kinds in swept.values()) for k in (ABORTED, LATE_SWEPT)}
     last = state.last.outcome or {}
-    return BatchFigures(state.batch_id, _status(log, state), last.get("completed_ms"), committed,
-                        rolled, lost, rewritten, aborted, late, records, size, commit_ms)
+    fig = BatchFigures(state.batch_id, _status(log, state), last.get("completed_ms"), committed,
+                       rolled, lost, rewritten, 0, 0, records, size, commit_ms, carried)
+    return fig, swept
 
 
 def _status(log: SinkCommitLog, state: BatchState) -> str:
@@ -112,23 +139,32 @@ class FiguresReader:
     def __init__(self, log: SinkCommitLog, keep: int = 20) -> None:
         self.log = log
         self.keep = keep
-        self._done: dict[int, BatchFigures] = {}
+        self._done: dict[int, tuple[BatchFigures, Swept]] = {}
 
     def newest(self, last: int | None = None) -> list[BatchFigures]:
-        """The newest ``last`` batches' figures (default: ``keep``), oldest first."""
+        """The newest ``last`` batches' figures (default: ``keep``), oldest first, each with the
+        aborts that records up to the newest carry for it."""
         listing = self.log.listing()
         wanted = sorted(listing)[-(last or self.keep):]
-        out = []
+        read: list[tuple[BatchFigures, Swept]] = []
         for b in wanted:
-            fig = self._done.get(b)
-            if fig is None:
+            got = self._done.get(b)
+            if got is None:
                 state = self.log.batch_state(b, listing)
                 if state is None:
                     continue
-                fig = batch_figures(self.log, state)
-                if fig.status in ("complete", "empty"):
-                    self._done[b] = fig
-            out.append(fig)
+                got = batch_figures(self.log, state)
+                if got[0].status in ("complete", "empty"):
+                    self._done[b] = got
+            read.append(got)
         for b in [b for b in self._done if b not in listing]:
             del self._done[b]  # pruned
-        return out
+        after: Swept = {}
+        for _fig, swept in read:
+            for b, kinds in swept.items():
+                into = after.setdefault(b, {})
+                for k, n in kinds.items():
+                    into[k] = into.get(k, 0) + n
+        return [replace(fig, aborted=after.get(fig.batch_id, {}).get(ABORTED, 0),
+                        late_swept=after.get(fig.batch_id, {}).get(LATE_SWEPT, 0))
+                for fig, _swept in read]

@@ -117,15 +117,19 @@ def sweep_once(client: TransactionClient, ids: TransactionalIdFactory,
                  if d.state == "Ongoing"]
     if not open_txns:
         return []
+    progress: LogProgress | None = None
     if commit_log is None:
         targets = open_txns  # a batch write's own prefix: nothing open is decided any more
     else:
-        targets = late_transactions(open_txns, ids, read_progress(commit_log))
+        progress = read_progress(commit_log)
+        targets = late_transactions(open_txns, ids, progress)
     if not targets:
         return []
     codes = client.end_many(targets, commit=False)
     aborted = [t for t in targets if codes.get(t[0]) == 0]
-    count_aborts(commit_log, LATE_SWEPT, len(aborted))
+    if progress is not None:
+        # (the sink's figures: these ended after the newest complete batch)
+        count_aborts(commit_log, progress.newest_complete or 0, LATE_SWEPT, len(aborted))
     if aborted:
         log.warning("aborted %d late transaction(s) of sink %s that no decision covers (task "
                     "attempts that wrote after their batch was decided): %s", len(aborted),
