@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from integration_tests.kafka_helpers import unique
 from integration_tests.pipeline_helpers import PipelineTopics, assert_exactly_once, wait_until
 from txkafka.cli import main
 from txkafka.connector.fault_injection import arm, disarm
@@ -37,6 +38,7 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
                                                                           capsys):
     src, dst = kafka.create_topic(partitions=3), kafka.create_topic(partitions=3)
     ck = str(tmp_path / "ck")
+    group = unique("monitored")
     listener = TxKafkaListener([ck], sink_batches=50, history=200)
     spark.streams.addListener(listener)
     marker = tmp_path / "killed.marker"
@@ -45,7 +47,9 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
     total = BURST
     q = (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
          .option("subscribe", src).option("startingOffsets", "earliest")
-         .option("maxOffsetsPerTrigger", str(MAX_OFFSETS)).load()
+         .option("maxOffsetsPerTrigger", str(MAX_OFFSETS))
+         # lag tools' consumer group beside the listener (the Connect test runs without it)
+         .option("commitOffsetsToGroup", "true").option("kafka.group.id", group).load()
          .selectExpr("key", "value").writeStream.format("txkafka")
          .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", dst)
          .option("checkpointLocation", ck).trigger(processingTime="200 milliseconds")
@@ -66,6 +70,10 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
                    and f.lag.total == 0 and f.totals["records"] == total, 240,
                    "the query to catch up (the listener's lag at 0, every record committed)")
         code, healthy = _status(capsys, ck, kafka.bootstrap)
+        # The group shows what the status shows: Kafka-side lag tools agree with it.
+        wait_until(lambda: _group_offsets(kafka, group, src) == {
+            r["partition"]: r["committed"] for r in healthy["partitions"]}, 60,
+            "the consumer group to hold the committed offsets")
         capsys.readouterr()
         main(["status", "--checkpoint", ck, "-b", kafka.bootstrap, "--batches", "4"])
         shown = capsys.readouterr().out
@@ -130,3 +138,11 @@ def test_lag_grows_then_shrinks_and_the_sink_figures_match_the_commit_log(spark,
           f"{json.dumps(fig.to_json()['lag'])} sink totals {fig.totals}\n"
           f"{listener.prometheus_text()}")
 
+
+def _group_offsets(kafka, group: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    admin = kafka.admin()  # kept while its future runs
+    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+    parts = found[group].result(30).topic_partitions
+    return {tp.partition: tp.offset for tp in parts if tp.topic == topic and tp.offset >= 0}
