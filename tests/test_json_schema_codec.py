@@ -11,8 +11,8 @@ import json
 import pyarrow as pa
 import pytest
 
-from connector.errors import SchemaFormatError
-from connector.serde import json_schema
+from txkafka.connector.errors import SchemaFormatError
+from txkafka.connector.serde import json_schema
 
 UTC = dt.timezone.utc
 

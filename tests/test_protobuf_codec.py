@@ -12,8 +12,8 @@ import pyarrow as pa
 import pytest
 from google.protobuf import descriptor_pb2, message_factory
 
-from connector.errors import SchemaFormatError
-from connector.serde import protobuf
+from txkafka.connector.errors import SchemaFormatError
+from txkafka.connector.serde import protobuf
 
 SCHEMA = """
 syntax = "proto3";

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
-from connector.errors import SchemaFormatError
+from ..errors import SchemaFormatError
 
 from . import DecodeResult, EncodeResult
 
@@ -270,38 +270,14 @@ def _offsets_and_data(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _concat(parts: list[pa.Array | bytes], n: int) -> pa.Array:
-    """Element-wise concatenation of null-free string arrays and constant byte strings, one
-    numpy scatter per part (pyarrow's binary_join_element_wise is far slower)."""
-    pieces = []
-    lengths = np.zeros(n, dtype=np.int64)
-    for part in parts:
-        if isinstance(part, (bytes, bytearray)):
-            pieces.append((None, np.frombuffer(bytes(part), np.uint8)))
-            lengths += len(part)
-        else:
-            offsets, data = _offsets_and_data(part)
-            pieces.append((offsets, data))
-            lengths += np.diff(offsets)
-    ends = np.cumsum(lengths)
-    out = np.empty(int(ends[-1]) if n else 0, dtype=np.uint8)
-    pos = ends - lengths  # where each row's next piece goes
-    for offsets, data in pieces:
-        if offsets is None:
-            k = len(data)
-            for j in range(k):
-                out[pos + j] = data[j]
-            pos = pos + k
-        else:
-            sizes = np.diff(offsets)
-            if len(data):
-                out[np.repeat(pos - offsets[:-1], sizes) + np.arange(len(data))] = data
-            pos = pos + sizes
-    all_offsets = np.concatenate([[0], ends]).astype(np.int64)
-    if n and all_offsets[-1] > np.iinfo(np.int32).max:
-        return pa.Array.from_buffers(pa.large_string(), n, [None, pa.py_buffer(all_offsets),
-                                                          pa.py_buffer(out)])
-    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(all_offsets.astype(np.int32)),
-                                                pa.py_buffer(out)])
+    """Element-wise concatenation of null-free string arrays and constant strings."""
+    if not n:
+        return pa.nulls(0, pa.string()).fill_null("")
+    args = [pa.scalar(p.decode(), pa.string()) if isinstance(p, (bytes, bytearray)) else p
+            for p in parts]
+    if all(isinstance(a, pa.Scalar) for a in args):
+        args.append(pa.nulls(n, pa.string()).fill_null(""))
+    return pc.binary_join_element_wise(*args, "")
 
 
 # --------------------------------------------------------------------------- JSON text pieces
@@ -366,57 +342,60 @@ class JsonSchemaCodec:
         present = payloads.filter(_mask(valid)) if len(rows) < n else payloads
         offsets, data = _offsets_and_data(present)
         data = data.copy()
-        # Raw line breaks are whitespace in valid JSON: flattening them keeps one document a line.
+        # Raw line breaks are whitespace in valid JSON (inside a string they must be escaped):
+        # as spaces they keep a pretty-printed document whole.
         data[(data == 10) | (data == 13)] = 32
-        # Running count of non-space bytes: a payload without any is blank.
-        self._solid = np.concatenate([[0], np.cumsum((data != 32) & (data != 9))])
-        table, bad = self._read(offsets, data, np.arange(len(rows)))
-        del self._solid
-        errors = {int(rows[j]): why for j, why in bad.items()}
-        keep = np.ones(len(rows), dtype=bool)
-        keep[list(bad)] = False
+        # A payload without a byte other than whitespace would vanish from the parsed text.
+        blank = offsets[1:] == offsets[:-1]
+        first = data[offsets[:-1][~blank]]
+        doubt = np.flatnonzero(~blank)[(first == 32) | (first == 9)]
+        for j in doubt:  # a leading space: rare, so looked at one by one
+            blank[j] = not bytes(data[offsets[j]:offsets[j + 1]]).strip()
+        docs = pa.Array.from_buffers(pa.binary(), len(present), [
+            None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
+        errors = {int(rows[j]): "the payload is empty, not a JSON document"
+                  for j in np.flatnonzero(blank)}
+        good = np.flatnonzero(~blank)
+        raw, bad = self._read(docs.filter(_mask(~blank)) if blank.any() else docs)
+        for j, why in bad.items():
+            errors[int(rows[good[j]])] = why
+        keep = ~blank
+        keep[good[list(bad)]] = False
+        table = _spread(raw, good, len(present))
         values = _finish(table, self._root, keep, errors, rows)
         if self._validator is not None:
             self._validate(present, keep, errors, rows)
         values = values.filter(_mask(keep)) if not keep.all() else values
         return DecodeResult(_spread(values, rows[keep], n), dict(sorted(errors.items())))
 
-    def _read(self, offsets: np.ndarray, data: np.ndarray, idx: np.ndarray
-              ) -> tuple[pa.StructArray, dict[int, str]]:
-        """The documents ``idx`` (positions into ``offsets``) parsed as one struct array, with
-        the ones that failed (null in the array) by position. A failed parse is halved until
-        each failure is one document."""
-        starts, ends = offsets[idx], offsets[idx + 1]
-        sizes = ends - starts
-        # Empty or whitespace-only payloads would vanish from the newline-joined text.
-        blank = (self._solid[ends] - self._solid[starts]) == 0
-        if blank.any():
-            good = np.flatnonzero(~blank)
-            arr, bad = self._read(offsets, data, idx[good]) if len(good) else \
-                (pa.nulls(0, self._read_type()), {})
-            out = {int(j): "the payload is empty, not a JSON document"
-                   for j in np.flatnonzero(blank)}
-            out.update({int(good[j]): why for j, why in bad.items()})
-            return _spread(arr, good, len(idx)), out
-        text = _join(data, starts, ends)
+    def _read(self, docs: pa.Array) -> tuple[pa.Array, dict[int, str]]:
+        """Null-free, non-blank documents parsed as one struct array, with the ones that failed
+        (null in the array) by position. The documents' bytes, back to back, are the text:
+        the reader takes whitespace-separated JSON values on a line, and a count that differs
+        from the payloads' is a failure like any other. A failed parse is halved until each
+        failure is one document."""
+        bufs = docs.buffers()
+        offsets = np.frombuffer(bufs[1], np.int32)[docs.offset:docs.offset + len(docs) + 1]
+        lo, hi = int(offsets[0]), int(offsets[-1])
+        text = bufs[2].slice(lo, hi - lo)
         try:
             table = pj.read_json(pa.BufferReader(text), read_options=pj.ReadOptions(
-                use_threads=False, block_size=max(1 << 20, 2 * int(sizes.max(initial=0)) + 2)),
+                use_threads=False, block_size=max(1 << 20, hi - lo + 1)),
                 parse_options=pj.ParseOptions(
                     explicit_schema=self._read_schema,
                     unexpected_field_behavior="infer" if self._has_maps else "ignore"))
-            if table.num_rows != len(idx):
-                raise ValueError(f"{table.num_rows} JSON documents in {len(idx)} payloads")
+            if table.num_rows != len(docs):
+                raise ValueError(f"{table.num_rows} JSON documents in {len(docs)} payloads")
             arr = pa.StructArray.from_arrays(
                 [c.combine_chunks() for c in table.columns], fields=list(table.schema)) \
                 if table.num_columns else pa.array([{}] * table.num_rows, pa.struct([]))
             return arr, {}
         except (pa.ArrowInvalid, ValueError) as e:
-            if len(idx) == 1:
+            if len(docs) == 1:
                 return pa.nulls(1, self._read_type()), {0: _json_error(e)}
-        half = len(idx) // 2
-        left, bad_left = self._read(offsets, data, idx[:half])
-        right, bad_right = self._read(offsets, data, idx[half:])
+        half = len(docs) // 2
+        left, bad_left = self._read(docs.slice(0, half))
+        right, bad_right = self._read(docs.slice(half))
         bad = dict(bad_left)
         bad.update({half + j: why for j, why in bad_right.items()})
         return _concat_structs(left, right), bad
@@ -462,23 +441,6 @@ class JsonSchemaCodec:
             pa.array([], pa.binary())
         errors = {int(rows[j]): why for j, why in bad.items()}
         return EncodeResult(_spread(payloads, rows[keep], n), dict(sorted(errors.items())))
-
-
-def _join(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Buffer:
-    """The documents, each followed by a newline, as one buffer."""
-    sizes = ends - starts
-    out = np.full(int(sizes.sum()) + len(sizes), 10, dtype=np.uint8)
-    dst = np.cumsum(sizes + 1) - (sizes + 1)
-    ranks = _ranks(sizes)
-    out[np.repeat(dst, sizes) + ranks] = data[np.repeat(starts, sizes) + ranks]
-    return pa.py_buffer(out)
-
-
-def _ranks(sizes: np.ndarray) -> np.ndarray:
-    """0, 1, ..., size-1 for each size, concatenated."""
-    total = int(sizes.sum())
-    firsts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    return np.arange(total) - np.repeat(firsts, sizes)
 
 
 def _json_error(e: Exception) -> str:

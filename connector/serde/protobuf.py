@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from connector.errors import SchemaFormatError
+from ..errors import SchemaFormatError
 
 from . import DecodeResult, EncodeResult
 
@@ -442,8 +442,10 @@ class ProtobufCodec:
                 keep[j] = False
             decoded = decoded.filter(_mask(keep))
             rows = rows[keep]
-        order = np.argsort(rows, kind="stable")
-        values = _spread(decoded.take(_indices(order)), rows[order], n)
+        if len(rows) > 1 and (np.diff(rows) < 0).any():  # rows read one by one come last
+            order = np.argsort(rows, kind="stable")
+            decoded, rows = decoded.take(_indices(order)), rows[order]
+        values = _spread(decoded, rows, n)
         return DecodeResult(values, dict(sorted(errors.items())))
 
     def _other_indexes(self, payloads: pa.Array, i: int, ok: np.ndarray) -> dict[int, str]:
