@@ -242,10 +242,10 @@ def _zigzag_varint(v: int) -> bytes:
     return bytes(out)
 
 
-def encode_message_indexes(indexes: Sequence[int]) -> bytes:
-    """The wire bytes of a message-index list: the single byte 0 for ``[0]``, as Confluent's
-    serializers write it."""
-    if list(indexes) == [0]:
+def encode_message_indexes(indexes: Sequence[int], shortest: bool = True) -> bytes:
+    """The wire bytes of a message-index list: the single byte 0 for ``[0]`` (``shortest``),
+    as Confluent's serializers write it."""
+    if shortest and list(indexes) == [0]:
         return b"\x00"
     return _zigzag_varint(len(indexes)) + b"".join(_zigzag_varint(i) for i in indexes)
 
@@ -398,6 +398,9 @@ class ProtobufCodec:
         self.message = message
         self.message_indexes = indexes
         self._prefix = encode_message_indexes(indexes)
+        # Readers accept the long form of [0] too (count 1, index 0).
+        self._prefixes = tuple(dict.fromkeys([self._prefix,
+                                              encode_message_indexes(indexes, shortest=False)]))
         _check_recursion(self.descriptor)
         config = ptars.PtarsConfig(timestamp_unit="us", duration_unit="us", enum_repr="string",
                                    list_value_name="element")
@@ -418,22 +421,38 @@ class ProtobufCodec:
         n = len(payloads)
         errors: dict[int, str] = {}
         valid = np.asarray(payloads.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        matches = pc.starts_with(payloads, pattern=self._prefix)
-        ok = np.asarray(matches.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
-        for i in np.flatnonzero(valid & ~ok):
-            # Not this message's usual index bytes: another encoding of the same indexes (e.g.
-            # count 1, index 0) or another message. Rare, so read row by row.
-            errors.update(self._other_indexes(payloads, int(i), ok))
-        rows = np.flatnonzero(ok)
-        bodies = pc.binary_slice(payloads.filter(_mask(ok)), len(self._prefix),
-                                  (1 << 31) - 1)
-        for i in np.flatnonzero(valid & ~ok):
-            if int(i) in errors:
+        taken = np.zeros(n, dtype=bool)
+        groups: list[tuple[np.ndarray, pa.Array]] = []
+        for prefix in self._prefixes:
+            ok = ~taken & np.asarray(pc.starts_with(payloads, pattern=prefix).fill_null(False)
+                                     .to_numpy(zero_copy_only=False), dtype=bool)
+            if ok.any():
+                taken |= ok
+                groups.append((np.flatnonzero(ok), pc.binary_slice(
+                    payloads.filter(_mask(ok)), len(prefix), (1 << 31) - 1)))
+        odd_rows, odd_bodies = [], []
+        for i in np.flatnonzero(valid & ~taken):
+            # Neither form of this message's indexes: another message, or corrupt. Rare, so
+            # read row by row.
+            payload = payloads[int(i)].as_py()
+            try:
+                indexes, used = read_message_indexes(payload)
+            except ValueError as e:
+                errors[int(i)] = f"the Protobuf message indexes are corrupt: {e}"
                 continue
-            rows = np.append(rows, i)
-            _, used = read_message_indexes(payloads[int(i)].as_py())
-            bodies = pa.concat_arrays([bodies, pa.array([payloads[int(i)].as_py()[used:]],
-                                                        pa.binary())])
+            if indexes != self.message_indexes:
+                errors[int(i)] = (
+                    f"the payload's message indexes {indexes} name another message than "
+                    f"{self.message!r} ({self.message_indexes}) of the schema")
+                continue
+            odd_rows.append(int(i))
+            odd_bodies.append(payload[used:])
+        if odd_rows:
+            groups.append((np.array(odd_rows, dtype=np.int64), pa.array(odd_bodies, pa.binary())))
+        if not groups:
+            return DecodeResult(pa.nulls(n, self.arrow_type), dict(sorted(errors.items())))
+        rows = np.concatenate([g[0] for g in groups])
+        bodies = pa.concat_arrays([g[1] for g in groups]) if len(groups) > 1 else groups[0][1]
         decoded, bad = self._decode_bodies(bodies)
         if bad:
             keep = np.ones(len(rows), dtype=bool)
@@ -442,22 +461,11 @@ class ProtobufCodec:
                 keep[j] = False
             decoded = decoded.filter(_mask(keep))
             rows = rows[keep]
-        if len(rows) > 1 and (np.diff(rows) < 0).any():  # rows read one by one come last
+        if len(rows) > 1 and (np.diff(rows) < 0).any():  # groups of each index form
             order = np.argsort(rows, kind="stable")
             decoded, rows = decoded.take(_indices(order)), rows[order]
         values = _spread(decoded, rows, n)
         return DecodeResult(values, dict(sorted(errors.items())))
-
-    def _other_indexes(self, payloads: pa.Array, i: int, ok: np.ndarray) -> dict[int, str]:
-        payload = payloads[i].as_py()
-        try:
-            indexes, _ = read_message_indexes(payload)
-        except ValueError as e:
-            return {i: f"the Protobuf message indexes are corrupt: {e}"}
-        if indexes != self.message_indexes:
-            return {i: f"the payload's message indexes {indexes} name another message than "
-                       f"{self.message!r} ({self.message_indexes}) of the schema"}
-        return {}
 
     def _decode_bodies(self, bodies: pa.Array) -> tuple[pa.Array, dict[int, str]]:
         """Decoded structs of null-free message bytes, and the rows that did not decode (found
