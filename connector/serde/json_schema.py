@@ -37,7 +37,7 @@ import pyarrow.json as pj
 
 from ..errors import SchemaFormatError
 
-from . import DecodeResult, EncodeResult
+from . import DecodeResult, EncodeResult, columns
 
 _SCALARS = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(),
             "boolean": pa.bool_()}
@@ -225,50 +225,6 @@ def codec(schema: str, validate: bool = False) -> "JsonSchemaCodec":
 
 # --------------------------------------------------------------------------- Arrow helpers
 
-def _bitmap(valid: np.ndarray) -> pa.Buffer:
-    return pa.py_buffer(np.packbits(valid, bitorder="little"))
-
-
-def _mask(keep: np.ndarray) -> pa.Array:
-    """A boolean Arrow array over numpy's (``pa.array`` would import pandas in a worker)."""
-    return pa.Array.from_buffers(pa.bool_(), len(keep), [None, _bitmap(keep)])
-
-
-def _ints(values: np.ndarray) -> pa.Array:
-    return pa.Array.from_buffers(pa.int64(), len(values),
-                                 [None, pa.py_buffer(np.ascontiguousarray(values, np.int64))])
-
-
-def _np_bool(arr: pa.Array) -> np.ndarray:
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def _spread(values: pa.Array, rows: np.ndarray, n: int) -> pa.Array:
-    """An array of length ``n`` holding ``values`` at the sorted ``rows``, null elsewhere."""
-    if len(rows) == n:
-        return values
-    if not len(values):
-        return pa.nulls(n, values.type)
-    where = np.zeros(n, dtype=np.int64)
-    where[rows] = np.arange(len(rows), dtype=np.int64)
-    present = np.zeros(n, dtype=bool)
-    present[rows] = True
-    return values.take(pa.Array.from_buffers(pa.int64(), n, [_bitmap(present),
-                                                             pa.py_buffer(where)]))
-
-
-def _offsets_and_data(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets from 0, uint8 data) of a binary or string array (its slice's bytes)."""
-    bufs = arr.buffers()
-    large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
-    offsets = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[
-        arr.offset:arr.offset + len(arr) + 1].astype(np.int64)
-    if bufs[2] is None or not len(offsets):
-        return np.zeros(len(arr) + 1, dtype=np.int64), np.zeros(0, dtype=np.uint8)
-    lo = int(offsets[0])
-    return offsets - lo, np.frombuffer(bufs[2], np.uint8)[lo:int(offsets[-1])]
-
-
 def _concat(parts: list[pa.Array | bytes], n: int) -> pa.Array:
     """Element-wise concatenation of null-free string arrays and constant strings."""
     if not n:
@@ -337,10 +293,8 @@ class JsonSchemaCodec:
         if not (pa.types.is_binary(payloads.type) or pa.types.is_string(payloads.type)):
             payloads = payloads.cast(pa.binary())
         n = len(payloads)
-        valid = _np_bool(payloads.is_valid())
-        rows = np.flatnonzero(valid)
-        present = payloads.filter(_mask(valid)) if len(rows) < n else payloads
-        offsets, data = _offsets_and_data(present)
+        rows, present = columns.null_free(payloads)
+        offsets, data = columns.offsets_and_data(present)
         data = data.copy()
         # Raw line breaks are whitespace in valid JSON (inside a string they must be escaped):
         # as spaces they keep a pretty-printed document whole.
@@ -356,49 +310,39 @@ class JsonSchemaCodec:
         errors = {int(rows[j]): "the payload is empty, not a JSON document"
                   for j in np.flatnonzero(blank)}
         good = np.flatnonzero(~blank)
-        raw, bad = self._read(docs.filter(_mask(~blank)) if blank.any() else docs)
+        raw, bad = columns.by_halves(
+            docs.filter(columns.mask(~blank)) if blank.any() else docs, self._read, _json_error,
+            self._read_type(), _concat_structs)
         for j, why in bad.items():
             errors[int(rows[good[j]])] = why
         keep = ~blank
         keep[good[list(bad)]] = False
-        table = _spread(raw, good, len(present))
+        table = columns.spread(raw, good, len(present))
         values = _finish(table, self._root, keep, errors, rows)
         if self._validator is not None:
             self._validate(present, keep, errors, rows)
-        values = values.filter(_mask(keep)) if not keep.all() else values
-        return DecodeResult(_spread(values, rows[keep], n), dict(sorted(errors.items())))
+        values = values.filter(columns.mask(keep)) if not keep.all() else values
+        return DecodeResult(columns.spread(values, rows[keep], n), dict(sorted(errors.items())))
 
-    def _read(self, docs: pa.Array) -> tuple[pa.Array, dict[int, str]]:
-        """Null-free, non-blank documents parsed as one struct array, with the ones that failed
-        (null in the array) by position. The documents' bytes, back to back, are the text:
-        the reader takes whitespace-separated JSON values on a line, and a count that differs
-        from the payloads' is a failure like any other. A failed parse is halved until each
-        failure is one document."""
+    def _read(self, docs: pa.Array) -> pa.Array:
+        """Null-free, non-blank documents parsed as one struct array. The documents' bytes,
+        back to back, are the text: the reader takes whitespace-separated JSON values on a
+        line, and a count that differs from the payloads' is a failure like any other."""
         bufs = docs.buffers()
         offsets = np.frombuffer(bufs[1], np.int32)[docs.offset:docs.offset + len(docs) + 1]
         lo, hi = int(offsets[0]), int(offsets[-1])
         text = bufs[2].slice(lo, hi - lo)
-        try:
-            table = pj.read_json(pa.BufferReader(text), read_options=pj.ReadOptions(
-                use_threads=False, block_size=max(1 << 20, hi - lo + 1)),
-                parse_options=pj.ParseOptions(
-                    explicit_schema=self._read_schema,
-                    unexpected_field_behavior="infer" if self._has_maps else "ignore"))
-            if table.num_rows != len(docs):
-                raise ValueError(f"{table.num_rows} JSON documents in {len(docs)} payloads")
-            arr = pa.StructArray.from_arrays(
-                [c.combine_chunks() for c in table.columns], fields=list(table.schema)) \
-                if table.num_columns else pa.array([{}] * table.num_rows, pa.struct([]))
-            return arr, {}
-        except (pa.ArrowInvalid, ValueError) as e:
-            if len(docs) == 1:
-                return pa.nulls(1, self._read_type()), {0: _json_error(e)}
-        half = len(docs) // 2
-        left, bad_left = self._read(docs.slice(0, half))
-        right, bad_right = self._read(docs.slice(half))
-        bad = dict(bad_left)
-        bad.update({half + j: why for j, why in bad_right.items()})
-        return _concat_structs(left, right), bad
+        table = pj.read_json(pa.BufferReader(text), read_options=pj.ReadOptions(
+            use_threads=False, block_size=max(1 << 20, hi - lo + 1)),
+            parse_options=pj.ParseOptions(
+                explicit_schema=self._read_schema,
+                unexpected_field_behavior="infer" if self._has_maps else "ignore"))
+        if table.num_rows != len(docs):
+            raise ValueError(f"{table.num_rows} JSON documents in {len(docs)} payloads")
+        if not table.num_columns:
+            return pa.array([{}] * table.num_rows, pa.struct([]))
+        return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns],
+                                          fields=list(table.schema))
 
     def _read_type(self) -> pa.DataType:
         return pa.struct(list(self._read_schema))
@@ -430,17 +374,12 @@ class JsonSchemaCodec:
                 f"values of type {values.type} cannot be written with this JSON Schema (Arrow "
                 f"type {self.arrow_type}): {e}") from e
         n = len(values)
-        valid = _np_bool(values.is_valid())
-        rows = np.flatnonzero(valid)
-        present = values.filter(_mask(valid)) if len(rows) < n else values
+        rows, present = columns.null_free(values)
         bad: dict[int, str] = {}
         text = _to_json(present, self._root, np.arange(len(present)), bad)
-        keep = np.ones(len(present), dtype=bool)
-        keep[list(bad)] = False
-        payloads = text.filter(_mask(keep)).cast(pa.binary()) if len(present) else \
-            pa.array([], pa.binary())
         errors = {int(rows[j]): why for j, why in bad.items()}
-        return EncodeResult(_spread(payloads, rows[keep], n), dict(sorted(errors.items())))
+        payloads, rows = columns.drop_rows(text.cast(pa.binary()), rows, bad)
+        return EncodeResult(columns.spread(payloads, rows, n), dict(sorted(errors.items())))
 
 
 def _json_error(e: Exception) -> str:
@@ -479,8 +418,7 @@ def _finish(raw: pa.Array, node: _Node, keep: np.ndarray, errors: dict[int, str]
             rows: np.ndarray) -> pa.Array:
     """The read struct array as the schema's Arrow type, marking rows that break the checks
     Arrow's parse does not make (required, enum, date, map values) in ``keep``/``errors``."""
-    out = _convert(raw, node, np.arange(len(raw)), keep, errors, rows)
-    return out
+    return _convert(raw, node, np.arange(len(raw)), keep, errors, rows)
 
 
 def _fail(j: int, why: str, keep: np.ndarray, errors: dict[int, str], rows: np.ndarray) -> None:
@@ -495,12 +433,12 @@ def _convert(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
     if node.kind == "struct":
         names = set(arr.type.names) if pa.types.is_struct(arr.type) else set()
         children, fields = [], []
-        parent_valid = _np_bool(arr.is_valid())
+        parent_valid = columns.bools(arr.is_valid())
         for name, child in node.children.items():
             col = pc.struct_field(arr, name) if name in names else pa.nulls(len(arr),
                                                                              child.arrow_type)
             if name in node.required and (not child.nullable or child.kind == "map"):
-                missing = parent_valid & ~_np_bool(col.is_valid())
+                missing = parent_valid & ~columns.bools(col.is_valid())
                 for j in np.flatnonzero(missing):
                     _fail(int(owner[j]), f"required property {child.path} is missing or null",
                           keep, errors, rows)
@@ -524,14 +462,14 @@ def _convert(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
         parsed = pc.strptime(arr, format="%Y-%m-%d", unit="s", error_is_null=True)
         # strptime rolls 2024-02-30 over to March: a date must print back as it was written.
         same = pc.equal(pc.strftime(parsed, format="%Y-%m-%d"), arr)
-        wrong = _np_bool(arr.is_valid()) & ~_np_bool(same.fill_null(False))
+        wrong = columns.bools(arr.is_valid()) & ~columns.bools(same.fill_null(False))
         for j in np.flatnonzero(wrong):
             _fail(int(owner[j]), f"{node.path}: {arr[int(j)].as_py()!r} is not a date "
                                  "(YYYY-MM-DD)", keep, errors, rows)
         return parsed.cast(pa.date32())
     if node.enum is not None and len(arr):
-        outside = _np_bool(pc.invert(pc.is_in(arr, value_set=pa.array(node.enum, pa.string())))
-                           .fill_null(False)) & _np_bool(arr.is_valid())
+        outside = columns.bools(pc.invert(pc.is_in(arr, value_set=pa.array(node.enum, pa.string())))
+                           .fill_null(False)) & columns.bools(arr.is_valid())
         for j in np.flatnonzero(outside):
             _fail(int(owner[j]), f"{node.path}: {arr[int(j)].as_py()!r} is not one of "
                                  f"{list(node.enum)}", keep, errors, rows)
@@ -543,7 +481,7 @@ def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
     """An inferred struct (one field per key seen in the batch) as map<string, value>: an
     absent key and a null value read alike (the reader does not tell them apart)."""
     n = len(arr)
-    valid = _np_bool(arr.is_valid())
+    valid = columns.bools(arr.is_valid())
     value_type = node.item.arrow_type
     if not pa.types.is_struct(arr.type):  # all null, or not objects
         if pa.types.is_null(arr.type):
@@ -552,30 +490,32 @@ def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
             _fail(int(owner[j]), f"{node.path}: not an object", keep, errors, rows)
         return pa.nulls(n, node.arrow_type)
     names = arr.type.names
-    columns = []
+    per_key = []
     for k in names:
         col = pc.struct_field(arr, k)
         if not _compatible(col.type, value_type):
-            for j in np.flatnonzero(_np_bool(col.is_valid())):
+            for j in np.flatnonzero(columns.bools(col.is_valid())):
                 _fail(int(owner[j]), f"{node.path}: the value of key {k!r} is not of type "
                                      f"{value_type}", keep, errors, rows)
             col = pa.nulls(n, value_type)
         else:
             col = col.cast(value_type) if col.type != value_type else col
-        columns.append(col)
+        per_key.append(col)
     if not names:
         present = np.zeros((n, 0), dtype=bool)
     else:
-        present = np.stack([_np_bool(c.is_valid()) for c in columns], axis=1) & valid[:, None]
+        present = np.stack([columns.bools(c.is_valid()) for c in per_key], axis=1) & \
+            valid[:, None]
     counts = present.sum(axis=1)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     r, k = np.nonzero(present)  # row-major: each row's keys in the batch's key order
-    keys = pa.array(names, pa.string()).take(_ints(k)) if len(k) else pa.nulls(0, pa.string())
-    values = pa.concat_arrays(columns).take(_ints(k * n + r)) if len(k) else \
+    keys = pa.array(names, pa.string()).take(columns.ints(k)) if len(k) else \
+        pa.nulls(0, pa.string())
+    values = pa.concat_arrays(per_key).take(columns.ints(k * n + r)) if len(k) else \
         pa.nulls(0, value_type)
     offsets_arr = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)])
     return pa.MapArray.from_arrays(offsets_arr, keys, values, type=node.arrow_type,
-                                   mask=_mask(~valid) if not valid.all() else None)
+                                   mask=columns.mask(~valid) if not valid.all() else None)
 
 
 def _compatible(found: pa.DataType, wanted: pa.DataType) -> bool:
@@ -590,12 +530,12 @@ def _to_json(arr: pa.Array, node: _Node, owner: np.ndarray, bad: dict[int, str])
     """JSON text of each element of ``arr`` ("null" for nulls); rows that cannot be written in
     ``bad`` (by ``owner`` position)."""
     n = len(arr)
-    valid = _np_bool(arr.is_valid()) if n else np.zeros(0, dtype=bool)
+    valid = columns.bools(arr.is_valid()) if n else np.zeros(0, dtype=bool)
     if node.kind == "struct":
         parts: list = [b"{"]
         for name, child in node.children.items():
             col = pc.struct_field(arr, name)
-            has = _np_bool(col.is_valid()) & valid
+            has = columns.bools(col.is_valid()) & valid
             if name in node.required:
                 for j in np.flatnonzero(valid & ~has):
                     bad.setdefault(int(owner[j]), f"required property {child.path} is null")
@@ -603,7 +543,7 @@ def _to_json(arr: pa.Array, node: _Node, owner: np.ndarray, bad: dict[int, str])
             key = _quoted(pa.array([name], pa.string()))[0].as_py().encode() + b":"
             piece = _concat([b",", key, text], n)
             # A null property is left out: an empty piece.
-            parts.append(pc.if_else(_mask(has), piece, pa.scalar("", pa.string())))
+            parts.append(pc.if_else(columns.mask(has), piece, pa.scalar("", pa.string())))
         joined = _concat(parts[1:], n) if len(parts) > 1 else pa.array([""] * n, pa.string())
         body = pc.utf8_slice_codeunits(joined, 1)  # the first piece's comma
         text = _concat([b"{", body, b"}"], n)
@@ -638,13 +578,13 @@ def _to_json(arr: pa.Array, node: _Node, owner: np.ndarray, bad: dict[int, str])
     elif pa.types.is_boolean(arr.type):
         text = pc.if_else(arr.fill_null(False), "true", "false")
     elif pa.types.is_floating(arr.type):
-        finite = _np_bool(pc.is_finite(arr).fill_null(True))
+        finite = columns.bools(pc.is_finite(arr).fill_null(True))
         for j in np.flatnonzero(~finite):
             bad.setdefault(int(owner[j]), f"{node.path}: {arr[int(j)].as_py()} has no JSON "
                                           "number")
-        text = pc.if_else(_mask(finite), arr.fill_null(0).cast(pa.string()),
+        text = pc.if_else(columns.mask(finite), arr.fill_null(0).cast(pa.string()),
                           pa.scalar("0", pa.string()))
     else:
         text = arr.fill_null(0).cast(pa.string())
-    return pc.if_else(_mask(valid), text, pa.scalar("null", pa.string())) if n and \
+    return pc.if_else(columns.mask(valid), text, pa.scalar("null", pa.string())) if n and \
         not valid.all() else text

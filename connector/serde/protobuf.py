@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 
 from ..errors import SchemaFormatError
 
-from . import DecodeResult, EncodeResult
+from . import DecodeResult, EncodeResult, columns
 
 _INSTALL = "pip install 'txkafka[protobuf]'"
 # Google's well-known types: the protobuf package carries their descriptors.
@@ -304,19 +304,9 @@ def _binary(payloads: pa.Array) -> pa.Array:
     return payloads.cast(pa.binary())
 
 
-def _offsets_and_data(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets from 0, uint8 data) of a binary array (a slice's own bytes only)."""
-    bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=np.int32)[arr.offset:arr.offset + len(arr) + 1]
-    if bufs[2] is None or not len(offsets):
-        return offsets.astype(np.int64) * 0, np.zeros(0, dtype=np.uint8)
-    lo = int(offsets[0])
-    return offsets.astype(np.int64) - lo, np.frombuffer(bufs[2], np.uint8)[lo:int(offsets[-1])]
-
-
 def _prefixed(values: pa.Array, prefix: bytes) -> pa.Array:
     """``prefix`` + each value of a null-free binary array, built with numpy."""
-    offsets, data = _offsets_and_data(values)
+    offsets, data = columns.offsets_and_data(values)
     n, k = len(values), len(prefix)
     new_offsets = offsets + k * np.arange(n + 1, dtype=np.int64)
     out = np.empty(len(data) + k * n, dtype=np.uint8)
@@ -331,34 +321,6 @@ def _prefixed(values: pa.Array, prefix: bytes) -> pa.Array:
                                                           pa.py_buffer(out)])
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets.astype(np.int32)),
                                                 pa.py_buffer(out)])
-
-
-def _bitmap(valid: np.ndarray) -> pa.Buffer:
-    return pa.py_buffer(np.packbits(valid, bitorder="little"))
-
-
-def _mask(keep: np.ndarray) -> pa.Array:
-    """A boolean Arrow array over numpy's (``pa.array`` would import pandas in a worker)."""
-    return pa.Array.from_buffers(pa.bool_(), len(keep), [None, _bitmap(keep)])
-
-
-def _indices(order: np.ndarray) -> pa.Array:
-    return pa.Array.from_buffers(pa.int64(), len(order),
-                                 [None, pa.py_buffer(np.ascontiguousarray(order, np.int64))])
-
-
-def _spread(values: pa.Array, rows: np.ndarray, n: int) -> pa.Array:
-    """An array of length ``n`` holding ``values`` at the sorted ``rows``, null elsewhere."""
-    if len(rows) == n:
-        return values
-    where = np.zeros(n, dtype=np.int64)
-    where[rows] = np.arange(len(rows), dtype=np.int64)
-    present = np.zeros(n, dtype=bool)
-    present[rows] = True
-    if not len(values):
-        return pa.nulls(n, values.type)
-    indices = pa.Array.from_buffers(pa.int64(), n, [_bitmap(present), pa.py_buffer(where)])
-    return values.take(indices)
 
 
 class ProtobufCodec:
@@ -420,16 +382,15 @@ class ProtobufCodec:
         payloads = _binary(payloads)
         n = len(payloads)
         errors: dict[int, str] = {}
-        valid = np.asarray(payloads.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        valid = columns.bools(payloads.is_valid())
         taken = np.zeros(n, dtype=bool)
         groups: list[tuple[np.ndarray, pa.Array]] = []
         for prefix in self._prefixes:
-            ok = ~taken & np.asarray(pc.starts_with(payloads, pattern=prefix).fill_null(False)
-                                     .to_numpy(zero_copy_only=False), dtype=bool)
+            ok = ~taken & columns.bools(pc.starts_with(payloads, pattern=prefix).fill_null(False))
             if ok.any():
                 taken |= ok
                 groups.append((np.flatnonzero(ok), pc.binary_slice(
-                    payloads.filter(_mask(ok)), len(prefix), (1 << 31) - 1)))
+                    payloads.filter(columns.mask(ok)), len(prefix), (1 << 31) - 1)))
         odd_rows, odd_bodies = [], []
         for i in np.flatnonzero(valid & ~taken):
             # Neither form of this message's indexes: another message, or corrupt. Rare, so
@@ -453,34 +414,15 @@ class ProtobufCodec:
             return DecodeResult(pa.nulls(n, self.arrow_type), dict(sorted(errors.items())))
         rows = np.concatenate([g[0] for g in groups])
         bodies = pa.concat_arrays([g[1] for g in groups]) if len(groups) > 1 else groups[0][1]
-        decoded, bad = self._decode_bodies(bodies)
-        if bad:
-            keep = np.ones(len(rows), dtype=bool)
-            for j, why in bad.items():
-                errors[int(rows[j])] = why
-                keep[j] = False
-            decoded = decoded.filter(_mask(keep))
-            rows = rows[keep]
+        decoded, bad = columns.by_halves(
+            bodies, lambda b: self._cast_in(self._handler.array_to_record_batch(b)),
+            lambda e: f"the Protobuf message is corrupt: {e}", self.arrow_type)
+        errors.update({int(rows[j]): why for j, why in bad.items()})
+        decoded, rows = columns.drop_rows(decoded, rows, bad)
         if len(rows) > 1 and (np.diff(rows) < 0).any():  # groups of each index form
             order = np.argsort(rows, kind="stable")
-            decoded, rows = decoded.take(_indices(order)), rows[order]
-        values = _spread(decoded, rows, n)
-        return DecodeResult(values, dict(sorted(errors.items())))
-
-    def _decode_bodies(self, bodies: pa.Array) -> tuple[pa.Array, dict[int, str]]:
-        """Decoded structs of null-free message bytes, and the rows that did not decode (found
-        by halving a failed batch: a few bad rows cost a few extra native calls)."""
-        try:
-            return self._cast_in(self._handler.array_to_record_batch(bodies)), {}
-        except Exception as e:
-            if len(bodies) == 1:
-                return pa.nulls(1, self.arrow_type), {0: f"the Protobuf message is corrupt: {e}"}
-        half = len(bodies) // 2
-        left, bad_left = self._decode_bodies(bodies.slice(0, half))
-        right, bad_right = self._decode_bodies(bodies.slice(half))
-        bad = dict(bad_left)
-        bad.update({half + j: why for j, why in bad_right.items()})
-        return pa.concat_arrays([left, right]), bad
+            decoded, rows = decoded.take(columns.ints(order)), rows[order]
+        return DecodeResult(columns.spread(decoded, rows, n), dict(sorted(errors.items())))
 
     def _cast_in(self, batch: pa.RecordBatch) -> pa.Array:
         arr = pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema)) \
@@ -492,12 +434,8 @@ class ProtobufCodec:
     def encode(self, values: pa.Array) -> EncodeResult:
         """One payload per value (message indexes + message): null for a null value and for
         each row in ``errors``."""
-        if isinstance(values, pa.ChunkedArray):
-            values = values.combine_chunks()
         n = len(values)
-        valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        rows = np.flatnonzero(valid)
-        present = values.filter(_mask(valid)) if not valid.all() else values
+        rows, present = columns.null_free(values)
         try:
             native = present.cast(self._native_type, safe=False)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
@@ -505,32 +443,17 @@ class ProtobufCodec:
                 f"values of type {values.type} cannot be written as Protobuf message "
                 f"{self.message!r} (Arrow type {self.arrow_type}): {e}") from e
         bad = _enum_misfits(native, self.descriptor, np.arange(len(native)), "")
-        encoded, unfit = self._encode_rows(native)
+        encoded, unfit = columns.by_halves(
+            native, lambda v: self._handler.record_batch_to_array(
+                pa.RecordBatch.from_struct_array(v)),
+            lambda e: f"the value does not fit Protobuf message {self.message!r}: {e}",
+            pa.binary())
         for j, why in unfit.items():
             bad.setdefault(j, why)
         errors = {int(rows[j]): why for j, why in bad.items()}
-        if bad:
-            keep = np.ones(len(rows), dtype=bool)
-            keep[list(bad)] = False
-            encoded = encoded.filter(_mask(keep))
-            rows = rows[keep]
+        encoded, rows = columns.drop_rows(encoded, rows, bad)
         payloads = _prefixed(encoded, self._prefix) if len(encoded) else encoded
-        return EncodeResult(_spread(payloads, rows, n), dict(sorted(errors.items())))
-
-    def _encode_rows(self, native: pa.StructArray) -> tuple[pa.Array, dict[int, str]]:
-        try:
-            batch = pa.RecordBatch.from_struct_array(native)
-            return self._handler.record_batch_to_array(batch), {}
-        except Exception as e:
-            if len(native) <= 1:
-                return pa.array([b""] * len(native), pa.binary()), \
-                    {0: f"the value does not fit Protobuf message {self.message!r}: {e}"}
-        half = len(native) // 2
-        left, bad_left = self._encode_rows(native.slice(0, half))
-        right, bad_right = self._encode_rows(native.slice(half))
-        bad = dict(bad_left)
-        bad.update({half + j: why for j, why in bad_right.items()})
-        return pa.concat_arrays([left, right]), bad
+        return EncodeResult(columns.spread(payloads, rows, n), dict(sorted(errors.items())))
 
 
 def _names(file_proto) -> Iterable[str]:
@@ -580,7 +503,7 @@ def _enum_misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str) -> dic
         if enum is not None:
             names = pa.array([v.name for v in enum.values], pa.string())
             misfit = pc.and_(pc.invert(pc.is_in(col, value_set=names)), pc.is_valid(col))
-            for j in np.flatnonzero(np.asarray(misfit.to_numpy(zero_copy_only=False), bool)):
+            for j in np.flatnonzero(columns.bools(misfit)):
                 bad.setdefault(int(where[j]),
                                f"field {name!r}: {col[int(j)].as_py()!r} is not a value of enum "
                                f"{enum.full_name} ({', '.join(v.name for v in enum.values)})")
