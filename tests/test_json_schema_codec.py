@@ -144,6 +144,15 @@ def test_encode_round_trips_by_value(order_codec):
     assert order_codec.decode(res.payloads).values.to_pylist() == rows
 
 
+def test_encode_leaves_out_null_properties_wherever_they_stand():
+    codec = json_schema.codec(json.dumps({"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}}}))
+    rows = [{"a": 1, "b": None, "c": True}, {"a": None, "b": "x", "c": None},
+            {"a": None, "b": None, "c": None}, {"a": 2, "b": "y", "c": False}]
+    payloads = codec.encode(pa.array(rows, codec.arrow_type)).payloads.to_pylist()
+    assert payloads == [b'{"a":1,"c":true}', b'{"b":"x"}', b"{}", b'{"a":2,"b":"y","c":false}']
+
+
 def test_encode_refuses_rows_it_cannot_write(order_codec):
     t = order_codec.arrow_type
     res = order_codec.encode(pa.array([_arrow_row(SPARSE), {"id": 1, "address": None},

@@ -532,7 +532,11 @@ def _to_json(arr: pa.Array, node: _Node, owner: np.ndarray, bad: dict[int, str])
     n = len(arr)
     valid = columns.bools(arr.is_valid()) if n else np.zeros(0, dtype=bool)
     if node.kind == "struct":
-        parts: list = [b"{"]
+        # Pieces ',"name":value'; a null property is left out (an empty piece). Properties
+        # present in every row are joined as they are, with constant text between them; only
+        # when the first property can be absent is each row's leading comma cut off after.
+        parts: list = []
+        always_before = False  # the first piece is a property present in every row
         for name, child in node.children.items():
             col = pc.struct_field(arr, name)
             has = columns.bools(col.is_valid()) & valid
@@ -541,12 +545,19 @@ def _to_json(arr: pa.Array, node: _Node, owner: np.ndarray, bad: dict[int, str])
                     bad.setdefault(int(owner[j]), f"required property {child.path} is null")
             text = _to_json(col, child, owner, bad)
             key = _quoted(pa.array([name], pa.string()))[0].as_py().encode() + b":"
-            piece = _concat([b",", key, text], n)
-            # A null property is left out: an empty piece.
-            parts.append(pc.if_else(columns.mask(has), piece, pa.scalar("", pa.string())))
-        joined = _concat(parts[1:], n) if len(parts) > 1 else pa.array([""] * n, pa.string())
-        body = pc.utf8_slice_codeunits(joined, 1)  # the first piece's comma
-        text = _concat([b"{", body, b"}"], n)
+            if has[valid].all():
+                always_before = always_before or not parts  # the first piece: no comma at all
+                parts += [(b"," if parts else b"") + key, text]
+            else:
+                piece = _concat([b",", key, text], n)
+                parts.append(pc.if_else(columns.mask(has), piece, pa.scalar("", pa.string())))
+        if not parts:
+            text = _concat([b"{}"], n)
+        elif always_before:
+            text = _concat([b"{", *parts, b"}"], n)
+        else:
+            body = pc.utf8_slice_codeunits(_concat(parts, n), 1)  # the first piece's comma
+            text = _concat([b"{", body, b"}"], n)
     elif node.kind in ("list", "map"):
         if node.kind == "list":
             flat = pc.list_flatten(arr)
