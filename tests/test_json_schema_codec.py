@@ -119,10 +119,14 @@ def test_bad_rows_are_found_without_losing_good_ones(order_codec):
         9: (b'{"id": 1, "address": {"zip": 1}, "day": "2024-02-30"}', "not a date"),
         10: (b'{"id": 1, "address": {"zip": 1}, "color": "BLUE"}', "'BLUE' is not one of"),
         11: (b'{"id": 1, "address": {"zip": 1}, "counts": {"a": "x"}}', "key 'a'"),
-        12: (b"[1, 2]", "not a JSON document"),
+        12: (b"[1, 2]", "not a JSON object"),
         13: (b'{"id": 1, "address": {"zip": 1', "not a JSON document"),
-        14: (b"\xff\xfe", "not a JSON document"),
+        14: (b'{"id": 1, "name": "\xff\xfe", "address": {"zip": 1}}', "not UTF-8"),
         15: (b'{"id": null, "address": {"zip": 1}}', "required property $.id"),
+        16: (b"null", "not a JSON object"),  # pyarrow's reader would crash on it
+        17: (b' null', "not a JSON object"),
+        18: (b'{"id": 1, "address": {"zip": 1}} null', "more than one JSON document"),
+        19: (b'"text"', "not a JSON object"),
     }
     payloads = [good] + [p for p, _ in cases.values()] + [good]
     res = order_codec.decode(pa.array(payloads, pa.binary()))

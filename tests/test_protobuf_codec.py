@@ -239,6 +239,8 @@ def test_encode_null_rows_and_misfits(order_codec):
     ('syntax = "proto3"; message A { int32 a = 1; }', None, "B", "no message 'B'"),
     ('syntax = "proto3"; enum E { X = 0; }', None, None, "defines no message"),
     ('syntax = "proto3"; message T { T child = 1; }', None, None, "recursive"),
+    ('syntax = "proto3"; import "../x.proto"; message A { int32 a = 1; }',
+     {"../x.proto": 'syntax = "proto3";'}, None, "not a relative import path"),
 ])
 def test_bad_schemas_are_refused_clearly(schema, refs, message, match):
     with pytest.raises(SchemaFormatError, match=match):

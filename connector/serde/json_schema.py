@@ -299,23 +299,34 @@ class JsonSchemaCodec:
         # Raw line breaks are whitespace in valid JSON (inside a string they must be escaped):
         # as spaces they keep a pretty-printed document whole.
         data[(data == 10) | (data == 13)] = 32
-        # A payload without a byte other than whitespace would vanish from the parsed text.
-        blank = offsets[1:] == offsets[:-1]
-        first = data[offsets[:-1][~blank]]
-        doubt = np.flatnonzero(~blank)[(first == 32) | (first == 9)]
-        for j in doubt:  # a leading space: rare, so looked at one by one
-            blank[j] = not bytes(data[offsets[j]:offsets[j + 1]]).strip()
+        # Each document must open with "{": a blank one would vanish from the parsed text, and
+        # pyarrow's reader crashes on a text that opens with a top-level null.
+        opening = np.zeros(len(present), dtype=np.uint8)
+        nonempty = offsets[1:] > offsets[:-1]
+        opening[nonempty] = data[offsets[:-1][nonempty]]
+        errors: dict[int, str] = {}
+        refused = np.zeros(len(present), dtype=bool)
+        for j in np.flatnonzero(opening != 0x7B):  # rare: looked at one by one
+            text = bytes(data[offsets[j]:offsets[j + 1]]).lstrip(b" \t")
+            if not text.startswith(b"{"):
+                refused[j] = True
+                errors[int(rows[j])] = "the payload is empty, not a JSON document" if not text \
+                    else f"the payload is not a JSON object: it starts with {text[:20]!r}"
         docs = pa.Array.from_buffers(pa.binary(), len(present), [
             None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
-        errors = {int(rows[j]): "the payload is empty, not a JSON document"
-                  for j in np.flatnonzero(blank)}
-        good = np.flatnonzero(~blank)
+        # JSON text is UTF-8, and pyarrow's reader would pass bad bytes on into strings.
+        _, not_utf8 = columns.by_halves(docs, lambda d: d.cast(pa.string()), str, pa.string())
+        for j in not_utf8:
+            if not refused[j]:
+                refused[j] = True
+                errors[int(rows[j])] = "the payload is not UTF-8 text, as JSON must be"
+        good = np.flatnonzero(~refused)
         raw, bad = columns.by_halves(
-            docs.filter(columns.mask(~blank)) if blank.any() else docs, self._read, _json_error,
-            self._read_type(), _concat_structs)
+            docs.filter(columns.mask(~refused)) if refused.any() else docs, self._read,
+            _json_error, self._read_type(), _concat_structs)
         for j, why in bad.items():
             errors[int(rows[good[j]])] = why
-        keep = ~blank
+        keep = ~refused
         keep[good[list(bad)]] = False
         table = columns.spread(raw, good, len(present))
         values = _finish(table, self._root, keep, errors, rows)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import os
 import subprocess
 import sys
@@ -90,8 +91,10 @@ def _serialized(text: str):
     return proto
 
 
-def _protoc(sources: Mapping[str, str], main: str) -> list:
-    """FileDescriptorProtos of ``main`` and everything it imports, parsed by protoc."""
+@functools.lru_cache(maxsize=32)
+def _protoc(sources: tuple[tuple[str, str], ...], main: str) -> bytes:
+    """The serialized FileDescriptorSet of ``main`` and everything it imports, parsed by protoc
+    (kept: a worker makes a codec per schema and task, protoc is a process start)."""
     try:
         import grpc_tools
     except ImportError as e:
@@ -99,11 +102,13 @@ def _protoc(sources: Mapping[str, str], main: str) -> list:
             "this Protobuf schema is .proto text, which needs protoc: install it with "
             f"{_INSTALL} (grpcio-tools), or have the registry client ask for format=serialized"
         ) from e
-    descriptor_pb2, _ = _protobuf()
     bundled = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     with tempfile.TemporaryDirectory(prefix="txkafka-proto-") as tmp:
-        for name, text in sources.items():
-            path = os.path.join(tmp, name)
+        for name, text in sources:
+            path = os.path.normpath(os.path.join(tmp, name))
+            if os.path.isabs(name) or not path.startswith(tmp + os.sep):
+                raise SchemaFormatError(
+                    f"the Protobuf reference name {name!r} is not a relative import path")
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(path, "w", encoding="utf-8") as f:
                 f.write(text)
@@ -118,7 +123,7 @@ def _protoc(sources: Mapping[str, str], main: str) -> list:
             detail = (done.stderr or done.stdout).strip().replace(tmp + os.sep, "")
             raise SchemaFormatError(f"protoc could not parse the Protobuf schema: {detail}")
         with open(out, "rb") as f:
-            return list(descriptor_pb2.FileDescriptorSet.FromString(f.read()).file)
+            return f.read()
 
 
 def file_descriptors(schema: str, references: Mapping[str, str] | None = None) -> list:
@@ -137,9 +142,9 @@ def file_descriptors(schema: str, references: Mapping[str, str] | None = None) -
         sources = {n: (t if refs[n] is None else _proto_source(refs[n]))
                    for n, t in references.items()}
         sources[name] = schema if main is None else _proto_source(main)
-        files = _protoc(sources, name)
-        main_proto = files[-1]
-        main_proto.name = main.name if main is not None and main.name else main_proto.name
+        descriptor_pb2, _ = _protobuf()
+        files = list(descriptor_pb2.FileDescriptorSet.FromString(
+            _protoc(tuple(sorted(sources.items())), name)).file)
     # Imports nobody sent: the well-known types, from the protobuf package.
     known = {f.name for f in files}
     for f in list(files):
