@@ -310,22 +310,8 @@ def _binary(payloads: pa.Array) -> pa.Array:
 
 
 def _prefixed(values: pa.Array, prefix: bytes) -> pa.Array:
-    """``prefix`` + each value of a null-free binary array, built with numpy."""
-    offsets, data = columns.offsets_and_data(values)
-    n, k = len(values), len(prefix)
-    new_offsets = offsets + k * np.arange(n + 1, dtype=np.int64)
-    out = np.empty(len(data) + k * n, dtype=np.uint8)
-    body = np.ones(len(out), dtype=bool)
-    starts = new_offsets[:-1]
-    for j, b in enumerate(prefix):
-        out[starts + j] = b
-        body[starts + j] = False
-    out[body] = data
-    if new_offsets[-1] > np.iinfo(np.int32).max:
-        return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(new_offsets),
-                                                          pa.py_buffer(out)])
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets.astype(np.int32)),
-                                                pa.py_buffer(out)])
+    """``prefix`` + each value of a null-free binary array."""
+    return pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), values, b"")
 
 
 class ProtobufCodec:
