@@ -238,6 +238,7 @@ def test_encode_null_rows_and_misfits(order_codec):
      "x/y.proto"),
     ('syntax = "proto3"; message A { int32 a = 1; }', None, "B", "no message 'B'"),
     ('syntax = "proto3"; enum E { X = 0; }', None, None, "defines no message"),
+    (SCHEMA, REFS, "shop.v1.Address", "not in the schema's own file"),
     ('syntax = "proto3"; message T { T child = 1; }', None, None, "recursive"),
     ('syntax = "proto3"; import "../x.proto"; message A { int32 a = 1; }',
      {"../x.proto": 'syntax = "proto3";'}, None, "not a relative import path"),

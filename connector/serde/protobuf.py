@@ -161,7 +161,7 @@ def file_descriptors(schema: str, references: Mapping[str, str] | None = None) -
     return files
 
 
-def _proto_source(proto) -> str:  # pragma: no cover - mixed serialized and text references
+def _proto_source(proto) -> str:
     raise SchemaFormatError(
         f"the Protobuf schema mixes .proto text and serialized descriptors ({proto.name!r}); ask "
         "the registry for one form (format=serialized for all)")
@@ -345,8 +345,13 @@ class ProtobufCodec:
             raise SchemaFormatError(
                 f"the Protobuf schema {own.name!r} has no message {message!r}; its messages: "
                 f"{', '.join(_names(own))}") from e
-        indexes = _message_indexes(_proto_of(protos, self.descriptor), message)
-        if indexes is None:  # pragma: no cover - found by the pool, so in its file
+        if self.descriptor.file.name != own.name:
+            raise SchemaFormatError(
+                f"the Protobuf message {message!r} is defined in {self.descriptor.file.name!r}, "
+                f"not in the schema's own file: message indexes can name only the latter's "
+                f"({', '.join(_names(own))}); use the referenced file's own schema")
+        indexes = _message_indexes(own, message)
+        if indexes is None:  # pragma: no cover - found by the pool in this file
             raise SchemaFormatError(f"no message indexes for {message!r}")
         self.message = message
         self.message_indexes = indexes
@@ -450,17 +455,6 @@ class ProtobufCodec:
 def _names(file_proto) -> Iterable[str]:
     prefix = f"{file_proto.package}." if file_proto.package else ""
     return [prefix + m.name for m in file_proto.message_type]
-
-
-def _proto_of(protos: list, descriptor) -> object:
-    name = descriptor.file.name
-    for p in protos:
-        if p.name == name:
-            return p
-    descriptor_pb2, _ = _protobuf()
-    p = descriptor_pb2.FileDescriptorProto()
-    descriptor.file.CopyToProto(p)
-    return p
 
 
 def _check_recursion(descriptor, path: tuple[str, ...] = ()) -> None:
