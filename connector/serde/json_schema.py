@@ -179,7 +179,7 @@ class _Converter:
         extra = schema.get("additionalProperties")
         if isinstance(extra, Mapping) and extra:
             item = self.node(extra, f"{path}{{}}", seen)
-            if item.kind not in ("scalar", "date", "date-time"):
+            if item.kind != "scalar":
                 raise SchemaFormatError(
                     f"JSON Schema at {path}: a map's values (additionalProperties) must be "
                     "strings, numbers, integers or booleans here")
@@ -267,7 +267,7 @@ class JsonSchemaCodec:
                 f"it is {self._root.arrow_type}")
         self.arrow_type: pa.DataType = self._root.arrow_type
         self._has_maps = self._root.has(lambda node: node.kind == "map")
-        self._read_schema = pa.schema(list(_read_type(self._root)))
+        self._read_schema = pa.schema(list(_read_type(self._root, {})))
         self._validator = None
         if validate:
             try:
@@ -343,11 +343,22 @@ class JsonSchemaCodec:
         offsets = np.frombuffer(bufs[1], np.int32)[docs.offset:docs.offset + len(docs) + 1]
         lo, hi = int(offsets[0]), int(offsets[-1])
         text = bufs[2].slice(lo, hi - lo)
-        table = pj.read_json(pa.BufferReader(text), read_options=pj.ReadOptions(
-            use_threads=False, block_size=max(1 << 20, hi - lo + 1)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=self._read_schema,
-                unexpected_field_behavior="infer" if self._has_maps else "ignore"))
+        read_options = pj.ReadOptions(use_threads=False, block_size=max(1 << 20, hi - lo + 1))
+        schema = self._read_schema
+        if self._has_maps:
+            # Maps have no fixed keys: a first pass infers them (its types are not used: the
+            # reader would take a date-like string for a timestamp), the second reads each
+            # map as a struct of those keys, every one of the values' type.
+            seen = pj.read_json(pa.BufferReader(text), read_options=read_options,
+                                parse_options=pj.ParseOptions(
+                                    explicit_schema=self._read_schema,
+                                    unexpected_field_behavior="infer"))
+            keys: dict[str, list[str]] = {}
+            _map_keys(self._root, pa.struct(list(seen.schema)), keys)
+            schema = pa.schema(list(_read_type(self._root, keys)))
+        table = pj.read_json(pa.BufferReader(text), read_options=read_options,
+                             parse_options=pj.ParseOptions(explicit_schema=schema,
+                                                           unexpected_field_behavior="ignore"))
         if table.num_rows != len(docs):
             raise ValueError(f"{table.num_rows} JSON documents in {len(docs)} payloads")
         if not table.num_columns:
@@ -410,17 +421,34 @@ def _concat_structs(a: pa.Array, b: pa.Array) -> pa.Array:
                                       fields=list(table.schema))
 
 
-def _read_type(node: _Node) -> pa.DataType:
-    """What pyarrow's JSON reader is asked for: dates as strings (it parses no date32); maps
-    left out, so it infers their keys as a struct's fields."""
+def _read_type(node: _Node, keys: Mapping[str, list[str]]) -> pa.DataType:
+    """What pyarrow's JSON reader is asked for: dates as strings (it parses no date32); a map
+    as a struct of the keys found for it (``keys`` by the map's path; none when left out)."""
     if node.kind == "struct":
-        return pa.struct([pa.field(k, _read_type(c)) for k, c in node.children.items()
-                          if c.kind != "map"])
+        return pa.struct([pa.field(k, _read_type(c, keys)) for k, c in node.children.items()
+                          if c.kind != "map" or c.path in keys])
     if node.kind == "list":
-        return pa.list_(pa.field("element", _read_type(node.item)))
+        return pa.list_(pa.field("element", _read_type(node.item, keys)))
+    if node.kind == "map":
+        return pa.struct([pa.field(k, node.item.arrow_type) for k in keys[node.path]])
     if node.kind == "date":
         return pa.string()
     return node.arrow_type
+
+
+def _map_keys(node: _Node, inferred: pa.DataType, keys: dict[str, list[str]]) -> None:
+    """The keys each map of ``node`` holds in the inferred type of a first read."""
+    if node.kind == "map":
+        found = list(inferred.names) if pa.types.is_struct(inferred) else []
+        keys[node.path] = list(dict.fromkeys(keys.get(node.path, []) + found))
+    elif node.kind == "struct" and pa.types.is_struct(inferred):
+        for name, child in node.children.items():
+            if inferred.get_field_index(name) >= 0:
+                _map_keys(child, inferred.field(name).type, keys)
+            elif child.kind == "map":
+                keys.setdefault(child.path, [])
+    elif node.kind == "list" and (pa.types.is_list(inferred) or pa.types.is_large_list(inferred)):
+        _map_keys(node.item, inferred.value_type, keys)
 
 
 # --------------------------------------------------------------------------- decoded -> final
@@ -489,7 +517,7 @@ def _convert(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
 
 def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
             errors: dict[int, str], rows: np.ndarray) -> pa.Array:
-    """An inferred struct (one field per key seen in the batch) as map<string, value>: an
+    """A struct read with one field per key found in the batch as map<string, value>: an
     absent key and a null value read alike (the reader does not tell them apart)."""
     n = len(arr)
     valid = columns.bools(arr.is_valid())
@@ -501,17 +529,7 @@ def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
             _fail(int(owner[j]), f"{node.path}: not an object", keep, errors, rows)
         return pa.nulls(n, node.arrow_type)
     names = arr.type.names
-    per_key = []
-    for k in names:
-        col = pc.struct_field(arr, k)
-        if not _compatible(col.type, value_type):
-            for j in np.flatnonzero(columns.bools(col.is_valid())):
-                _fail(int(owner[j]), f"{node.path}: the value of key {k!r} is not of type "
-                                     f"{value_type}", keep, errors, rows)
-            col = pa.nulls(n, value_type)
-        else:
-            col = col.cast(value_type) if col.type != value_type else col
-        per_key.append(col)
+    per_key = [pc.struct_field(arr, k) for k in names]  # read as the values' type
     if not names:
         present = np.zeros((n, 0), dtype=bool)
     else:
@@ -527,12 +545,6 @@ def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
     offsets_arr = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)])
     return pa.MapArray.from_arrays(offsets_arr, keys, values, type=node.arrow_type,
                                    mask=columns.mask(~valid) if not valid.all() else None)
-
-
-def _compatible(found: pa.DataType, wanted: pa.DataType) -> bool:
-    if found == wanted or pa.types.is_null(found):
-        return True
-    return pa.types.is_integer(found) and pa.types.is_floating(wanted)
 
 
 # --------------------------------------------------------------------------- Arrow -> JSON
