@@ -90,6 +90,12 @@ def test_arrow_type(order_codec):
         ("lines", pa.list_(pa.field("element", pa.struct([("street", pa.string()),
                                                           ("zip", pa.int64())])))),
         ("note", pa.string())])
+    from pyspark.sql.pandas.types import from_arrow_type  # Spark's own reading of Arrow types
+
+    assert from_arrow_type(t).simpleString() == (
+        "struct<id:bigint,name:string,score:double,paid:boolean,day:date,at:timestamp,"
+        "tags:array<string>,address:struct<street:string,zip:bigint>,counts:map<string,bigint>,"
+        "color:string,lines:array<struct<street:string,zip:bigint>>,note:string>")
     assert json_schema.codec(json.dumps(DRAFT7)).arrow_type == pa.struct([
         ("items", pa.list_(pa.field("element", pa.struct([("sku", pa.string())])))),
         ("n", pa.int64())])

@@ -105,6 +105,15 @@ def test_arrow_type_follows_spark(order_codec):
     assert t.field("lines").type.value_type == pa.struct([("sku", pa.string()),
                                                          ("qty", pa.int32())])
 
+    from pyspark.sql.pandas.types import from_arrow_type  # Spark's own reading of Arrow types
+
+    assert from_arrow_type(t).simpleString() == (
+        "struct<id:bigint,name:string,score:double,paid:boolean,blob:binary,color:string,"
+        "nums:array<int>,counts:map<string,bigint>,address:struct<street:string,zip:int>,"
+        "others:array<struct<street:string,zip:int>>,created:timestamp,"
+        "wait:interval day to second,maybe:int,text:string,number:int,opt:int,zig:bigint,"
+        "fix:int,big:bigint,ratio:float,lines:array<struct<sku:string,qty:int>>>")
+
     def all_nullable(typ: pa.DataType) -> bool:
         if pa.types.is_struct(typ):
             return all(f.nullable and all_nullable(f.type) for f in typ)
