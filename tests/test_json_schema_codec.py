@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import pickle
 
 import pyarrow as pa
 import pytest
@@ -216,6 +217,13 @@ def test_confluent_serializers_agree(order_codec):
     assert back == [WRITTEN_FULL, SPARSE]
 
 
+def test_a_codec_travels_by_pickle(order_codec):
+    """Spark ships what the driver made to its executors by pickle."""
+    copy = pickle.loads(pickle.dumps(order_codec))
+    payloads = pa.array([json.dumps(FULL).encode()], pa.binary())
+    assert copy.decode(payloads).values == order_codec.decode(payloads).values
+
+
 def test_optional_full_validation():
     schema = {"type": "object", "properties": {
         "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
@@ -225,7 +233,7 @@ def test_optional_full_validation():
     payloads = pa.array([b'{"code": "ABC", "n": 1}', b'{"code": "abc", "n": 1}',
                          b'{"code": "ABC", "n": -1}'], pa.binary())
     assert lax.decode(payloads).errors == {}
-    res = strict.decode(payloads)
+    res = pickle.loads(pickle.dumps(strict)).decode(payloads)
     assert sorted(res.errors) == [1, 2]
     assert "$.code" in res.errors[1] and "$.n" in res.errors[2]
     assert res.values.to_pylist()[0] == {"code": "ABC", "n": 1}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import pickle
 
 import pyarrow as pa
 import pytest
@@ -220,6 +221,14 @@ def test_serialized_descriptor_needs_no_protoc(order_codec):
     assert codec.arrow_type == order_codec.arrow_type
     payload = pa.array([b"\x00" + _order(order_codec, 2).SerializeToString()], pa.binary())
     assert codec.decode(payload).values == order_codec.decode(payload).values
+
+
+def test_a_codec_travels_by_pickle(order_codec):
+    """Spark ships what the driver made to its executors by pickle."""
+    copy = pickle.loads(pickle.dumps(order_codec))
+    payload = pa.array([b"\x00" + _order(order_codec, 4).SerializeToString()], pa.binary())
+    assert copy.arrow_type == order_codec.arrow_type and copy.message == order_codec.message
+    assert copy.decode(payload).values == order_codec.decode(payload).values
 
 
 def test_fields_added_and_removed_by_number_just_work():

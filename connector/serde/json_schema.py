@@ -283,6 +283,10 @@ class JsonSchemaCodec:
                 raise SchemaFormatError(f"the JSON Schema is not valid: {e.message}") from e
             self._validator = cls(document, format_checker=cls.FORMAT_CHECKER)
 
+    def __reduce__(self):
+        # Pickled as its schema (Spark ships a codec made on the driver to its executors).
+        return JsonSchemaCodec, (self.document, self._validator is not None)
+
     # ------------------------------------------------------------------ decode
 
     def decode(self, payloads: pa.Array) -> DecodeResult:

@@ -355,6 +355,7 @@ class ProtobufCodec:
             raise SchemaFormatError(f"no message indexes for {message!r}")
         self.message = message
         self.message_indexes = indexes
+        self._serialized = tuple(p.SerializeToString() for p in protos)
         self._prefix = encode_message_indexes(indexes)
         # Readers accept the long form of [0] too (count 1, index 0).
         self._prefixes = tuple(dict.fromkeys([self._prefix,
@@ -369,6 +370,11 @@ class ProtobufCodec:
         # field is written as absent).
         self._native_type = _nullable(pa.struct(list(self._native_schema)), signed=False)
         self.arrow_type: pa.DataType = _nullable(self._native_type)
+
+    def __reduce__(self):
+        # Pickled as its descriptors (ptars' native handler is not picklable): Spark ships a
+        # codec made on the driver to its executors this way.
+        return codec_from_descriptor, (list(self._serialized), self.message)
 
     # ------------------------------------------------------------------ decode
 
