@@ -348,21 +348,26 @@ class JsonSchemaCodec:
         lo, hi = int(offsets[0]), int(offsets[-1])
         text = bufs[2].slice(lo, hi - lo)
         read_options = pj.ReadOptions(use_threads=False, block_size=max(1 << 20, hi - lo + 1))
-        schema = self._read_schema
         if self._has_maps:
-            # Maps have no fixed keys: a first pass infers them (its types are not used: the
-            # reader would take a date-like string for a timestamp), the second reads each
-            # map as a struct of those keys, every one of the values' type.
-            seen = pj.read_json(pa.BufferReader(text), read_options=read_options,
-                                parse_options=pj.ParseOptions(
-                                    explicit_schema=self._read_schema,
-                                    unexpected_field_behavior="infer"))
+            # Maps have no fixed keys: the reader infers them, and their values' types. Where
+            # a type is not the schema's (it takes a date-like string for a timestamp), a
+            # second pass reads each map as a struct of the keys found, all of the values' type.
+            table = pj.read_json(pa.BufferReader(text), read_options=read_options,
+                                 parse_options=pj.ParseOptions(
+                                     explicit_schema=self._read_schema,
+                                     unexpected_field_behavior="infer"))
             keys: dict[str, list[str]] = {}
-            _map_keys(self._root, pa.struct(list(seen.schema)), keys)
-            schema = pa.schema(list(_read_type(self._root, keys)))
-        table = pj.read_json(pa.BufferReader(text), read_options=read_options,
-                             parse_options=pj.ParseOptions(explicit_schema=schema,
-                                                           unexpected_field_behavior="ignore"))
+            if not _map_keys(self._root, pa.struct(list(table.schema)), keys):
+                table = pj.read_json(pa.BufferReader(text), read_options=read_options,
+                                     parse_options=pj.ParseOptions(
+                                         explicit_schema=pa.schema(list(
+                                             _read_type(self._root, keys))),
+                                         unexpected_field_behavior="ignore"))
+        else:
+            table = pj.read_json(pa.BufferReader(text), read_options=read_options,
+                                 parse_options=pj.ParseOptions(
+                                     explicit_schema=self._read_schema,
+                                     unexpected_field_behavior="ignore"))
         if table.num_rows != len(docs):
             raise ValueError(f"{table.num_rows} JSON documents in {len(docs)} payloads")
         if not table.num_columns:
@@ -440,19 +445,27 @@ def _read_type(node: _Node, keys: Mapping[str, list[str]]) -> pa.DataType:
     return node.arrow_type
 
 
-def _map_keys(node: _Node, inferred: pa.DataType, keys: dict[str, list[str]]) -> None:
-    """The keys each map of ``node`` holds in the inferred type of a first read."""
+def _map_keys(node: _Node, inferred: pa.DataType, keys: dict[str, list[str]]) -> bool:
+    """The keys each map of ``node`` holds in the reader's inferred type (into ``keys``), and
+    whether every inferred value type is the schema's (or null; integers for numbers)."""
+    fits = True
     if node.kind == "map":
-        found = list(inferred.names) if pa.types.is_struct(inferred) else []
-        keys[node.path] = list(dict.fromkeys(keys.get(node.path, []) + found))
+        found = list(inferred) if pa.types.is_struct(inferred) else []
+        keys[node.path] = list(dict.fromkeys(keys.get(node.path, []) + [f.name for f in found]))
+        wanted = node.item.arrow_type
+        fits = pa.types.is_struct(inferred) or pa.types.is_null(inferred)
+        for f in found:
+            fits = fits and (f.type == wanted or pa.types.is_null(f.type) or (
+                pa.types.is_integer(f.type) and pa.types.is_floating(wanted)))
     elif node.kind == "struct" and pa.types.is_struct(inferred):
         for name, child in node.children.items():
             if inferred.get_field_index(name) >= 0:
-                _map_keys(child, inferred.field(name).type, keys)
+                fits = _map_keys(child, inferred.field(name).type, keys) and fits
             elif child.kind == "map":
                 keys.setdefault(child.path, [])
     elif node.kind == "list" and (pa.types.is_list(inferred) or pa.types.is_large_list(inferred)):
-        _map_keys(node.item, inferred.value_type, keys)
+        fits = _map_keys(node.item, inferred.value_type, keys)
+    return fits
 
 
 # --------------------------------------------------------------------------- decoded -> final
@@ -533,7 +546,7 @@ def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
             _fail(int(owner[j]), f"{node.path}: not an object", keep, errors, rows)
         return pa.nulls(n, node.arrow_type)
     names = arr.type.names
-    per_key = [pc.struct_field(arr, k) for k in names]  # read as the values' type
+    per_key = [pc.struct_field(arr, k).cast(value_type) for k in names]
     if not names:
         present = np.zeros((n, 0), dtype=bool)
     else:
