@@ -201,16 +201,12 @@ def _merge(a: Mapping, b: Mapping) -> dict:
     return out
 
 
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
 def _json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return type(v).__name__
+    """The JSON Schema type of a value that ``json.loads`` made."""
+    return _JSON_TYPES.get(type(v), type(v).__name__)
 
 
 def codec(schema: str, validate: bool = False) -> "JsonSchemaCodec":

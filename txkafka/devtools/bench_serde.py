@@ -200,17 +200,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3, metavar="N", help="runs per measurement")
     p.add_argument("--sample", type=int, default=100_000, metavar="N",
                    help="rows of the per-row Python comparisons")
-    p.add_argument("--report", metavar="FILE",
-                   help="print the table of an existing serde.json, run nothing")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     ns = parser().parse_args(argv)
-    if ns.report:
-        with open(ns.report) as fh:
-            print(report_markdown(json.load(fh)))
-        return 0
     os.makedirs(ns.out, exist_ok=True)
     sample = min(ns.sample, ns.rows)
     result: dict[str, Any] = {
