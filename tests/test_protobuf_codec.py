@@ -238,6 +238,23 @@ def test_fields_added_and_removed_by_number_just_work():
     assert new.decode(written).values.to_pylist() == [{"a": 7, "fresh": False}]
 
 
+def test_proto2_required_fields_are_checked_both_ways():
+    codec = protobuf.codec('syntax = "proto2"; message R { required string s = 1; '
+                           'optional int32 x = 2 [default = 42]; optional Inner in = 3; '
+                           'message Inner { required int32 k = 1; } }')
+    res = codec.decode(pa.array([b"\x00\x0a\x01a", b"\x00\x10\x05", b"\x00\x0a\x01a\x1a\x00"],
+                                pa.binary()))
+    assert res.values.to_pylist()[0] == {"s": "a", "x": None, "in": None}  # absent: null
+    assert res.errors == {1: "required field 's' is missing",
+                          2: "required field 'in.k' is missing"}
+    enc = codec.encode(pa.array([{"s": "b", "x": 1, "in": {"k": 2}}, {"s": None, "x": 1,
+                                                                        "in": None}],
+                                codec.arrow_type))
+    assert list(enc.errors) == [1] and "'s'" in enc.errors[1]
+    assert codec.decode(enc.payloads.slice(0, 1)).values.to_pylist() == [
+        {"s": "b", "x": 1, "in": {"k": 2}}]
+
+
 def test_encode_null_rows_and_misfits(order_codec):
     t = order_codec.arrow_type
     res = order_codec.encode(pa.array([{"id": 1, "color": "GREEN"}, None,

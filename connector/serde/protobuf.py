@@ -365,6 +365,8 @@ class ProtobufCodec:
                                    list_value_name="element")
         self._handler = ptars.HandlerPool([self.descriptor.file], config=config) \
             .get_for_message(self.descriptor)
+        self._check_decode = _checked(self.descriptor, enums=False)
+        self._check_encode = _checked(self.descriptor, enums=True)
         self._native_schema = self._handler.schema()
         # What ptars writes from: its own types (unsigned kept), with nulls allowed (a null
         # field is written as absent).
@@ -419,6 +421,10 @@ class ProtobufCodec:
         decoded, bad = columns.by_halves(
             bodies, lambda b: self._cast_in(self._handler.array_to_record_batch(b)),
             lambda e: f"the Protobuf message is corrupt: {e}", self.arrow_type)
+        if self._check_decode:
+            for j, why in _misfits(decoded, self.descriptor, np.arange(len(decoded)), "",
+                                   False).items():
+                bad.setdefault(j, why)
         errors.update({int(rows[j]): why for j, why in bad.items()})
         decoded, rows = columns.drop_rows(decoded, rows, bad)
         if len(rows) > 1 and (np.diff(rows) < 0).any():  # groups of each index form
@@ -444,7 +450,8 @@ class ProtobufCodec:
             raise SchemaFormatError(
                 f"values of type {values.type} cannot be written as Protobuf message "
                 f"{self.message!r} (Arrow type {self.arrow_type}): {e}") from e
-        bad = _enum_misfits(native, self.descriptor, np.arange(len(native)), "")
+        bad = _misfits(native, self.descriptor, np.arange(len(native)), "", True) \
+            if self._check_encode else {}
         encoded, unfit = columns.by_halves(
             native, lambda v: self._handler.record_batch_to_array(
                 pa.RecordBatch.from_struct_array(v)),
@@ -476,21 +483,27 @@ def _check_recursion(descriptor, path: tuple[str, ...] = ()) -> None:
             _check_recursion(field.message_type, path + (descriptor.full_name,))
 
 
-def _enum_misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str) -> dict[int, str]:
-    """Rows (``rows`` maps ``arr``'s elements to them) naming a value that their enum lacks:
-    ptars would write such a name as the enum's first value."""
+def _misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str, enums: bool
+             ) -> dict[int, str]:
+    """Rows (``rows`` maps ``arr``'s elements to them) that lack a proto2 ``required`` field
+    (ptars reads and writes such a message without a word), or, with ``enums``, name a value
+    that their enum lacks (ptars would write it as the enum's first value)."""
     bad: dict[int, str] = {}
+    parent = columns.bools(arr.is_valid()) if len(arr) else np.zeros(0, dtype=bool)
     for field in descriptor.fields:
         enum, msg = field.enum_type, field.message_type
-        if enum is None and (msg is None or msg.GetOptions().map_entry
-                             or msg.full_name.startswith("google.protobuf.")):
-            continue
+        name = f"{path}{field.name}"
         col = pc.struct_field(arr, field.name)
+        if _required(field):
+            for j in np.flatnonzero(parent & ~columns.bools(col.is_valid())):
+                bad.setdefault(int(rows[j]), f"required field {name!r} is missing")
+        if (enum is None or not enums) and (msg is None or msg.GetOptions().map_entry
+                                            or msg.full_name.startswith("google.protobuf.")):
+            continue
         where = rows
         if _repeated(field):
             where = rows[np.asarray(pc.list_parent_indices(col), dtype=np.int64)]
             col = pc.list_flatten(col)
-        name = f"{path}{field.name}"
         if enum is not None:
             names = pa.array([v.name for v in enum.values], pa.string())
             misfit = pc.and_(pc.invert(pc.is_in(col, value_set=names)), pc.is_valid(col))
@@ -499,9 +512,27 @@ def _enum_misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str) -> dic
                                f"field {name!r}: {col[int(j)].as_py()!r} is not a value of enum "
                                f"{enum.full_name} ({', '.join(v.name for v in enum.values)})")
         elif len(col):
-            for row, why in _enum_misfits(col, msg, where, name + ".").items():
+            for row, why in _misfits(col, msg, where, name + ".", enums).items():
                 bad.setdefault(row, why)
     return bad
+
+
+def _checked(descriptor, enums: bool, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether ``_misfits`` has anything to look for under ``descriptor``."""
+    for field in descriptor.fields:
+        if _required(field) or (enums and field.enum_type is not None):
+            return True
+        msg = field.message_type
+        if msg is not None and msg.full_name not in seen and not msg.GetOptions().map_entry \
+                and not msg.full_name.startswith("google.protobuf.") \
+                and _checked(msg, enums, seen | {msg.full_name}):
+            return True
+    return False
+
+
+def _required(field) -> bool:
+    flag = getattr(field, "is_required", None)
+    return bool(flag) if flag is not None else field.label == field.LABEL_REQUIRED
 
 
 def _repeated(field) -> bool:
