@@ -153,3 +153,9 @@ class NewerFormatError(TxKafkaError):
         self.found = found
         self.supported = supported
         self.written_by = written_by
+
+
+class SchemaFormatError(KafkaConfigError):
+    """A record format's schema cannot be used (unparsable, a construct the format's Arrow type
+    cannot hold, a message it does not define) or values do not fit it; raised when the codec is
+    made or a column is written. Bad single payloads are reported per row, not raised."""

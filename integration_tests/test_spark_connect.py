@@ -16,6 +16,7 @@ import pytest
 from integration_tests.kafka_helpers import KafkaTarget, unique
 from integration_tests.pipeline_helpers import PipelineTopics, assert_exactly_once, make_input
 from integration_tests.spark_driver import DriverProcess
+from txkafka.connector.sink.commit_log import SinkCommitLog
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -43,6 +44,10 @@ service = getattr(server._jvm, "org.apache.spark.sql.connect.service.SparkConnec
 port = getattr(service, "MODULE$").localPort()
 spark = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
 result = {"session": type(spark).__module__}
+# the monitoring listener, in the Connect client's Python (a client-side listener)
+from txkafka.monitoring import TxKafkaListener
+listener = TxKafkaListener([cfg["checkpoint"]], sink_batches=50)
+spark.streams.addListener(listener)
 
 # batch write
 (spark.range(cfg["write_rows"]).repartition(2)
@@ -86,6 +91,11 @@ q.awaitTermination(300)
 if q.exception() is not None:
     raise SystemExit(f"second run failed: {q.exception()}")
 result["second_run_batches"] = data_batches(q)
+deadline = time.monotonic() + 30  # the client receives the last events asynchronously
+while time.monotonic() < deadline and not any(
+        f.batch_id == q.lastProgress.batchId for f in listener.queries().values()):
+    time.sleep(0.2)
+result["listener"] = listener.to_json()
 print("RESULT " + json.dumps(result), flush=True)
 spark.stop()
 server.stop()
@@ -133,6 +143,18 @@ def test_exactly_once_stream_through_connect_with_a_restart(connect_run, kafka):
     r = connect_run.result
     assert len(r["first_run_batches"]) >= 2 and r["second_run_batches"], r
     assert_exactly_once(kafka, connect_run.stream, connect_run.checkpoint)
+
+
+def test_the_monitoring_listener_runs_in_the_connect_client(connect_run):
+    """Lag from the progress events a Connect client receives; the sink's figures from the
+    checkpoint, matching its commit log."""
+    r = connect_run.result
+    [seen] = r["listener"].values()
+    assert seen["lag"] is not None and seen["lag"]["recordsBehindLatest"] == 0, seen
+    assert seen["lag"]["partitions"] and seen["lag_history"], seen
+    log = SinkCommitLog(connect_run.checkpoint)
+    records = sum(log.batch_state(b).last.outcome["records"] for b in log.batch_ids())
+    assert seen["sink_totals"]["records"] == records == connect_run.stream.expected_ids, seen
 
 
 def test_batch_read_through_connect(connect_run):

@@ -20,7 +20,8 @@ from txkafka.devtools import bench, bench_produce
 from txkafka.devtools import cli as devtools_cli
 
 # Each leaf command, by how it is typed. A new one must be put in one of the two sets.
-CONNECTING = {"demo", "verify", "transactions list", "transactions abort", "savepoint create"}
+CONNECTING = {"demo", "verify", "transactions list", "transactions abort", "savepoint create",
+              "status"}
 LOCAL = {"broker start", "broker stop", "broker status", "broker logs", "commit-log show",
          "commit-log resolve", "commit-log moved", "savepoint show", "pyspark-bytecode enable",
          "pyspark-bytecode disable", "pyspark-bytecode status", "pyspark-home"}
@@ -30,7 +31,8 @@ DEVELOPER = {"bench", "bench-endurance"}
 # `pyspark-bytecode enable|disable` change the local machine, not a cluster or a checkpoint.
 CHANGING = {"transactions abort", "commit-log resolve", "commit-log moved", "savepoint create"}
 REPORTING = {"verify", "transactions list", "commit-log show", "savepoint create",
-             "savepoint show", "broker status", "pyspark-bytecode status", "pyspark-home"}
+             "savepoint show", "broker status", "pyspark-bytecode status", "pyspark-home",
+             "status"}
 B = "127.0.0.1:1"
 SECRET = "hunter2-secret"
 
@@ -229,6 +231,7 @@ COMMAND_LINES = {
     "savepoint create": ["savepoint", "create", "--checkpoint", "ck", "--out", "sp.json"],
     "bench": ["bench"],
     "bench-endurance": ["bench-endurance"],
+    "status": ["status", "--checkpoint", "ck"],
 }
 
 

@@ -11,7 +11,7 @@ from txkafka.cli import _load_extensions, build_parser
 from txkafka.devtools import cli as devtools_cli
 
 USER = ["broker", "demo", "verify", "transactions", "commit-log", "savepoint", "pyspark-bytecode",
-        "pyspark-home"]
+        "pyspark-home", "status"]
 DEVELOPER = ["bench", "bench-endurance"]
 
 

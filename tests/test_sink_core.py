@@ -29,6 +29,7 @@ from txkafka.connector.sink.committable import KafkaCommittable, TaskResult
 from txkafka.connector.sink.committer import KafkaCommitter, WritePlan
 from txkafka.connector.sink import committer as committer_module
 from txkafka.connector.sink.task_writer import validate_input_schema
+from txkafka.connector.sink.figures import FiguresReader
 from txkafka.connector.sink.commit_log import SinkCommitLog
 from txkafka.connector.sink.options import DeliveryGuarantee, SinkConfig
 from txkafka.connector.client.error_codes import (
@@ -471,6 +472,10 @@ def test_lost_transaction_is_recorded_and_redone(tmp_path):
     report = committer.commit(4, [TaskResult(0, 0, 4, None, 0, True), redo[0],
                                   TaskResult(2, 0, 4, None, 0, True)])
     assert report.transactions == 1 and log.latest().complete
+    # The sink's figures count both rounds in their batch (tests/test_monitoring.py).
+    four = FiguresReader(log).newest()[-1]
+    assert (four.status, four.committed, four.lost, four.rewritten, four.records) == (
+        "complete", 3, 1, 1, 15)
 
 
 def test_a_landed_commit_is_never_taken_for_lost_after_a_zombie_s_own_abort(tmp_path):

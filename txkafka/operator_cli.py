@@ -78,18 +78,24 @@ def _prefixes_in_log(log: SinkCommitLog, sink_id: str) -> list[str]:
 def _select(args: argparse.Namespace) -> _Selection:
     """What to act on, and the ids a decided-but-unfinished batch still needs."""
     if args.checkpoint:
-        log, ident = _open_log(args.checkpoint)
-        if args.prefix:
-            names = [args.prefix]
-        else:
-            names = list(dict.fromkeys([*_prefixes_in_log(log, ident.sink_id), ident.prefix]))
-        latest = log.latest()
-        pending = {c.transactional_id for c in latest.pending.decision} if latest and latest.pending else set()
-        factories = [TransactionalIdFactory(p, ident.sink_id) for p in names]
-        return _Selection([f.sink_prefix for f in factories], factories, pending)
+        return sink_selection(args.checkpoint, args.prefix)
     if not args.prefix:
         raise CommandLineError("give --checkpoint (the query's checkpointLocation) or --prefix")
     return _Selection([args.prefix], None, set())
+
+
+def sink_selection(checkpoint: str, prefix: str | None = None) -> _Selection:
+    """The transactional ids of the sink under ``checkpoint`` (``prefix``: the query's
+    transactionalIdPrefix; default: the ones its log used)."""
+    log, ident = _open_log(checkpoint)
+    if prefix:
+        names = [prefix]
+    else:
+        names = list(dict.fromkeys([*_prefixes_in_log(log, ident.sink_id), ident.prefix]))
+    latest = log.latest()
+    pending = {c.transactional_id for c in latest.pending.decision} if latest and latest.pending else set()
+    factories = [TransactionalIdFactory(p, ident.sink_id) for p in names]
+    return _Selection([f.sink_prefix for f in factories], factories, pending)
 
 
 def _listed(tc, sel: _Selection, states: list[str]):
@@ -101,14 +107,15 @@ def _listed(tc, sel: _Selection, states: list[str]):
     return [seen[k] for k in sorted(seen)]
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+def open_transactions(conn: KafkaConnection, sel: _Selection, *, every_state: bool = False
+                      ) -> list[dict]:
+    """The selected transactions the cluster has open (``every_state``: in any state), one row
+    each: id, state, producer, age, timeout, partitions, and whether a decided batch holds it."""
     from .connector.client.transactions import TransactionClient
 
-    conn = KafkaConnection.from_args(args)
-    sel = _select(args)
     pending = sel.pending
     with TransactionClient(conn.client_conf) as tc:
-        listed = _listed(tc, sel, [] if args.all else ["Ongoing"])
+        listed = _listed(tc, sel, [] if every_state else ["Ongoing"])
         descs = tc.describe(t.transactional_id for t in listed) if listed else {}
     now = time.time() * 1000
     rows = []
@@ -124,6 +131,13 @@ def cmd_list(args: argparse.Namespace) -> int:
             "partitions": {k: v for k, v in (d.partitions if d else {}).items()},
             "decided_pending_commit": t.transactional_id in pending,
         })
+    return rows
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    conn = KafkaConnection.from_args(args)
+    sel = _select(args)
+    rows = open_transactions(conn, sel, every_state=args.all)
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

@@ -436,10 +436,12 @@ class SinkCommitLog:
         })
 
     def write_empty(self, batch_id: int, source_offsets: tuple[str, ...] | None,
-                    all_partitions: list[int]) -> None:
-        """A batch that committed with nothing to decide: one record, its source offsets."""
+                    all_partitions: list[int], extra: dict[str, Any] | None = None) -> None:
+        """A batch that committed with nothing to decide: one record, its source offsets
+        (``extra``: the sink's figures, fields that no decision reads)."""
         self._write(self._name(batch_id, 0, "empty"), {
             "batch_id": batch_id,
+            **(extra or {}),
             **stamp(EMPTY_BATCH),
             "completed_ms": int(time.time() * 1000),
             "all_partitions": sorted(all_partitions),
@@ -454,6 +456,9 @@ class SinkCommitLog:
             "completed_ms": int(time.time() * 1000),
             "committed": [c.transactional_id for c in committed],
             "records": sum(c.record_count for c in committed),
+            # key and value bytes of the committed transactions (None: a task did not count them)
+            "bytes": (sum(c.byte_count for c in committed)
+                      if all(c.byte_count >= 0 for c in committed) else None),
             "lost": [c.to_json() for c in lost],
             **(extra or {}),
             **stamp(OUTCOME),
@@ -550,7 +555,8 @@ class SinkCommitLog:
                 f"(deleted meanwhile?) in {self.log_dir}; check the checkpoint's storage")
         return BatchState(batch_id, [Round(
             0, [], list(rec.get("all_partitions", [])),
-            {"committed": [], "lost": [], "records": 0, "completed_ms": rec.get("completed_ms")},
+            {"committed": [], "lost": [], "records": 0, "completed_ms": rec.get("completed_ms"),
+             "swept": rec.get("swept")},
             _offsets_from(rec.get("source_offsets")), None, empty=True)])
 
     def latest(self) -> BatchState | None:

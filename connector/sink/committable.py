@@ -25,11 +25,15 @@ class KafkaCommittable:
     # before it decides; -1 in records written before it was kept): an abort of the same id and
     # producer at the next epoch is this transaction's only if the start time is the same.
     start_time_ms: int = -1
+    # Key and value bytes of the records written (the sink's figures); -1: not counted (a
+    # record written before txkafka counted them).
+    byte_count: int = -1
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        if self.start_time_ms < 0:
-            del d["start_time_ms"]  # unknown: left out, as records written before it read back
+        for unknown in ("start_time_ms", "byte_count"):
+            if d[unknown] < 0:
+                del d[unknown]  # left out, as records written before it read back
         return d
 
     @classmethod
@@ -45,6 +49,7 @@ class KafkaCommittable:
             record_count=int(d["record_count"]),
             topic_partitions=tp,
             start_time_ms=int(d.get("start_time_ms", -1)),
+            byte_count=int(d.get("byte_count", -1)),
         )
 
     @property

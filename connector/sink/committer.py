@@ -49,6 +49,7 @@ from ..checkpoint.savepoint import resume_option
 from .partition_input import PartitionInput
 from ..secrets_redaction import redact_uri
 from .commit_log import BatchState, Layout, SinkCommitLog
+from .figures import ABORTED, count_aborts, take_counts
 from .options import SinkConfig
 from ..checkpoint.spark_checkpoint import same_source_offsets
 from ..client.transactions import (
@@ -398,6 +399,7 @@ class KafkaCommitter:
             report.aborted = self._abort(committables)
             report.skipped = True
             report.orphans_aborted = self._sweep_after_commit(batch_id)
+            count_aborts(self.log, batch_id, ABORTED, report.aborted + report.orphans_aborted)
             report.seconds = time.monotonic() - started
             self.last_report = report
             log.info("batch %d: already committed by the sink; the re-run's %d transaction(s) "
@@ -410,6 +412,7 @@ class KafkaCommitter:
             stray = [c for c in committables if c.partition_id not in redo]
             if stray:
                 report.aborted += self._abort(stray)
+                count_aborts(self.log, batch_id, ABORTED, report.aborted)
                 committables = [c for c in committables if c.partition_id in redo]
             missing = sorted(redo - {c.partition_id for c in committables})
             if missing:
@@ -421,11 +424,13 @@ class KafkaCommitter:
         if not committables:
             if self.log is not None and state is None:
                 # Every batch Spark ran through the sink is in the log, with what it read.
-                self.log.write_empty(batch_id, offsets, all_partitions)
+                self.log.write_empty(batch_id, offsets, all_partitions,
+                                     extra=take_counts(self.log))
                 if prune_due(batch_id, listing):
                     self.log.prune()
             report.orphans_aborted = (self._sweep_after_commit(batch_id)
                                       if self._needs_sweep(results) else 0)
+            count_aborts(self.log, batch_id, ABORTED, report.orphans_aborted)
             report.seconds = time.monotonic() - started
             self.last_report = report
             return report
@@ -449,6 +454,7 @@ class KafkaCommitter:
         report.transactions = len(committables)
         report.records = sum(c.record_count for c in committables)
         report.orphans_aborted = self._sweep_after_commit(batch_id, keep={c.key for c in committables})
+        count_aborts(self.log, batch_id, ABORTED, report.orphans_aborted)
         if self.log is not None and prune_due(batch_id, listing):
             self.log.prune()
         report.seconds = time.monotonic() - started
@@ -530,8 +536,11 @@ class KafkaCommitter:
                     pending = {c.key for c in state.pending.decision}
         mine = [r.committable for r in results if r is not None and r.committable]
         n = self._abort([c for c in mine if c.key not in decided])
+        count_aborts(self.log, batch_id, ABORTED, n)
         if unresolved is None:
-            return n + self.sweep_orphans(keep=pending)
+            swept = self.sweep_orphans(keep=pending)
+            count_aborts(self.log, batch_id, ABORTED, swept)
+            return n + swept
         try:
             self.sweep_orphans(keep=pending)
         except Exception as e:  # noqa: BLE001 - the unresolved round is the error to report
@@ -684,7 +693,7 @@ class KafkaCommitter:
         if self.log is not None:
             self.log.write_outcome(batch_id, round_no, committed, lost, extra={
                 **(timings or {}), "end_txn_ms": round((time.monotonic() - started) * 1000, 1),
-                "recovered": recovering})
+                "recovered": recovering, **take_counts(self.log)})
         if lost:
             raise TransactionLostError(self._lost_message(batch_id, lost, rerun_failed=False))
 

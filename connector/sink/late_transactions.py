@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .commit_log import SinkCommitLog
+from .figures import LATE_SWEPT, count_aborts
 from ..client.transactions import TransactionClient
 from .transactional_ids import TransactionalIdFactory
 
@@ -116,14 +117,19 @@ def sweep_once(client: TransactionClient, ids: TransactionalIdFactory,
                  if d.state == "Ongoing"]
     if not open_txns:
         return []
+    progress: LogProgress | None = None
     if commit_log is None:
         targets = open_txns  # a batch write's own prefix: nothing open is decided any more
     else:
-        targets = late_transactions(open_txns, ids, read_progress(commit_log))
+        progress = read_progress(commit_log)
+        targets = late_transactions(open_txns, ids, progress)
     if not targets:
         return []
     codes = client.end_many(targets, commit=False)
     aborted = [t for t in targets if codes.get(t[0]) == 0]
+    if progress is not None:
+        # (the sink's figures: these ended after the newest complete batch)
+        count_aborts(commit_log, progress.newest_complete or 0, LATE_SWEPT, len(aborted))
     if aborted:
         log.warning("aborted %d late transaction(s) of sink %s that no decision covers (task "
                     "attempts that wrote after their batch was decided): %s", len(aborted),

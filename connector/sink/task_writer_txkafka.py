@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from ..errors import KafkaConfigError
 from .committable import KafkaCommittable
-from .task_writer import SinkSchema, TaskAttempt, _col, check_partition_column
+from .task_writer import SinkSchema, TaskAttempt, _col, check_partition_column, payload_bytes
 from ..secrets_redaction import redact_text
 from .options import SinkConfig
 from ..client.producer import WireProducer, link_for
@@ -83,6 +83,7 @@ class WireKafkaWriter(TaskAttempt):
             batch_id=self.batch_id,
             record_count=self.count,
             topic_partitions=result.topic_partitions,
+            byte_count=self.bytes,
         )
 
     def _begin(self) -> None:
@@ -109,6 +110,7 @@ class WireKafkaWriter(TaskAttempt):
         else:
             self._send_by_topic_column(batch, values, keys, headers, partitions)
         self.count += batch.num_rows
+        self.bytes += payload_bytes(batch, self.schema.has_key)
 
     def _send_by_topic_column(self, batch: pa.RecordBatch, values: pa.Array,
                               keys: pa.Array | None, headers: pa.Array | None,
