@@ -153,3 +153,9 @@ class NewerFormatError(TxKafkaError):
         self.found = found
         self.supported = supported
         self.written_by = written_by
+
+
+class AvroSchemaError(TxKafkaError, ValueError):
+    """An Avro schema txkafka cannot use: not valid Avro JSON, a type Spark has no column for
+    (a recursive record), a reader schema that does not resolve against the writer's, or a column
+    whose Arrow type does not fit the schema it is written with."""
