@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..client.record_batch_decoder import _binary, _fixed_binary, _words, numbers_array
-from ..client.record_batch_encoder import _offsets_and_data, put_uvarints, uvarint_sizes, zigzag
+from ..client.record_batch_encoder import _offsets_and_data, uvarint_sizes, zigzag
 from ..errors import AvroSchemaError
 from . import DecodeResult, EncodeResult
 
@@ -260,6 +260,7 @@ _SWAR = [(np.uint64(0x007F007F007F007F), np.uint64(0x3F803F803F803F80), np.uint6
          (np.uint64(0x00003FFF00003FFF), np.uint64(0x0FFFC0000FFFC000), np.uint64(2)),
          (np.uint64(0x000000000FFFFFFF), np.uint64(0x00FFFFFFF0000000), np.uint64(4))]
 _INT32_SPAN = np.uint64(0xFFFFFFFF)
+_ALL = np.uint64(2**64 - 1)
 _MAX_ITEMS = 1 << 24  # items of zero bytes each (null, empty record) one block may declare
 
 
@@ -290,38 +291,74 @@ class _Ctx:
             pos[over] = self.total
 
 
+def _varint_ends(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray, x: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the 8-byte words ``x`` at ``pos`` (not all one-byte varints): the bits of each
+    varint's first 8 bytes (all ones when it runs longer), the positions after each, and which
+    run longer. A varint of more than 10 bytes (or 64 bits) is an error row."""
+    below = np.invert(x)
+    below &= _HI                 # the high bit of each byte that ends the varint
+    first = np.negative(below)
+    below &= first               # ... the first of them, alone
+    below -= _ONE                # every bit below it: the varint's bits (all when none ends it)
+    size = np.bitwise_count(below)
+    size += 1
+    size >>= 3
+    after = pos + size
+    longer = np.flatnonzero(below == _ALL)
+    if len(longer):
+        p = pos[longer]
+        more = ctx.buf[p + 8] >= 0x80
+        after[longer] = p + 9 + more
+        ctx.fail(rows[longer[more & (ctx.buf[p + 9] > 1)]],
+                 "a varint runs past 10 bytes or 64 bits")
+    return below, after, longer
+
+
+def _skip_varints(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The positions after the varints at ``pos`` (their values are not needed)."""
+    if not len(pos):
+        return pos
+    if ctx.buf.take(pos).max() < 0x80:
+        return pos + 1
+    return _varint_ends(ctx, pos, rows, ctx.w64[pos])[1]
+
+
 def _uvarints(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unsigned varints at ``pos``: (uint64 values, positions after them). Up to 8 bytes are
     decoded branch-free from the 8-byte word at each position (SWAR: drop the continuation bits,
-    then pack 7-bit groups pairwise); only 9- and 10-byte varints take more passes."""
+    then pack 7-bit groups pairwise), in place; only 9- and 10-byte varints take more passes."""
     if not len(pos):
         return np.zeros(0, np.uint64), pos
-    b = ctx.buf[pos]
+    b = ctx.buf.take(pos)
     if b.max() < 0x80:
         return b.astype(np.uint64), pos + 1
-    w = ctx.w64[pos]
-    stops = ~w & _HI                   # the high bit of each byte that ends the varint
-    mask = stops & (~stops + _ONE)     # ... the first of them, alone
-    mask = (mask << _ONE) - _ONE       # the varint's bytes (all eight when none ends it)
-    x = w & mask & _LO7
+    x = ctx.w64[pos]
+    below, after, longer = _varint_ends(ctx, pos, rows, x)
+    x &= below
+    x &= _LO7
+    t = np.empty_like(x)
     for keep, move, shift in _SWAR:
-        x = (x & keep) | ((x >> shift) & move)
-    size = np.bitwise_count(mask).astype(np.int64) >> 3
-    longer = np.flatnonzero(stops == 0)
+        np.right_shift(x, shift, out=t)
+        t &= move
+        x &= keep
+        x |= t
     if len(longer):
         p = pos[longer]
         b8 = ctx.buf[p + 8].astype(np.uint64)
         b9 = ctx.buf[p + 9].astype(np.uint64)
-        more = b8 >= 0x80
         x[longer] |= ((b8 & np.uint64(0x7F)) << np.uint64(56)) | (
-            np.where(more, b9 & _ONE, 0).astype(np.uint64) << np.uint64(63))
-        size[longer] = 9 + more
-        ctx.fail(rows[longer[more & (b9 > 1)]], "a varint runs past 10 bytes or 64 bits")
-    return x, pos + size
+            np.where(b8 >= 0x80, b9 & _ONE, 0).astype(np.uint64) << np.uint64(63))
+    return x, after
 
 
 def _unzigzag(u: np.ndarray) -> np.ndarray:
-    return (u >> _ONE).view(np.int64) ^ -(u & _ONE).view(np.int64)
+    """Zigzag-decoded int64 values (``u`` is consumed)."""
+    sign = u & _ONE
+    np.negative(sign, out=sign)
+    u >>= _ONE
+    u ^= sign
+    return u.view(np.int64)
 
 
 def _longs(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -354,15 +391,23 @@ class _Dec:
 
     type: pa.DataType
     min_size = 1  # fewest bytes one value takes (bounds the item count of a corrupt block)
+    fixed: int | None = None  # bytes every value takes, if they all take the same
 
     def decode(self, ctx: _Ctx, pos: np.ndarray, rows: np.ndarray
                ) -> tuple[pa.Array, np.ndarray]:
         raise NotImplementedError
 
+    def skip(self, ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The positions after the values at ``pos``, without building them."""
+        if self.fixed is not None:
+            return pos + self.fixed
+        return self.decode(ctx, pos, rows)[1]
+
 
 class _Null(_Dec):
     type = pa.null()
     min_size = 0
+    fixed = 0
 
     def decode(self, ctx, pos, rows):
         return pa.nulls(len(pos)), pos
@@ -370,6 +415,7 @@ class _Null(_Dec):
 
 class _Bool(_Dec):
     type = pa.bool_()
+    fixed = 1
 
     def decode(self, ctx, pos, rows):
         b = ctx.buf[pos]
@@ -388,6 +434,9 @@ class _Number(_Dec):
         self.dtype = {4: np.float32, 8: np.float64}[out.bit_width // 8] \
             if pa.types.is_floating(out) else (np.int32 if out.bit_width == 32 else np.int64)
 
+    def skip(self, ctx, pos, rows):
+        return _skip_varints(ctx, pos, rows)
+
     def decode(self, ctx, pos, rows):
         v, pos = self.read(ctx, pos, rows)
         if self.scale != 1:
@@ -403,7 +452,7 @@ class _Number(_Dec):
 class _Float(_Dec):
     def __init__(self, writer: str, out: pa.DataType):
         self.width = 4 if writer == "float" else 8
-        self.min_size = self.width
+        self.min_size = self.fixed = self.width
         self.type = out
         self.dtype = np.float32 if pa.types.is_float32(out) else np.float64
 
@@ -455,6 +504,30 @@ def _indices(values: np.ndarray, valid: np.ndarray | None) -> pa.Array:
                                  null_count=-1 if valid is None else int(len(v) - valid.sum()))
 
 
+def _slices(ctx: _Ctx, start: np.ndarray, length: np.ndarray) -> pa.Array:
+    """The bytes [start, start + length) of the data as a binary array. Slices in data order
+    (a column's values always are, but for array items) are the even values of one binary
+    array over the data whose odd values are the gaps between them: one C++ filter copies
+    them out, with no per-byte index and no gather. Others go through ``binary_view``."""
+    k = len(start)
+    if not k:
+        return _empty_binaries(0)
+    end = start + length
+    if k > 1 and (start[1:] < end[:-1]).any():
+        return _binary(ctx.words, ctx.data, start, length)
+    bounds = np.empty(2 * k + 1, dtype=np.int32)
+    bounds[0:2 * k:2] = start
+    bounds[1:2 * k:2] = end
+    bounds[2 * k] = end[-1]
+    both = pa.Array.from_buffers(pa.binary(), 2 * k, [None, pa.py_buffer(bounds), ctx.data])
+    return both.take(_evens(k))
+
+
+def _evens(k: int) -> pa.Array:
+    """Take indices 0, 2, 4, ... of ``k`` values."""
+    return numbers_array(np.arange(0, 2 * k, 2, dtype=np.int64), pa.int64(), np.int64)
+
+
 class _Bytes(_Dec):
     """bytes or string, read as the reader's string or binary."""
 
@@ -462,9 +535,13 @@ class _Bytes(_Dec):
         self.as_string = as_string
         self.type = pa.string() if as_string else pa.binary()
 
+    def skip(self, ctx, pos, rows):
+        n, start = _lengths(ctx, pos, rows)
+        return start + n
+
     def decode(self, ctx, pos, rows):
         n, start = _lengths(ctx, pos, rows)
-        arr = _binary(ctx.words, ctx.data, start, n) if len(n) else pa.nulls(0, pa.binary())
+        arr = _slices(ctx, start, n)
         if self.as_string:
             arr = _valid_utf8(ctx, arr, rows)
         return arr, start + n
@@ -472,7 +549,7 @@ class _Bytes(_Dec):
 
 class _Fixed(_Dec):
     def __init__(self, size: int):
-        self.size = self.min_size = size
+        self.size = self.min_size = self.fixed = size
         self.type = pa.binary()
 
     def decode(self, ctx, pos, rows):
@@ -492,9 +569,15 @@ class _Decimal(_Dec):
     """Big-endian two's complement (bytes, or fixed of ``size``) to decimal128."""
 
     def __init__(self, size: int | None, precision: int, scale: int):
-        self.size = size
+        self.size = self.fixed = size
         self.min_size = size or 1
         self.type = pa.decimal128(precision, scale)
+
+    def skip(self, ctx, pos, rows):
+        if self.size is not None:
+            return pos + self.size
+        n, start = _lengths(ctx, pos, rows)
+        return start + n
 
     def decode(self, ctx, pos, rows):
         if self.size is None:
@@ -528,6 +611,9 @@ class _Enum(_Dec):
                                for s in writer.symbols] or [0], dtype=np.int64)
         self.writer_symbols = writer.symbols
 
+    def skip(self, ctx, pos, rows):
+        return _skip_varints(ctx, pos, rows)
+
     def decode(self, ctx, pos, rows):
         i, pos = _ints(ctx, pos, rows)
         if len(i) and (i.min() < 0 or i.max() >= len(self.writer_symbols)):
@@ -558,6 +644,7 @@ class _Const(_Dec):
     """A reader field the writer lacks: its default, repeated (reads no bytes)."""
 
     min_size = 0
+    fixed = 0
 
     def __init__(self, value: pa.Array):
         self.value, self.type = value, value.type
@@ -572,6 +659,10 @@ class _Cast(_Dec):
 
     def __init__(self, inner: _Dec, out: pa.DataType):
         self.inner, self.type, self.min_size = inner, out, inner.min_size
+        self.fixed = inner.fixed
+
+    def skip(self, ctx, pos, rows):
+        return self.inner.skip(ctx, pos, rows)
 
     def decode(self, ctx, pos, rows):
         arr, pos = self.inner.decode(ctx, pos, rows)
@@ -594,6 +685,16 @@ class _Record(_Dec):
         self.fields = fields
         self.type = pa.struct(fields)
         self.min_size = sum(s.min_size for s in steps)
+        sizes = [s.fixed for s in steps]
+        self.fixed = None if None in sizes else sum(sizes)
+
+    def skip(self, ctx, pos, rows):
+        if self.fixed is not None:
+            return pos + self.fixed
+        for step in self.steps:
+            pos = step.skip(ctx, pos, rows)
+            ctx.clamp(pos, rows)
+        return pos
 
     def decode(self, ctx, pos, rows):
         cols = []
@@ -607,11 +708,18 @@ class _Record(_Dec):
 
 
 def _scatter(n: int, pieces: list[tuple[np.ndarray, pa.Array]], t: pa.DataType) -> pa.Array:
-    """One column of ``n`` from values decoded for subsets (``sel`` indices), null elsewhere."""
+    """One column of ``n`` from values decoded for subsets (``sel`` indices), null elsewhere.
+    One subset of a fixed-width or binary column (a nullable field) is spread by numpy, its
+    data reused; the rest by one take."""
     if not pieces:
         return pa.nulls(n, t)
     if len(pieces) == 1 and len(pieces[0][0]) == n:
         return pieces[0][1]
+    if len(pieces) == 1:
+        sel, arr = pieces[0]
+        spread = _spread(n, sel, arr)
+        if spread is not None:
+            return spread
     at = np.full(n, -1, dtype=np.int64)
     start = 0
     for sel, arr in pieces:
@@ -619,6 +727,34 @@ def _scatter(n: int, pieces: list[tuple[np.ndarray, pa.Array]], t: pa.DataType) 
         start += len(sel)
     values = pieces[0][1] if len(pieces) == 1 else pa.concat_arrays([a for _, a in pieces])
     return values.take(_indices(at, at >= 0))
+
+
+def _spread(n: int, sel: np.ndarray, arr: pa.Array) -> pa.Array | None:
+    """``arr``'s values at rows ``sel`` of a column of ``n``, null elsewhere, without a take:
+    fixed-width values are scattered by numpy, binary values keep their data (only the offsets
+    are spread). None for other types, or values that have nulls of their own."""
+    t = arr.type
+    if arr.null_count or arr.offset:
+        return None
+    valid = np.zeros(n, dtype=bool)
+    valid[sel] = True
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    nulls = n - len(sel)
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1)
+        lens = np.zeros(n + 1, dtype=np.int32)
+        lens[sel + 1] = np.diff(offsets)
+        lens[0] = offsets[0]
+        np.cumsum(lens, out=lens)
+        return pa.Array.from_buffers(t, n, [validity, pa.py_buffer(lens), arr.buffers()[2]],
+                                     null_count=nulls)
+    if pa.types.is_boolean(t) or not (pa.types.is_primitive(t) or pa.types.is_decimal(t)):
+        return None
+    width = t.bit_width // 8
+    src = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=len(arr) * width)
+    out = np.zeros((n, width), dtype=np.uint8)
+    out[sel] = src.reshape(len(arr), width)
+    return pa.Array.from_buffers(t, n, [validity, pa.py_buffer(out)], null_count=nulls)
 
 
 @dataclass
@@ -635,6 +771,18 @@ class _Union(_Dec):
     def __init__(self, branches: list[_Branch], rep: str, out: pa.DataType, reads_index: bool):
         self.branches, self.rep, self.type, self.reads_index = branches, rep, out, reads_index
         self.min_size = 1 if reads_index else branches[0].dec.min_size
+
+    def skip(self, ctx, pos, rows):
+        if not self.reads_index:
+            return self.branches[0].dec.skip(ctx, pos, rows)
+        idx, pos = _longs(ctx, pos, rows)
+        for b, branch in enumerate(self.branches):
+            if branch.dec is None or branch.dec.fixed == 0:
+                continue  # null, or a branch the decode pass reports
+            sel = np.flatnonzero(idx == b)
+            if len(sel):
+                pos[sel] = branch.dec.skip(ctx, pos[sel], rows[sel])
+        return pos
 
     def decode(self, ctx, pos, rows):
         n = len(pos)
@@ -674,29 +822,36 @@ class _Union(_Dec):
 
 
 class _Array(_Dec):
-    """Arrays (``key`` None) and maps. Blocks are read for all values at once; inside a block,
-    pass k decodes the k-th item of every value that has more than k (values sorted by count,
-    so each pass takes a prefix). Items are then put in value order by one take."""
+    """Arrays (``key`` None) and maps, in two passes. The first finds where every item starts:
+    blocks are read for all values at once; inside a block, pass k skips the k-th item of every
+    value that has more than k (values sorted by count, so each pass takes a prefix), or, for
+    items of one fixed size, all items at once. The second decodes all items in one call, from
+    their starts put in value order by one numpy scatter."""
 
     def __init__(self, item: _Dec, key: _Dec | None, out: pa.DataType):
         self.item, self.key, self.type = item, key, out
         self.item_min = item.min_size + (1 if key is not None else 0)
+        self.item_fixed = None if key is not None else item.fixed
 
-    def decode(self, ctx, pos, rows):
+    def skip(self, ctx, pos, rows):
+        return self._walk(ctx, pos, rows, False)[0]
+
+    def _walk(self, ctx: _Ctx, pos: np.ndarray, rows: np.ndarray, collect: bool
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(positions after each value, item counts, item starts in value order if asked)."""
         n = len(pos)
         pos = pos.copy()
         lens = np.zeros(n, dtype=np.int64)
-        keys: list[pa.Array] = []
-        items: list[pa.Array] = []
         owner: list[np.ndarray] = []
         ordinal: list[np.ndarray] = []
+        starts: list[np.ndarray] = []
         active = np.arange(n)
         while len(active):
             c, p = _longs(ctx, pos[active], rows[active])
             neg = np.flatnonzero(c < 0)
             if len(neg):  # a negative count is followed by the block's size in bytes
                 c[neg] = -c[neg]
-                _, p[neg] = _uvarints(ctx, p[neg], rows[active[neg]])
+                p[neg] = _skip_varints(ctx, p[neg], rows[active[neg]])
             room = np.maximum(ctx.ends[rows[active]] - p, 0)
             limit = room // self.item_min if self.item_min else np.full(len(p), _MAX_ITEMS)
             if len(c) and (c > limit).any():
@@ -709,48 +864,60 @@ class _Array(_Dec):
             go = np.flatnonzero(~done)
             if not len(go):
                 break
-            order = go[np.argsort(-c[go], kind="stable")]
-            act, c, p = active[order], c[order], p[order]
-            neg_c = -c
-            for k in range(int(c[0])):
-                m = int(np.searchsorted(neg_c, -k, side="left"))
-                sub, r = act[:m], rows[act[:m]]
-                pp = p[:m]
-                if self.key is not None:
-                    karr, pp = self.key.decode(ctx, pp, r)
-                    keys.append(karr)
-                varr, pp = self.item.decode(ctx, pp, r)
-                ctx.clamp(pp, r)
-                p[:m] = pp
-                items.append(varr)
-                owner.append(sub)
-                ordinal.append(lens[sub] + k)
+            act, c, p = active[go], c[go], p[go]
+            if self.item_fixed is not None:
+                if collect:
+                    first = np.cumsum(c) - c
+                    own = np.repeat(np.arange(len(act)), c)
+                    k = np.arange(len(own)) - first[own]
+                    owner.append(act[own])
+                    ordinal.append(lens[act][own] + k)
+                    starts.append(p[own] + k * self.item_fixed)
+                p = p + c * self.item_fixed
+            else:
+                order = np.argsort(-c, kind="stable")
+                act, c, p = act[order], c[order], p[order]
+                neg_c = -c
+                for k in range(int(c[0])):
+                    m = int(np.searchsorted(neg_c, -k, side="left"))
+                    sub = act[:m]
+                    r = rows[sub]
+                    pp = p[:m]
+                    if collect:
+                        owner.append(sub)
+                        ordinal.append(lens[sub] + k)
+                        starts.append(pp.copy())
+                    if self.key is not None:
+                        pp = self.key.skip(ctx, pp, r)
+                    pp = self.item.skip(ctx, pp, r)
+                    ctx.clamp(pp, r)
+                    p[:m] = pp
             lens[act] += c
             pos[act] = p
             active = act
+        if not collect:
+            return pos, lens, None
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        at = np.empty(int(offsets[-1]), dtype=np.int64)
+        if starts:
+            at[offsets[np.concatenate(owner)] + np.concatenate(ordinal)] = np.concatenate(starts)
+        return pos, lens, at
+
+    def decode(self, ctx, pos, rows):
+        pos, lens, at = self._walk(ctx, pos, rows, True)
+        n = len(pos)
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(lens, out=offsets[1:])
-        if items:
-            dest = offsets[np.concatenate(owner)] + np.concatenate(ordinal)
-            values = _in_order(items, dest)
-            key_values = _in_order(keys, dest) if self.key is not None else None
-        else:
-            empty = np.zeros(0, np.int64)
-            values = self.item.decode(ctx, empty, empty)[0]
-            key_values = self.key.decode(ctx, empty, empty)[0] if self.key is not None else None
+        item_rows = np.repeat(rows, lens)
+        keys = None
+        if self.key is not None:
+            keys, at = self.key.decode(ctx, at, item_rows)
+        values, _ = self.item.decode(ctx, at, item_rows)
         off = numbers_array(offsets, pa.int32(), np.int32)
         if self.key is None:
             return pa.ListArray.from_arrays(off, values, type=self.type), pos
-        return pa.MapArray.from_arrays(off, key_values, values, type=self.type), pos
-
-
-def _in_order(pieces: list[pa.Array], dest: np.ndarray) -> pa.Array:
-    values = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
-    if len(dest) < 2 or (dest[1:] > dest[:-1]).all():
-        return values
-    inverse = np.empty(len(dest), dtype=np.int64)
-    inverse[dest] = np.arange(len(dest))
-    return values.take(numbers_array(inverse, pa.int64(), np.int64))
+        return pa.MapArray.from_arrays(off, keys, values, type=self.type), pos
 
 
 # --------------------------------------------------------------------------- resolution
@@ -929,7 +1096,105 @@ class _Plan:
     """One column's encoding: bytes per value (0 where not written) and how to write them."""
 
     sizes: np.ndarray
-    write: Any  # (out: uint8 array, at: int64 positions, one per value) -> None
+    write: Any  # (out: _Out, at: int64 positions, one per value) -> None
+
+
+class _Out:
+    """The output buffer, written 8 bytes at a time through a word view at every byte.
+
+    Values are written in order: a field for all rows, then the next field; an array's count,
+    then its items' first field for all items, then the next field. So a word may run past its
+    value (up to 8 bytes) where it stays below the value's ``limit``: the end of the array item
+    it is in (the rest of the item is written later) or, at the top level, the end of the row's
+    ``_SLACK`` unused bytes. Values closer to their limit merge their word: the bytes past the
+    value are read first and written back unchanged. In one numpy assignment the values (in
+    memory order) are stored one after the other, so a byte is last written by the value it
+    belongs to, and bytes of no value in the assignment keep what they held."""
+
+    def __init__(self, buf: np.ndarray):
+        self.buf = buf
+        self.w64 = np.ndarray(shape=(len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
+
+    def put(self, at: np.ndarray, words: np.ndarray, sizes: np.ndarray | int,
+            limit: np.ndarray, clean: bool = False) -> None:
+        """Write the first ``sizes`` (at most 8) bytes of each word at ``at``; ``clean`` words
+        are zero past them."""
+        free = at + 8 <= limit
+        if free.all():
+            self.w64[at] = words
+            return
+        tight = np.flatnonzero(~free)
+        if len(tight) < len(at):
+            loose = np.flatnonzero(free)
+            self.w64[at[loose]] = words[loose]
+            at, words = at[tight], words[tight]
+            if not isinstance(sizes, int):
+                sizes = sizes[tight]
+        keep = _KEEP[np.minimum(sizes, 8)] if not isinstance(sizes, int) else _KEEP[sizes]
+        old = self.w64[at]
+        old &= keep
+        old |= words if clean else words & ~keep
+        self.w64[at] = old
+
+
+# Continuation bits of a varint of each size (0 to 10 bytes) in its first 8 bytes.
+_CONT = np.array([0] + [((1 << (8 * (k - 1))) - 1) & 0x8080808080808080 for k in range(1, 9)]
+                 + [0x8080808080808080] * 2, dtype=np.uint64)
+_KEEP = np.array([2**64 - 1 - ((1 << (8 * k)) - 1) for k in range(8)] + [0], dtype=np.uint64)
+_SLACK = 8
+_WORD_COPY_MAX = 4096  # longer values are copied byte-wise: fewer numpy passes
+_U56 = np.uint64((1 << 56) - 1)
+_SPREAD = [(np.uint64(0x000000000FFFFFFF), np.uint64(0x00FFFFFFF0000000), np.uint64(4)),
+           (np.uint64(0x00003FFF00003FFF), np.uint64(0x0FFFC0000FFFC000), np.uint64(2)),
+           (np.uint64(0x007F007F007F007F), np.uint64(0x3F803F803F803F80), np.uint64(1))]
+
+
+class _Varints:
+    """Unsigned varints of a column: their sizes, and their first 8 bytes as one little-endian
+    word each (7-bit groups spread to bytes, continuation bits set: the inverse of the
+    decoder's SWAR), so that a spilling write is one 8-byte store per value."""
+
+    def __init__(self, u: np.ndarray):
+        self.u = u
+        top = int(u.max()) if len(u) else 0
+        if top < 0x80:  # one byte each (small numbers, lengths, counts, union branches)
+            self.sizes = np.ones(len(u), dtype=np.int64)
+            self.words = u
+            return
+        self.sizes = uvarint_sizes(u)
+        if top < 1 << 14:  # at most two bytes
+            x = u & np.uint64(0x3F80)
+            x <<= _ONE
+            x |= u & np.uint64(0x7F)
+            x |= (u > np.uint64(0x7F)).view(np.uint8).astype(np.uint64) << _U7
+            self.words = x
+            return
+        x = u & _U56
+        t = np.empty_like(x)
+        for keep, move, shift in _SPREAD:
+            np.bitwise_and(x, move, out=t)
+            t <<= shift
+            x &= keep
+            x |= t
+        x |= _CONT.take(self.sizes)
+        self.words = x
+
+    def write(self, out: _Out, at: np.ndarray, idx: np.ndarray | None,
+              limit: np.ndarray) -> None:
+        """Write the varints of values ``idx`` (None: all) at ``at`` (one per value)."""
+        words, sizes, u = self.words, self.sizes, self.u
+        if idx is not None:
+            words, sizes, u, at, limit = words[idx], sizes[idx], u[idx], at[idx], limit[idx]
+        if not len(at):
+            return
+        out.put(at, words, sizes, limit, clean=True)
+        long_ = np.flatnonzero(sizes > 8)
+        if len(long_):  # bytes 9 and 10 of values from 2**56 on
+            v, a = u[long_], at[long_]
+            ten = sizes[long_] > 9
+            out.buf[a + 8] = ((v >> np.uint64(56)) & np.uint64(0x7F)).astype(np.uint8) \
+                | (ten.astype(np.uint8) << 7)
+            out.buf[a[ten] + 9] = (v[ten] >> np.uint64(63)).astype(np.uint8)
 
 
 class _Enc:
@@ -961,14 +1226,14 @@ def _numbers(arr: pa.Array, dtype: type) -> np.ndarray:
 def _uvarint_plan(u: np.ndarray, present: np.ndarray, extra: np.ndarray | int = 0,
                   then: Any = None) -> _Plan:
     """A varint per value (where present), then ``extra`` bytes written by ``then``."""
-    vs = uvarint_sizes(u)
-    sizes = np.where(present, vs + extra, 0)
-    idx = np.flatnonzero(present)
+    v = _Varints(u)
+    sizes = np.where(present, v.sizes + extra, 0)
+    idx = None if present.all() else np.flatnonzero(present)
 
-    def write(out: np.ndarray, at: np.ndarray) -> None:
-        put_uvarints(out, at[idx], u[idx])
+    def write(out: _Out, at: np.ndarray, limit: np.ndarray) -> None:
+        v.write(out, at, idx, limit)
         if then is not None:
-            then(out, at + vs)
+            then(out, at + v.sizes, limit)
 
     return _Plan(sizes, write)
 
@@ -1000,7 +1265,7 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         return _union_plan(s, arr, present, rows, enc, path)
     valid = _valid(arr)
     if k == "null":
-        return _Plan(np.zeros(n, dtype=np.int64), lambda out, at: None)
+        return _Plan(np.zeros(n, dtype=np.int64), lambda out, at, limit: None)
     if valid is not None:
         missing = present & ~valid
         if missing.any():
@@ -1010,8 +1275,8 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         v = _numbers(arr, np.bool_).view(np.uint8)
         idx = np.flatnonzero(present)
 
-        def write_bool(out, at):
-            out[at[idx]] = v[idx]
+        def write_bool(out, at, limit):
+            out.buf[at[idx]] = v[idx]
 
         return _Plan(present.astype(np.int64), write_bool)
     if k in ("int", "long"):
@@ -1026,9 +1291,9 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         v = _numbers(arr, dtype)
         idx = np.flatnonzero(present)
 
-        def write_float(out, at):
-            np.ndarray(shape=(len(out) - 7,), dtype=np.dtype(dtype).newbyteorder("<"),
-                       buffer=out, strides=(1,))[at[idx]] = v[idx]
+        def write_float(out, at, limit):
+            np.ndarray(shape=(len(out.buf) - 7,), dtype=np.dtype(dtype).newbyteorder("<"),
+                       buffer=out.buf, strides=(1,))[at[idx]] = v[idx]
 
         return _Plan(present * np.dtype(dtype).itemsize, write_float)
     if s.logical == "decimal":
@@ -1049,12 +1314,13 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
                 present = present & ~wrong
                 lens = np.where(present, lens, 0)
 
-            def write_fixed(out, at):
-                _copy_bytes(out, at, offsets, lens, data)
+            def write_fixed(out, at, limit):
+                _copy_bytes(out, at, offsets, lens, data, limit)
 
             return _Plan(lens.copy(), write_fixed)
         return _uvarint_plan(zigzag(lens), present, lens,
-                             lambda out, at: _copy_bytes(out, at, offsets, lens, data))
+                             lambda out, at, limit: _copy_bytes(out, at, offsets, lens, data,
+                                                                limit))
     if k == "enum":
         symbols = _strings(s.symbols)
         import pyarrow.compute as pc
@@ -1073,12 +1339,30 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
     return _list_plan(s, arr, present, rows, enc, path)
 
 
-def _copy_bytes(out: np.ndarray, at: np.ndarray, offsets: np.ndarray, lens: np.ndarray,
-                data: np.ndarray) -> None:
-    """Copy value i's bytes (``lens[i]`` of them, 0 for values not written) to ``out[at[i]]``."""
+def _copy_bytes(out: _Out, at: np.ndarray, offsets: np.ndarray, lens: np.ndarray,
+                data: np.ndarray, limit: np.ndarray) -> None:
+    """Copy value i's bytes (``lens[i]`` of them, 0 for values not written) to ``out[at[i]]``:
+    8 bytes at a time (a few passes for short values, each one numpy gather and scatter over
+    the values still going); values of many kilobytes by one scatter of every byte."""
     total = int(lens.sum())
     if not total:
         return
+    if int(lens.max()) <= _WORD_COPY_MAX:
+        padded = np.zeros(len(data) + 16, dtype=np.uint8)
+        padded[:len(data)] = data
+        src64 = np.ndarray(shape=(len(data) + 9,), dtype="<u8", buffer=padded, strides=(1,))
+        sel = np.flatnonzero(lens)
+        src, dst, ln, lim = offsets[sel], at[sel], lens[sel], limit[sel]
+        while len(src):
+            out.put(dst, src64[src], np.minimum(ln, 8), lim)
+            going = np.flatnonzero(ln > 8)
+            if len(going) < len(src):
+                src, dst, ln, lim = src[going], dst[going], ln[going], lim[going]
+            src = src + 8
+            dst = dst + 8
+            ln = ln - 8
+        return
+    out = out.buf
     sel = np.flatnonzero(lens)
     ln, src, dst = lens[sel], offsets[sel], at[sel]
     first = np.zeros(len(sel), dtype=np.int64)
@@ -1123,7 +1407,7 @@ def _decimal_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, e
     size = np.where(present, size, 0)
     idx = np.flatnonzero(present)
 
-    def write_digits(out, at):
+    def write_digits(out, at, limit):
         sz = size[idx]
         a = at[idx]
         for j in range(int(sz.max()) if len(sz) else 0):  # byte j from the big end
@@ -1131,7 +1415,7 @@ def _decimal_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, e
             src = sz[sel] - 1 - j
             inside = src < 16
             vals = np.where(inside, b[idx[sel], np.minimum(src, 15)], fill[idx[sel]])
-            out[a[sel] + j] = vals
+            out.buf[a[sel] + j] = vals
 
     if s.kind == "fixed":
         return _Plan(size, write_digits)
@@ -1159,9 +1443,9 @@ def _record_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, en
     for p in plans:
         sizes += p.sizes
 
-    def write(out, at):
+    def write(out, at, limit):
         for p in plans:
-            p.write(out, at)
+            p.write(out, at, limit)
             at = at + p.sizes
 
     return _Plan(sizes, write)
@@ -1201,17 +1485,19 @@ def _list_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc:
     count_sizes = uvarint_sizes(zigzag(lens))
     sizes = np.where(present, np.where(lens > 0, count_sizes + content + 1, 1), 0)
     idx = np.flatnonzero(lens > 0)
-    counts = zigzag(lens)
+    count_varints = _Varints(zigzag(lens))
+    present_idx = np.flatnonzero(present)
 
-    def write(out, at):
-        # Empty arrays are one 0 byte; the buffer starts zeroed, as the terminators are.
-        put_uvarints(out, at[idx], counts[idx])
+    def write(out, at, limit):
+        count_varints.write(out, at, idx, limit)
         item_at = np.repeat(at + count_sizes - cum[offsets[:-1]], offsets[1:] - offsets[:-1]) \
             + cum[:-1]
+        item_limit = item_at + item_sizes  # an item's later fields are written after it
         if is_map:
-            kp.write(out, item_at)
+            kp.write(out, item_at, item_limit)
             item_at = item_at + kp.sizes
-        vp.write(out, item_at)
+        vp.write(out, item_at, item_limit)
+        out.buf[(at + sizes - 1)[present_idx]] = 0  # the block that ends it (or the empty one)
 
     return _Plan(sizes, write)
 
@@ -1257,17 +1543,17 @@ def _union_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc
         branch = np.maximum(branch, 0)
         present = present & ~missing
     plans = [(_plan(s.branches[i], col, present & here, rows, enc, path)) for i, col, here in parts]
-    tags = zigzag(branch)
-    tag_sizes = uvarint_sizes(tags)
+    tags = _Varints(zigzag(branch))
+    tag_sizes = tags.sizes
     sizes = np.where(present, tag_sizes, 0)
     for p in plans:
         sizes += p.sizes
-    idx = np.flatnonzero(present)
+    idx = None if present.all() else np.flatnonzero(present)
 
-    def write(out, at):
-        put_uvarints(out, at[idx], tags[idx])
+    def write(out, at, limit):
+        tags.write(out, at, idx, limit)
         for p in plans:
-            p.write(out, at + tag_sizes)
+            p.write(out, at + tag_sizes, limit)
 
     return _Plan(sizes, write)
 
@@ -1336,13 +1622,16 @@ class AvroCodec:
         if pa.types.is_struct(values.type) and valid is not None and self.writer.kind == "record":
             pass  # a null row is a null payload; its fields are not looked at
         plan = _plan(self.writer, values, present, rows, enc, "")
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(plan.sizes, out=offsets[1:])
-        if offsets[-1] >= 2**31:
-            raise AvroSchemaError(f"{n} values encode to {int(offsets[-1])} bytes, more than one "
+        # Each row is followed by _SLACK bytes that spilling writes may touch (see _Out); the
+        # rows are then copied out of the gaps by one C++ filter.
+        starts = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(plan.sizes + _SLACK, out=starts[1:])
+        if starts[-1] >= 2**31:
+            raise AvroSchemaError(f"{n} values encode to {int(starts[-1])} bytes, more than one "
                                   "Arrow binary column holds: encode fewer at a time")
-        out = np.zeros(int(offsets[-1]) + 16, dtype=np.uint8)
-        plan.write(out, offsets[:-1])
+        buf = np.zeros(int(starts[-1]) + 16, dtype=np.uint8)
+        at = starts[:-1]
+        plan.write(_Out(buf), at, at + plan.sizes + _SLACK)
         errors: dict[int, str] = {}
         for bad_rows, message in enc.errors:
             for r in bad_rows.tolist():
@@ -1350,11 +1639,17 @@ class AvroCodec:
         ok = present.copy()
         if errors:
             ok[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
-        validity = None if ok.all() else pa.py_buffer(np.packbits(ok, bitorder="little"))
-        payloads = pa.Array.from_buffers(
-            pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
-                             pa.py_buffer(out[:int(offsets[-1])])],
-            null_count=-1 if validity is not None else 0)
+        bounds = np.empty(2 * n + 1, dtype=np.int32)
+        bounds[0:2 * n:2] = at
+        bounds[1:2 * n:2] = np.where(ok, at + plan.sizes, at)
+        bounds[2 * n] = starts[-1]
+        both = pa.Array.from_buffers(pa.binary(), 2 * n,
+                                     [None, pa.py_buffer(bounds), pa.py_buffer(buf)])
+        payloads = both.take(_evens(n)) if n else _empty_binaries(0)
+        if not ok.all():
+            payloads = pa.Array.from_buffers(
+                pa.binary(), n, [pa.py_buffer(np.packbits(ok, bitorder="little")),
+                                 *payloads.buffers()[1:]], null_count=int(n - ok.sum()))
         return EncodeResult(payloads, errors)
 
 
