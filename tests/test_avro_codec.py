@@ -19,6 +19,7 @@ import pytest
 
 from txkafka.connector.errors import AvroSchemaError
 from txkafka.connector.serde import avro
+from txkafka.devtools.bench_avro import FLAT, NESTED, flat_values, nested_values
 
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -56,48 +57,10 @@ def _named(schema: Any, names: dict[str, Any]) -> Any:
     return schema
 
 
-def spark_view(schema: Any, v: Any, names: dict[str, Any] | None = None) -> Any:
-    """What Spark's from_avro shows for a value fastavro reads (the test's own mapping)."""
-    names = {} if names is None else names
-    schema = _named(schema, names)
-    if isinstance(schema, list):
-        nn = [b for b in schema if b != "null"]
-        if v is None:
-            return None
-        i = _branch(nn, v, names)
-        kinds = sorted(_kind(b, names) for b in nn)
-        if len(nn) == 1 or kinds in (["int", "long"], ["double", "float"]):
-            return spark_view(nn[i], v, names)
-        return {f"member{j}": (spark_view(b, v, names) if j == i else None)
-                for j, b in enumerate(nn)}
-    t = schema["type"] if isinstance(schema, dict) else schema
-    if isinstance(t, (dict, list)):
-        return spark_view(t, v, names)
-    lt = schema.get("logicalType") if isinstance(schema, dict) else None
-    if t == "record":
-        return {f["name"]: spark_view(f["type"], v[f["name"]], names) for f in schema["fields"]}
-    if t == "array":
-        return [spark_view(schema["items"], x, names) for x in v]
-    if t == "map":
-        return [(k, spark_view(schema["values"], x, names)) for k, x in v.items()]
-    if lt == "uuid":
-        return str(v)
-    if lt == "local-timestamp-millis" or lt == "local-timestamp-micros":
-        return v.replace(tzinfo=None) if isinstance(v, dt.datetime) else v
-    return v
-
-
 def _kind(schema: Any, names: dict[str, Any]) -> str:
     schema = _named(schema, names)
     t = schema["type"] if isinstance(schema, dict) else schema
     return t if isinstance(t, str) else "?"
-
-
-def _branch(nn: list[Any], v: Any, names: dict[str, Any]) -> int:
-    """The branch fastavro picked for ``v`` (values are generated with a tag: see gen)."""
-    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) and v[0].startswith("#"):
-        return int(v[0][1:])
-    raise AssertionError("untagged union value")
 
 
 # --------------------------------------------------------------------------- random schemas
@@ -215,54 +178,31 @@ class Gen:
         raise AssertionError(t)
 
 
-def untag(schema: Any, v: Any, names: dict[str, Any]) -> Any:
-    """fastavro's input from a tagged value: a union value as itself (fastavro picks the
-    branch by type), except where fastavro needs its (name, value) tuple notation."""
+def convert(schema: Any, v: Any, names: dict[str, Any], spark: bool) -> Any:
+    """A generated (union-tagged) value as fastavro's input (``spark`` False: a union's value
+    as itself, fastavro picks the branch by type), or as Spark's from_avro shows it (maps as
+    (key, value) lists, unions other than [null, T], [int, long], [float, double] as
+    member0..N structs)."""
     schema = _named(schema, names)
     if isinstance(schema, list):
         if v is None:
             return None
         nn = [b for b in schema if b != "null"]
         i = int(v[0][1:])
-        inner = untag(nn[i], v[1], names)
-        return inner
-    t = schema["type"] if isinstance(schema, dict) else schema
-    if t == "array":
-        return [untag(schema["items"], x, names) for x in v]
-    if t == "map":
-        return {k: untag(schema["values"], x, names) for k, x in v.items()}
-    if t == "record":
-        return {f["name"]: untag(f["type"], v[f["name"]], names) for f in schema["fields"]}
-    return v
-
-
-def tagged_view(schema: Any, v: Any, names: dict[str, Any]) -> Any:
-    """spark_view of a generated (tagged) value."""
-    schema = _named(schema, names)
-    if isinstance(schema, list):
-        if v is None:
-            return None
-        nn = [b for b in schema if b != "null"]
-        i = int(v[0][1:])
-        inner = tagged_view(nn[i], v[1], names)
+        inner = convert(nn[i], v[1], names, spark)
         kinds = sorted(_kind(b, names) for b in nn)
-        if len(nn) == 1:
-            return inner
-        if kinds in (["int", "long"], ["double", "float"]):
+        if not spark or len(nn) == 1 or kinds in (["int", "long"], ["double", "float"]):
             return inner
         return {f"member{j}": (inner if j == i else None) for j in range(len(nn))}
     t = schema["type"] if isinstance(schema, dict) else schema
     if t == "array":
-        return [tagged_view(schema["items"], x, names) for x in v]
+        return [convert(schema["items"], x, names, spark) for x in v]
     if t == "map":
-        return [(k, tagged_view(schema["values"], x, names)) for k, x in v.items()]
+        items = [(k, convert(schema["values"], x, names, spark)) for k, x in v.items()]
+        return items if spark else dict(items)
     if t == "record":
-        return {f["name"]: tagged_view(f["type"], v[f["name"]], names) for f in schema["fields"]}
-    lt = schema.get("logicalType") if isinstance(schema, dict) else None
-    if lt == "timestamp-millis" or lt == "timestamp-micros":
-        return v
-    if lt == "uuid":
-        return v
+        return {f["name"]: convert(f["type"], v[f["name"]], names, spark)
+                for f in schema["fields"]}
     return v
 
 
@@ -317,39 +257,26 @@ def test_random_schemas_decode_like_fastavro_and_encode_its_bytes(seed: int) -> 
     names: dict[str, Any] = {}
     fastavro.parse_schema(schema)
     values = [g.value(schema, names) for _ in range(60)]
-    payloads = write(schema, [untag(schema, v, dict(names)) for v in values])
+    payloads = write(schema, [convert(schema, v, dict(names), False) for v in values])
     res = decode(schema, payloads)
     assert res.errors == {}
     assert res.values.type == avro.arrow_type(json.dumps(schema))
     got = res.values.to_pylist()
-    want = [tagged_view(schema, v, dict(names)) for v in values]
+    want = [convert(schema, v, dict(names), True) for v in values]
     assert normalize(got) == normalize(want)
     enc = avro.codec(json.dumps(schema)).encode(res.values)
     assert enc.errors == {}
     assert enc.payloads.to_pylist() == payloads
 
 
-FLAT = {"type": "record", "name": "Flat", "namespace": "t", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "n", "type": "int"},
-    {"name": "x", "type": "double"},
-    {"name": "s", "type": "string"},
-    {"name": "ok", "type": "boolean"},
-    {"name": "note", "type": ["null", "string"], "default": None},
-    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "f", "type": "float"},
-    {"name": "tail", "type": ["string", "null"]},
-]}
-
-
 def flat_records(n: int, seed: int = 1) -> list[dict]:
+    """Records of the benchmark's flat schema, big and negative numbers included."""
     r = random.Random(seed)
     return [{"id": r.randint(-2**63, 2**63 - 1), "n": r.randint(-2**31, 2**31 - 1),
              "x": r.uniform(-1e9, 1e9), "s": "é" * r.randint(0, 20), "ok": r.random() < 0.5,
              "note": None if r.random() < 0.5 else "n%d" % i, "kind": r.choice("ABC"),
              "at": EPOCH + dt.timedelta(milliseconds=r.randint(-2**41, 2**41)),
-             "f": float(np.float32(r.uniform(-10, 10))), "tail": None if i % 3 else "t"}
+             "score": float(np.float32(r.uniform(-10, 10))), "seq": i - 5}
             for i in range(n)]
 
 
@@ -363,7 +290,7 @@ def test_flat_record_round_trip_and_types() -> None:
         pa.field("ok", pa.bool_(), False), pa.field("note", pa.string(), True),
         pa.field("kind", pa.string(), False),
         pa.field("at", pa.timestamp("us", tz="UTC"), False),
-        pa.field("f", pa.float32(), False), pa.field("tail", pa.string(), True)])
+        pa.field("score", pa.float32(), False), pa.field("seq", pa.int64(), False)])
     res = c.decode(pa.array(payloads, pa.binary()))
     assert res.errors == {}
     assert normalize(res.values.to_pylist()) == normalize(recs)
@@ -706,3 +633,114 @@ def test_encode_from_spark_shaped_arrow() -> None:
     assert enc.errors == {}
     assert read(schema, enc.payloads[0].as_py()) == {
         "small": -7, "s": "hi", "at": EPOCH + dt.timedelta(milliseconds=1500)}
+
+
+# --------------------------------------------------------------------------- more corners
+
+def test_benchmark_columns_encode_fastavro_s_bytes_and_decode_back() -> None:
+    for schema, values in ((FLAT, flat_values(3000)), (NESTED, nested_values(3000))):
+        c = avro.codec(json.dumps(schema))
+        enc = c.encode(values)
+        assert enc.errors == {}
+        raw = enc.payloads.to_pylist()
+        for p in raw[::97]:
+            assert write(schema, [read(schema, p)]) == [p]
+        res = c.decode(enc.payloads)
+        assert res.errors == {} and res.values.equals(values)
+
+
+def test_resolution_inside_arrays_maps_and_nullable_records() -> None:
+    writer = {"type": "record", "name": "R", "fields": [
+        {"name": "xs", "type": {"type": "array", "items": "int"}},
+        {"name": "m", "type": {"type": "map", "values": {"type": "record", "name": "V", "fields": [
+            {"name": "a", "type": "string"}]}}},
+        {"name": "opt", "type": ["null", "V"]}]}
+    reader = {"type": "record", "name": "R", "fields": [
+        {"name": "xs", "type": {"type": "array", "items": "double"}},
+        {"name": "m", "type": {"type": "map", "values": {"type": "record", "name": "V", "fields": [
+            {"name": "a", "type": "bytes"}, {"name": "b", "type": "long", "default": -1}]}}},
+        {"name": "opt", "type": ["null", "V"]}]}
+    recs = [{"xs": [1, -2, 2**31 - 1], "m": {"k": {"a": "é"}}, "opt": {"a": "z"}},
+            {"xs": [], "m": {}, "opt": None}]
+    payloads = write(writer, recs)
+    res = decode(writer, payloads, reader)
+    assert res.errors == {}
+    assert res.values.to_pylist() == [
+        {"xs": [1.0, -2.0, 2147483647.0], "m": [("k", {"a": "é".encode(), "b": -1})],
+         "opt": {"a": b"z", "b": -1}},
+        {"xs": [], "m": [], "opt": None}]
+    assert [read(writer, p, reader) for p in payloads][0]["m"]["k"] == {"a": "é".encode(), "b": -1}
+
+
+def test_truncated_inside_an_array_is_one_bad_row() -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "L",
+                                                              "fields": [{"name": "s", "type": "string"}]}}}]}
+    good = write(schema, [{"lines": [{"s": "abc"}, {"s": "de"}]}] * 3)
+    cut = good[1][:5]
+    res = decode(schema, [good[0], cut, good[2]])
+    assert list(res.errors) == [1]
+    assert res.values.to_pylist()[0] == res.values.to_pylist()[2] == {
+        "lines": [{"s": "abc"}, {"s": "de"}]}
+
+
+def test_encode_null_inside_an_array_names_the_field() -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "L",
+                                                              "fields": [{"name": "q", "type": "int"}]}}}]}
+    t = avro.arrow_type(json.dumps(schema))
+    col = pa.array([{"lines": [{"q": 1}]}, {"lines": [{"q": 2}, {"q": None}]}, {"lines": []}],
+                   pa.struct([pa.field("lines", pa.list_(pa.struct([pa.field("q", pa.int32())])))]))
+    enc = avro.codec(json.dumps(schema)).encode(col)
+    assert list(enc.errors) == [1] and "lines[].q" in enc.errors[1]
+    assert enc.payloads.to_pylist() == [write(schema, [{"lines": [{"q": 1}]}])[0], None,
+                                        write(schema, [{"lines": []}])[0]]
+    assert t.field("lines").type.value_type.field("q").nullable is False
+
+
+def test_int_column_beyond_32_bits_and_narrow_union_branch() -> None:
+    enc = avro.codec('"int"').encode(pa.array([1, 2**31, -2**31 - 1], pa.int64()))
+    assert set(enc.errors) == {1, 2} and "32 bits" in enc.errors[1]
+    # A 32-bit column writes the int branch of ["int", "long"].
+    enc = avro.codec('["int","long"]').encode(pa.array([5], pa.int32()))
+    assert enc.payloads.to_pylist() == write(["int", "long"], [5])
+
+
+def test_fixed_decimals_of_three_bytes() -> None:
+    schema = {"type": "fixed", "name": "D", "size": 3, "logicalType": "decimal",
+              "precision": 6, "scale": 1}
+    values = [Decimal("-0.1"), Decimal("99999.9"), Decimal("-99999.9"), Decimal("0.0"),
+              Decimal("-12.8")]
+    payloads = write(schema, values)
+    res = decode(schema, payloads)
+    assert res.errors == {} and res.values.to_pylist() == values
+    assert avro.codec(json.dumps(schema)).encode(res.values).payloads.to_pylist() == payloads
+
+
+def test_map_blocks_with_negative_counts_of_records() -> None:
+    schema = {"type": "map", "values": {"type": "record", "name": "P", "fields": [
+        {"name": "x", "type": "int"}, {"name": "y", "type": ["null", "string"]}]}}
+    entry_a = bytes([0x02, ord("a"), 0x04, 0x02, 0x02, ord("q")])  # "a": {x: 2, y: "q"}
+    entry_b = bytes([0x02, ord("b"), 0x7F, 0x00])                  # "b": {x: -64, y: null}
+    payload = (bytes([0x01, len(entry_a) * 2]) + entry_a + bytes([0x01, len(entry_b) * 2])
+               + entry_b + bytes([0x00]))
+    assert read(schema, payload) == {"a": {"x": 2, "y": "q"}, "b": {"x": -64, "y": None}}
+    res = decode(schema, [payload, bytes([0x00])])
+    assert res.errors == {}
+    assert res.values.to_pylist() == [[("a", {"x": 2, "y": "q"}), ("b", {"x": -64, "y": None})],
+                                      []]
+
+
+def test_named_type_references_and_namespaces() -> None:
+    schema = {"type": "record", "name": "Outer", "namespace": "a.b", "fields": [
+        {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
+        {"name": "e2", "type": "a.b.Color"},
+        {"name": "inner", "type": {"type": "record", "name": "In", "namespace": "c",
+                                   "fields": [{"name": "f", "type": {"type": "fixed",
+                                                                     "name": "F", "size": 2}}]}},
+        {"name": "f2", "type": "c.F"}]}
+    recs = [{"e": "GREEN", "e2": "RED", "inner": {"f": b"\x00\xff"}, "f2": b"zz"}]
+    payloads = write(schema, recs)
+    res = decode(schema, payloads)
+    assert res.errors == {} and res.values.to_pylist() == recs
+    assert avro.codec(json.dumps(schema)).encode(res.values).payloads.to_pylist() == payloads
