@@ -744,3 +744,27 @@ def test_named_type_references_and_namespaces() -> None:
     res = decode(schema, payloads)
     assert res.errors == {} and res.values.to_pylist() == recs
     assert avro.codec(json.dumps(schema)).encode(res.values).payloads.to_pylist() == payloads
+
+
+def test_long_arrays_of_varints_in_one_record() -> None:
+    """Blocks of many varint items (read by scanning their bytes, not item by item), beside
+    short ones, in several blocks, and one cut short."""
+    schema = {"type": "array", "items": "long"}
+    r = random.Random(3)
+    values = [[r.randint(-2**63, 2**63 - 1) for _ in range(20_000)], [1, 2], [],
+              [r.randint(-300, 300) for _ in range(500)]]
+    payloads = write(schema, values)
+    res = decode(schema, payloads)
+    assert res.errors == {} and res.values.to_pylist() == values
+    block = bytes([0x82, 0x01]) + bytes((2 * i) % 126 for i in range(65))  # 65 items
+    two_blocks = block + bytes([0x81, 0x01, 0x82, 0x01]) + block[2:] + bytes([0x00])
+    want = read(schema, two_blocks)  # the second block has a negative count and a size
+    assert len(want) == 130
+    res = decode(schema, [two_blocks, payloads[1]])
+    assert res.errors == {} and res.values.to_pylist() == [want, [1, 2]]
+    res = decode(schema, [payloads[0][:-50], payloads[1]])
+    assert list(res.errors) == [0] and res.values.to_pylist()[1] == [1, 2]
+    enum_schema = {"type": "array", "items": {"type": "enum", "name": "E", "symbols": ["A", "B"]}}
+    many = [["A", "B"] * 100]
+    res = decode(enum_schema, write(enum_schema, many))
+    assert res.errors == {} and res.values.to_pylist() == many

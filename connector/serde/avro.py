@@ -261,6 +261,7 @@ _SWAR = [(np.uint64(0x007F007F007F007F), np.uint64(0x3F803F803F803F80), np.uint6
          (np.uint64(0x000000000FFFFFFF), np.uint64(0x00FFFFFFF0000000), np.uint64(4))]
 _INT32_SPAN = np.uint64(0xFFFFFFFF)
 _ALL = np.uint64(2**64 - 1)
+_SCAN_MIN = 64  # a block with more varint items than this is read by one scan of its bytes
 _MAX_ITEMS = 1 << 24  # items of zero bytes each (null, empty record) one block may declare
 
 
@@ -832,6 +833,7 @@ class _Array(_Dec):
         self.item, self.key, self.type = item, key, out
         self.item_min = item.min_size + (1 if key is not None else 0)
         self.item_fixed = None if key is not None else item.fixed
+        self.item_varint = key is None and isinstance(item, (_Number, _Enum))
 
     def skip(self, ctx, pos, rows):
         return self._walk(ctx, pos, rows, False)[0]
@@ -865,15 +867,19 @@ class _Array(_Dec):
             if not len(go):
                 break
             act, c, p = active[go], c[go], p[go]
-            if self.item_fixed is not None:
+            if self.item_fixed is not None or self.item_varint and int(c.max()) > _SCAN_MIN:
+                first = np.cumsum(c) - c
+                own = np.repeat(np.arange(len(act)), c)
+                k = np.arange(len(own)) - first[own]
+                if self.item_fixed is not None:
+                    at = p[own] + k * self.item_fixed
+                    p = p + c * self.item_fixed
+                else:
+                    at, p = self._varint_items(ctx, rows[act], p, c, first, own, k)
                 if collect:
-                    first = np.cumsum(c) - c
-                    own = np.repeat(np.arange(len(act)), c)
-                    k = np.arange(len(own)) - first[own]
                     owner.append(act[own])
                     ordinal.append(lens[act][own] + k)
-                    starts.append(p[own] + k * self.item_fixed)
-                p = p + c * self.item_fixed
+                    starts.append(at)
             else:
                 order = np.argsort(-c, kind="stable")
                 act, c, p = act[order], c[order], p[order]
@@ -903,6 +909,29 @@ class _Array(_Dec):
         if starts:
             at[offsets[np.concatenate(owner)] + np.concatenate(ordinal)] = np.concatenate(starts)
         return pos, lens, at
+
+    @staticmethod
+    def _varint_items(ctx: _Ctx, rows: np.ndarray, p: np.ndarray, c: np.ndarray,
+                      first: np.ndarray, own: np.ndarray, k: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Where the varint items of long blocks start (and each block's end), all at once: a
+        varint ends at a byte under 0x80, so item k of a block ends at the k-th such byte from
+        the block's start. (Passes over the item index would cost one numpy call per item.)"""
+        lo, hi = int(p.min()), int(ctx.ends[rows].max())
+        stops = np.flatnonzero(ctx.buf[lo:hi] < 0x80) + lo
+        at_stop = np.searchsorted(stops, p)
+        short = np.flatnonzero(c > len(stops) - at_stop)
+        if len(short):  # the data ends inside the block: its items read from the end
+            ctx.fail(rows[short], "an array's items run past the end of its datum")
+            stops = np.append(stops, np.full(int(c.max()), ctx.total, dtype=stops.dtype))
+        ends = stops[at_stop[own] + k] + 1
+        starts = np.empty_like(ends)
+        starts[1:] = ends[:-1]
+        starts[first] = p
+        long_ = ends - starts > 10
+        if long_.any():
+            ctx.fail(rows[own[long_]], "a varint runs past 10 bytes or 64 bits")
+        return starts, ends[first + c - 1]
 
     def decode(self, ctx, pos, rows):
         pos, lens, at = self._walk(ctx, pos, rows, True)
