@@ -768,3 +768,15 @@ def test_long_arrays_of_varints_in_one_record() -> None:
     many = [["A", "B"] * 100]
     res = decode(enum_schema, write(enum_schema, many))
     assert res.errors == {} and res.values.to_pylist() == many
+
+
+def test_empty_sliced_chunked_and_large_binary_columns() -> None:
+    c = avro.codec(json.dumps(NESTED))
+    values = nested_values(40)
+    assert len(c.encode(values.slice(0, 0)).payloads) == 0
+    assert c.decode(pa.array([], pa.binary())).values.type == c.arrow_type
+    enc = c.encode(values.slice(10, 20))
+    assert c.decode(enc.payloads.slice(3, 5)).values.equals(values.slice(13, 5))
+    assert c.decode(enc.payloads.cast(pa.large_binary())).values.equals(values.slice(10, 20))
+    chunked = c.encode(pa.chunked_array([values.slice(0, 5), values.slice(5, 5)]))
+    assert chunked.payloads.equals(c.encode(values.slice(0, 10)).payloads)
