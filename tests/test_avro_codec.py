@@ -780,3 +780,40 @@ def test_empty_sliced_chunked_and_large_binary_columns() -> None:
     assert c.decode(enc.payloads.cast(pa.large_binary())).values.equals(values.slice(10, 20))
     chunked = c.encode(pa.chunked_array([values.slice(0, 5), values.slice(5, 5)]))
     assert chunked.payloads.equals(c.encode(values.slice(0, 10)).payloads)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_corrupted_payloads_never_raise_and_leave_other_rows_alone(seed: int) -> None:
+    """Random schemas, payloads with bytes flipped, cut or appended: decoding never raises,
+    the untouched rows decode as before, and a damaged row that is an error row is null."""
+    g = Gen(1000 + seed)
+    for _ in range(20):
+        schema = g.record()
+        if not _ambiguous(schema, {}):
+            break
+    names: dict[str, Any] = {}
+    fastavro.parse_schema(schema)
+    values = [g.value(schema, names) for _ in range(40)]
+    payloads = write(schema, [convert(schema, v, dict(names), False) for v in values])
+    clean = decode(schema, payloads).values
+    r = random.Random(seed)
+    damaged = list(payloads)
+    hit = set(r.sample(range(len(payloads)), 15))
+    for i in hit:
+        p = bytearray(damaged[i])
+        how = r.random()
+        if how < 0.4 and p:
+            for _ in range(r.randint(1, 3)):
+                p[r.randrange(len(p))] = r.randrange(256)
+        elif how < 0.7:
+            p = p[:r.randrange(len(p) + 1)]
+        else:
+            p += bytes(r.randrange(256) for _ in range(r.randint(1, 20)))
+        damaged[i] = bytes(p)
+    res = decode(schema, damaged)
+    got = res.values  # a damaged row may hold a date beyond Python's: compared in Arrow
+    for i in range(len(payloads)):
+        if i not in hit or damaged[i] == payloads[i]:
+            assert i not in res.errors and got[i].equals(clean[i])
+        elif i in res.errors:
+            assert not got[i].is_valid and res.errors[i]

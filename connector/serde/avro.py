@@ -382,8 +382,8 @@ def _lengths(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, 
     """A bytes/string length, then where the bytes start; lengths that are negative or run past
     the data are error rows (length 0)."""
     n, start = _longs(ctx, pos, rows)
-    if len(n) and (n.min() < 0 or (start + n).max() > ctx.total):
-        bad = (n < 0) | (start + n > ctx.total)
+    if len(n) and (n.min() < 0 or (n - (ctx.total - start)).max() > 0):  # no overflow
+        bad = (n < 0) | (n > ctx.total - start)
         ctx.fail(rows[bad], "a string or bytes length is negative or runs past the data")
         n = np.where(bad, 0, n)
     return n, start
@@ -858,8 +858,8 @@ class _Array(_Dec):
                 p[neg] = _skip_varints(ctx, p[neg], rows[active[neg]])
             room = np.maximum(ctx.ends[rows[active]] - p, 0)
             limit = room // self.item_min if self.item_min else np.full(len(p), _MAX_ITEMS)
-            if len(c) and (c > limit).any():
-                bad = c > limit
+            if len(c) and ((c > limit) | (c < 0)).any():  # -2**63 stays negative
+                bad = (c > limit) | (c < 0)
                 ctx.fail(rows[active[bad]], "an array or map block declares more items than "
                                             "its datum holds")
                 c[bad] = 0
@@ -944,6 +944,8 @@ class _Array(_Dec):
         keys = None
         if self.key is not None:
             keys, at = self.key.decode(ctx, at, item_rows)
+            if keys.null_count:  # a key that is not UTF-8 (its row is an error row)
+                keys = keys.fill_null("")
         values, _ = self.item.decode(ctx, at, item_rows)
         off = numbers_array(offsets, pa.int32(), np.int32)
         if self.key is None:
