@@ -880,3 +880,9 @@ def test_random_schema_evolution_resolves_as_fastavro(seed: int) -> None:
     want = decode(reader, write(reader, resolved))
     assert want.errors == {}
     assert res.values.equals(want.values)
+
+
+def test_binary_column_written_as_string_must_be_utf8() -> None:
+    enc = avro.codec('"string"').encode(pa.array([b"ok", b"\xc3\x28", "é".encode()], pa.binary()))
+    assert list(enc.errors) == [1] and "UTF-8" in enc.errors[1]
+    assert enc.payloads.to_pylist() == [write("string", ["ok"])[0], None, write("string", ["é"])[0]]

@@ -465,12 +465,18 @@ class _Float(_Dec):
 
 
 def _valid_utf8(ctx: _Ctx, arr: pa.Array, rows: np.ndarray) -> pa.Array:
-    """A binary column as string; values that are not UTF-8 become null error rows (found by
-    halving: the check is one C++ pass over each half that fails)."""
+    """A binary column as string; values that are not UTF-8 become null error rows."""
     try:
         return arr.cast(pa.string())
     except pa.ArrowInvalid:
-        pass
+        idx = _not_utf8(arr)
+    ctx.fail(rows[idx], "a string is not valid UTF-8")
+    return _null_at(arr, idx).cast(pa.string())
+
+
+def _not_utf8(arr: pa.Array) -> np.ndarray:
+    """Where a binary column's values are not UTF-8 (found by halving: the check is one C++
+    pass over each half that fails)."""
     bad: list[int] = []
 
     def find(lo: int, hi: int) -> None:
@@ -485,9 +491,7 @@ def _valid_utf8(ctx: _Ctx, arr: pa.Array, rows: np.ndarray) -> pa.Array:
                 find(mid, hi)
 
     find(0, len(arr))
-    idx = np.array(bad, dtype=np.int64)
-    ctx.fail(rows[idx], "a string is not valid UTF-8")
-    return _null_at(arr, idx).cast(pa.string())
+    return np.array(bad, dtype=np.int64)
 
 
 def _null_at(arr: pa.Array, idx: np.ndarray) -> pa.Array:
@@ -1338,6 +1342,13 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)
                 or pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)):
             raise AvroSchemaError(f"{where}: a {arr.type} column cannot be written as Avro {k}")
+        if k == "string" and (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+            bad = _not_utf8(arr)  # one C++ pass when all are UTF-8
+            if len(bad):  # Avro strings are UTF-8: binary values that are not are error rows
+                enc.fail(rows[bad[present[bad]]], f"{where}: a value that is not UTF-8, for "
+                                                  "an Avro string")
+                present = present.copy()
+                present[bad] = False
         offsets, data = _offsets_and_data(arr)
         lens = np.where(present, offsets[1:] - offsets[:-1], 0)
         if k == "fixed":
