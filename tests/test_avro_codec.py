@@ -886,3 +886,32 @@ def test_binary_column_written_as_string_must_be_utf8() -> None:
     enc = avro.codec('"string"').encode(pa.array([b"ok", b"\xc3\x28", "é".encode()], pa.binary()))
     assert list(enc.errors) == [1] and "UTF-8" in enc.errors[1]
     assert enc.payloads.to_pylist() == [write("string", ["ok"])[0], None, write("string", ["é"])[0]]
+
+
+def test_big_columns_in_slices_keep_rows_and_errors_in_place() -> None:
+    """Columns of many slices (decode and encode work a slice at a time): errors at the right
+    rows, payloads as the rows encoded alone, the buffer grown when rows get longer."""
+    c = avro.codec(json.dumps(FLAT))
+    values = flat_values(60_000)
+    ids = values.field("id").to_pylist()
+    for i in (5, 4096, 30_001, 59_999):
+        ids[i] = None
+    s = values.field("s")
+    longer = pa.array([x * (40 if i > 20_000 else 1) for i, x in enumerate(s.to_pylist())])
+    cols = [pa.array(ids, pa.int64()) if f.name == "id" else longer if f.name == "s"
+            else values.field(f.name) for f in values.type]
+    values = pa.StructArray.from_arrays(cols, names=[f.name for f in values.type])
+    enc = c.encode(values)
+    assert sorted(enc.errors) == [5, 4096, 30_001, 59_999]
+    for i in (0, 4095, 4097, 30_000, 59_998):
+        assert enc.payloads[i].as_py() == c.encode(values.slice(i, 1)).payloads[0].as_py()
+    assert all(enc.payloads[i].as_py() is None for i in enc.errors)
+    payloads = enc.payloads.to_pylist()
+    for i in (7, 33_333, 59_000):
+        payloads[i] = payloads[i][:-1]
+    res = c.decode(pa.array(payloads, pa.binary()))
+    assert sorted(res.errors) == [7, 33_333, 59_000]  # the null payloads are null values
+    assert all(not res.values[i].is_valid for i in [*res.errors, *enc.errors])
+    ok = [i for i in range(0, 60_000, 997) if i not in res.errors and i not in enc.errors]
+    assert normalize(res.values.take(pa.array(ok)).to_pylist()) == \
+        normalize(values.take(pa.array(ok)).to_pylist())

@@ -1142,11 +1142,11 @@ class _Out:
     Values are written in order: a field for all rows, then the next field; an array's count,
     then its items' first field for all items, then the next field. So a word may run past its
     value (up to 8 bytes) where it stays below the value's ``limit``: the end of the array item
-    it is in (the rest of the item is written later) or, at the top level, the end of the row's
-    ``_SLACK`` unused bytes. Values closer to their limit merge their word: the bytes past the
-    value are read first and written back unchanged. In one numpy assignment the values (in
-    memory order) are stored one after the other, so a byte is last written by the value it
-    belongs to, and bytes of no value in the assignment keep what they held."""
+    or row it is in (the rest of which is written later). Values closer to their limit merge
+    their word: the bytes past the value are read first and written back unchanged. In one
+    numpy assignment the values (in memory order) are stored one after the other, so a byte is
+    last written by the value it belongs to, and bytes of no value in the assignment keep what
+    they held."""
 
     def __init__(self, buf: np.ndarray):
         self.buf = buf
@@ -1178,7 +1178,6 @@ class _Out:
 _CONT = np.array([0] + [((1 << (8 * (k - 1))) - 1) & 0x8080808080808080 for k in range(1, 9)]
                  + [0x8080808080808080] * 2, dtype=np.uint64)
 _KEEP = np.array([2**64 - 1 - ((1 << (8 * k)) - 1) for k in range(8)] + [0], dtype=np.uint64)
-_SLACK = 8
 _WORD_COPY_MAX = 4096  # longer values are copied byte-wise: fewer numpy passes
 _U56 = np.uint64((1 << 56) - 1)
 _SPREAD = [(np.uint64(0x000000000FFFFFFF), np.uint64(0x00FFFFFFF0000000), np.uint64(4)),
@@ -1676,58 +1675,62 @@ class AvroCodec:
         writer schema give null payloads and an entry in ``errors``.
 
         A column is encoded in slices of about ``_CHUNK_BYTES`` of output (the first slice's
-        row size sets the rest's row count), so that each field's pass stays in cache."""
+        row size sets the rest's row count), so that each field's pass stays in cache. Every
+        slice is written in place into one buffer, which is the payloads' data buffer."""
         if isinstance(values, pa.ChunkedArray):
             values = pa.concat_arrays(values.chunks) if values.num_chunks != 1 \
                 else values.chunk(0)
         n = len(values)
-        if n <= _CHUNK_ROWS_MIN:
-            return self._encode(values)
-        parts = [self._encode(values.slice(0, _CHUNK_ROWS_MIN))]
-        per_row = max(1, len(parts[0].payloads.buffers()[2] or b"") // _CHUNK_ROWS_MIN)
-        step = max(_CHUNK_ROWS_MIN, _CHUNK_BYTES // per_row)
-        starts = list(range(_CHUNK_ROWS_MIN, n, step))
-        parts += [self._encode(values.slice(a, step)) for a in starts]
-        errors = {a + i: m for a, part in zip([0] + starts, parts) for i, m in part.errors.items()}
-        return EncodeResult(pa.concat_arrays([p.payloads for p in parts]), errors)
-
-    def _encode(self, values: pa.Array) -> EncodeResult:
-        n = len(values)
         valid = _valid(values)
-        present = np.ones(n, dtype=bool) if valid is None else valid
-        rows = np.arange(n, dtype=np.int64)
+        present_all = np.ones(n, dtype=bool) if valid is None else valid
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        buf = np.zeros(16, dtype=np.uint8)
         enc = _Enc()
-        if pa.types.is_struct(values.type) and valid is not None and self.writer.kind == "record":
-            pass  # a null row is a null payload; its fields are not looked at
-        plan = _plan(self.writer, values, present, rows, enc, "")
-        # Each row is followed by _SLACK bytes that spilling writes may touch (see _Out); the
-        # rows are then copied out of the gaps by one C++ filter.
-        starts = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(plan.sizes + _SLACK, out=starts[1:])
-        if starts[-1] >= 2**31:
-            raise AvroSchemaError(f"{n} values encode to {int(starts[-1])} bytes, more than one "
-                                  "Arrow binary column holds: encode fewer at a time")
-        buf = np.zeros(int(starts[-1]) + 16, dtype=np.uint8)
-        at = starts[:-1]
-        plan.write(_Out(buf), at, at + plan.sizes + _SLACK)
+        start, step = 0, _CHUNK_ROWS_MIN
+        while start < n:
+            stop = min(n, start + step)
+            plan = _plan(self.writer, values.slice(start, stop - start),
+                         present_all[start:stop], np.arange(start, stop), enc, "")
+            ends = offsets[start + 1:stop + 1]
+            np.cumsum(plan.sizes, out=ends)
+            ends += offsets[start]
+            if ends[-1] >= 2**31:
+                raise AvroSchemaError(f"{n} values encode to more than {int(ends[-1])} bytes, "
+                                      "more than one Arrow binary column holds: encode fewer "
+                                      "at a time")
+            if int(ends[-1]) + 16 > len(buf):  # room for the rest, as this far, and a margin
+                grown = np.zeros(int(ends[-1] * 1.25 * n / stop) + 16, dtype=np.uint8)
+                grown[:offsets[start]] = buf[:offsets[start]]
+                buf = grown
+            # A row's own end is its limit: the next row's bytes are written already.
+            plan.write(_Out(buf), offsets[start:stop], ends)
+            if start == 0:
+                step = max(_CHUNK_ROWS_MIN, _CHUNK_BYTES // max(1, int(ends[-1]) // stop))
+            start = stop
         errors: dict[int, str] = {}
         for bad_rows, message in enc.errors:
             for r in bad_rows.tolist():
                 errors.setdefault(r, message)
-        ok = present.copy()
-        if errors:
+        total = int(offsets[-1])
+        data = pa.py_buffer(buf[:total] if len(buf) < 2 * total + 64 else buf[:total].copy())
+        validity = None
+        if valid is not None or errors:
+            ok = present_all.copy()
             ok[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
-        bounds = np.empty(2 * n + 1, dtype=np.int32)
-        bounds[0:2 * n:2] = at
-        bounds[1:2 * n:2] = np.where(ok, at + plan.sizes, at)
-        bounds[2 * n] = starts[-1]
-        both = pa.Array.from_buffers(pa.binary(), 2 * n,
-                                     [None, pa.py_buffer(bounds), pa.py_buffer(buf)])
-        payloads = both.take(_evens(n)) if n else _empty_binaries(0)
-        if not ok.all():
-            payloads = pa.Array.from_buffers(
-                pa.binary(), n, [pa.py_buffer(np.packbits(ok, bitorder="little")),
-                                 *payloads.buffers()[1:]], null_count=int(n - ok.sum()))
+            validity = pa.py_buffer(np.packbits(ok, bitorder="little"))
+        payloads = pa.Array.from_buffers(
+            pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)), data],
+            null_count=-1 if validity is not None else 0)
+        if errors:  # the rows that did not fit hold no bytes
+            lens = np.diff(offsets)
+            lens[np.fromiter(errors, dtype=np.int64, count=len(errors))] = 0
+            keep = np.empty(2 * n + 1, dtype=np.int32)
+            keep[0:2 * n:2] = offsets[:-1]
+            keep[1:2 * n:2] = offsets[:-1] + lens
+            keep[2 * n] = total
+            both = pa.Array.from_buffers(pa.binary(), 2 * n, [None, pa.py_buffer(keep), data])
+            payloads = pa.Array.from_buffers(pa.binary(), n, [validity,
+                                             *both.take(_evens(n)).buffers()[1:]])
         return EncodeResult(payloads, errors)
 
 
