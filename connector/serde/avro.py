@@ -948,8 +948,9 @@ class _Array(_Dec):
         keys = None
         if self.key is not None:
             keys, at = self.key.decode(ctx, at, item_rows)
-            if keys.null_count:  # a key that is not UTF-8 (its row is an error row)
-                keys = keys.fill_null("")
+            if keys.null_count:  # a key that is not UTF-8 (its row is an error row): ""
+                keys = pa.Array.from_buffers(pa.string(), len(keys), [None, *keys.buffers()[1:]],
+                                             offset=keys.offset)
         values, _ = self.item.decode(ctx, at, item_rows)
         off = numbers_array(offsets, pa.int32(), np.int32)
         if self.key is None:
@@ -1244,19 +1245,32 @@ class _Enc:
             self.errors.append((rows, message))
 
 
+def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(buf, dtype=np.uint8), count=offset + n,
+                         bitorder="little")[offset:].view(np.bool_)
+
+
 def _valid(arr: pa.Array) -> np.ndarray | None:
+    """Which values are not null (None: all), from the validity bitmap."""
     if arr.null_count == 0:
         return None
-    if pa.types.is_null(arr.type):
-        return np.zeros(len(arr), dtype=bool)
-    return ~arr.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_null(arr.type) or arr.buffers()[0] is None:  # no bitmap: nulls by type
+        return ~np.asarray(_bits(arr.is_null().buffers()[1], 0, len(arr)))
+    return _bits(arr.buffers()[0], arr.offset, len(arr))
 
 
 def _numbers(arr: pa.Array, dtype: type) -> np.ndarray:
-    if arr.null_count:
-        arr = arr.fill_null(pa.scalar(0, arr.type) if not pa.types.is_boolean(arr.type)
-                            else False)
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
+    """A fixed-width column's values (anything where null) as ``dtype``, read from its buffer:
+    ``to_numpy`` would import pandas in a worker (see ``numbers_array``)."""
+    t = arr.type
+    if pa.types.is_boolean(t):
+        return _bits(arr.buffers()[1], arr.offset, len(arr)).astype(dtype, copy=False)
+    if pa.types.is_floating(t):
+        kind = {16: np.float16, 32: np.float32, 64: np.float64}[t.bit_width]
+    else:
+        kind = np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
+    raw = np.frombuffer(arr.buffers()[1], dtype=kind, count=arr.offset + len(arr))[arr.offset:]
+    return raw.astype(dtype, copy=False)
 
 
 def _uvarint_plan(u: np.ndarray, present: np.ndarray, extra: np.ndarray | int = 0,
@@ -1496,7 +1510,7 @@ def _record_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, en
 
 def _list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """(offsets from 0, int64; the child values of the slice) of a list or map column."""
-    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    offsets = _numbers(arr.offsets, np.int64)
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     return offsets - offsets[0], values
 
