@@ -951,3 +951,11 @@ def test_decode_and_encode_do_not_import_pandas() -> None:
         "enc = c.encode(res.values)\n"
         "assert not enc.errors and enc.payloads.equals(col), enc.errors\n")
     assert _pandas_modules_after(code) == "[]"
+
+
+def test_schema_from_arrow_refuses_names_avro_does_not_allow() -> None:
+    with pytest.raises(AvroSchemaError, match="'bad-name' .* record 'inner'"):
+        avro.schema_from_arrow(pa.struct([pa.field("inner", pa.struct([
+            pa.field("bad-name", pa.int32())]))]))
+    with pytest.raises(AvroSchemaError, match="string keys"):
+        avro.schema_from_arrow(pa.struct([pa.field("m", pa.map_(pa.int32(), pa.int32()))]))

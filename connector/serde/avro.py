@@ -17,6 +17,7 @@ through a table, unions by first matching branch; all column-wise.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
@@ -1757,6 +1758,9 @@ def codec(writer_schema: str, reader_schema: str | None = None) -> AvroCodec:
 
 # --------------------------------------------------------------------------- Arrow -> Avro
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def _min_bytes(precision: int) -> int:
     size = 1
     while 2 ** (8 * size - 1) < 10 ** precision:
@@ -1810,6 +1814,11 @@ def _avro_of(t: pa.DataType, nullable: bool, name: str, ns: str) -> Any:
         child_ns = f"{ns}.{name}" if ns else name
         fields = []
         for f in t:
+            if not _NAME.fullmatch(f.name):
+                raise AvroSchemaError(
+                    f"the field name {f.name!r} (of the struct written as record {name!r}) is "
+                    "not a valid Avro name (letters, digits and _, not starting with a digit): "
+                    "rename the column, or register a schema")
             entry: dict[str, Any] = {"name": f.name,
                                      "type": _avro_of(f.type, f.nullable, f.name, child_ns)}
             if f.nullable and not pa.types.is_null(f.type):
