@@ -959,3 +959,26 @@ def test_schema_from_arrow_refuses_names_avro_does_not_allow() -> None:
             pa.field("bad-name", pa.int32())]))]))
     with pytest.raises(AvroSchemaError, match="string keys"):
         avro.schema_from_arrow(pa.struct([pa.field("m", pa.map_(pa.int32(), pa.int32()))]))
+
+
+def test_one_record_with_thousands_of_string_and_record_items() -> None:
+    """A value with many variable-size items (read past in plain Python once few values are
+    still going), beside short ones; one cut short is a bad row."""
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "m", "type": {"type": "map", "values": {"type": "record", "name": "V", "fields": [
+            {"name": "s", "type": ["null", "string"]}, {"name": "n", "type": "long"},
+            {"name": "f", "type": {"type": "fixed", "name": "F", "size": 2}}]}}}]}
+    big = {"tags": ["t%d" % i for i in range(3000)],
+           "m": {f"k{i}": {"s": None if i % 4 else "é" * (i % 7), "n": -i * 10**9,
+                           "f": b"ab"} for i in range(1500)}}
+    small = {"tags": ["x"], "m": {"a": {"s": "b", "n": 1, "f": b"cd"}}}
+    payloads = write(schema, [big, small, big])
+    res = decode(schema, payloads)
+    assert res.errors == {}
+    got = res.values.to_pylist()
+    assert got[0]["tags"] == big["tags"] and got[2] == got[0]
+    assert got[0]["m"] == [(k, v) for k, v in big["m"].items()]
+    assert got[1]["m"] == [("a", {"s": "b", "n": 1, "f": b"cd"})]
+    res = decode(schema, [payloads[0][:len(payloads[0]) // 2], payloads[1]])
+    assert list(res.errors) == [0] and res.values.to_pylist()[1] == got[1]

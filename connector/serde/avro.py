@@ -264,7 +264,9 @@ _INT32_SPAN = np.uint64(0xFFFFFFFF)
 _ALL = np.uint64(2**64 - 1)
 _CHUNK_BYTES = 1 << 21  # payload bytes per slice of a column: a core's share of cache
 _CHUNK_ROWS_MIN = 4096
-_SCAN_MIN = 64  # a block with more varint items than this is read by one scan of its bytes
+_SCAN_MIN = 64
+_FEW_ROWS = 2            # values still going, with ...
+_FEW_ROWS_ITEMS = 256    # ... more items than this: skipped in plain Python  # a block with more varint items than this is read by one scan of its bytes
 _MAX_ITEMS = 1 << 24  # items of zero bytes each (null, empty record) one block may declare
 
 
@@ -390,8 +392,37 @@ def _lengths(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, 
     return n, start
 
 
+class _Bad(Exception):
+    """Data a plain-Python skip cannot read (the row is reported by its caller)."""
+
+
+def _varint1(mv: memoryview, at: int) -> tuple[int, int]:
+    """One varint (zigzag-decoded) at ``at``, and the position after it."""
+    b = mv[at]
+    at += 1
+    value, shift = b & 0x7F, 7
+    while b >= 0x80:
+        if shift > 63:
+            raise _Bad
+        b = mv[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+    return (value >> 1) ^ -(value & 1), at
+
+
 class _Dec:
     """A decoder of one (writer, reader) schema pair to the reader's Arrow type."""
+
+    @property
+    def has_skip1(self) -> bool:
+        return self.fixed is not None
+
+    def skip1(self, mv: memoryview, at: int) -> int:
+        """The position after the value at ``at``, in plain Python (see ``_Array._few``)."""
+        if self.fixed is None:
+            raise _Bad
+        return at + self.fixed
 
     type: pa.DataType
     min_size = 1  # fewest bytes one value takes (bounds the item count of a corrupt block)
@@ -440,6 +471,11 @@ class _Number(_Dec):
 
     def skip(self, ctx, pos, rows):
         return _skip_varints(ctx, pos, rows)
+
+    has_skip1 = True
+
+    def skip1(self, mv, at):
+        return _varint1(mv, at)[1]
 
     def decode(self, ctx, pos, rows):
         v, pos = self.read(ctx, pos, rows)
@@ -547,6 +583,14 @@ class _Bytes(_Dec):
         n, start = _lengths(ctx, pos, rows)
         return start + n
 
+    has_skip1 = True
+
+    def skip1(self, mv, at):
+        n, at = _varint1(mv, at)
+        if n < 0:
+            raise _Bad
+        return at + n
+
     def decode(self, ctx, pos, rows):
         n, start = _lengths(ctx, pos, rows)
         arr = _slices(ctx, start, n)
@@ -587,6 +631,16 @@ class _Decimal(_Dec):
         n, start = _lengths(ctx, pos, rows)
         return start + n
 
+    has_skip1 = True
+
+    def skip1(self, mv, at):
+        if self.size is not None:
+            return at + self.size
+        n, at = _varint1(mv, at)
+        if n < 0:
+            raise _Bad
+        return at + n
+
     def decode(self, ctx, pos, rows):
         if self.size is None:
             n, start = _lengths(ctx, pos, rows)
@@ -621,6 +675,11 @@ class _Enum(_Dec):
 
     def skip(self, ctx, pos, rows):
         return _skip_varints(ctx, pos, rows)
+
+    has_skip1 = True
+
+    def skip1(self, mv, at):
+        return _varint1(mv, at)[1]
 
     def decode(self, ctx, pos, rows):
         i, pos = _ints(ctx, pos, rows)
@@ -672,6 +731,13 @@ class _Cast(_Dec):
     def skip(self, ctx, pos, rows):
         return self.inner.skip(ctx, pos, rows)
 
+    @property
+    def has_skip1(self):
+        return self.inner.has_skip1
+
+    def skip1(self, mv, at):
+        return self.inner.skip1(mv, at)
+
     def decode(self, ctx, pos, rows):
         arr, pos = self.inner.decode(ctx, pos, rows)
         return arr.cast(self.type), pos
@@ -695,6 +761,15 @@ class _Record(_Dec):
         self.min_size = sum(s.min_size for s in steps)
         sizes = [s.fixed for s in steps]
         self.fixed = None if None in sizes else sum(sizes)
+
+    @property
+    def has_skip1(self):
+        return all(step.has_skip1 for step in self.steps)
+
+    def skip1(self, mv, at):
+        for step in self.steps:
+            at = step.skip1(mv, at)
+        return at
 
     def skip(self, ctx, pos, rows):
         if self.fixed is not None:
@@ -780,6 +855,19 @@ class _Union(_Dec):
         self.branches, self.rep, self.type, self.reads_index = branches, rep, out, reads_index
         self.min_size = 1 if reads_index else branches[0].dec.min_size
 
+    @property
+    def has_skip1(self):
+        return all(b.dec is None or b.dec.has_skip1 for b in self.branches)
+
+    def skip1(self, mv, at):
+        if not self.reads_index:
+            return self.branches[0].dec.skip1(mv, at)
+        i, at = _varint1(mv, at)
+        if not 0 <= i < len(self.branches) or self.branches[i].error is not None:
+            raise _Bad
+        dec = self.branches[i].dec
+        return at if dec is None else dec.skip1(mv, at)
+
     def skip(self, ctx, pos, rows):
         if not self.reads_index:
             return self.branches[0].dec.skip(ctx, pos, rows)
@@ -841,6 +929,7 @@ class _Array(_Dec):
         self.item_min = item.min_size + (1 if key is not None else 0)
         self.item_fixed = None if key is not None else item.fixed
         self.item_varint = key is None and isinstance(item, (_Number, _Enum))
+        self.scalar = item.has_skip1 and (key is None or key.has_skip1)
 
     def skip(self, ctx, pos, rows):
         return self._walk(ctx, pos, rows, False)[0]
@@ -893,6 +982,10 @@ class _Array(_Dec):
                 neg_c = -c
                 for k in range(int(c[0])):
                     m = int(np.searchsorted(neg_c, -k, side="left"))
+                    if m <= _FEW_ROWS and int(c[0]) - k > _FEW_ROWS_ITEMS and self.scalar:
+                        self._few(ctx, rows, act[:m], c[:m], p[:m], k, lens, collect,
+                                  owner, ordinal, starts)
+                        break
                     sub = act[:m]
                     r = rows[sub]
                     pp = p[:m]
@@ -916,6 +1009,35 @@ class _Array(_Dec):
         if starts:
             at[offsets[np.concatenate(owner)] + np.concatenate(ordinal)] = np.concatenate(starts)
         return pos, lens, at
+
+    def _few(self, ctx: _Ctx, rows: np.ndarray, act: np.ndarray, c: np.ndarray, p: np.ndarray,
+             k0: int, lens: np.ndarray, collect: bool, owner: list, ordinal: list,
+             starts: list) -> None:
+        """The items from ``k0`` on of the few values still going, skipped in plain Python:
+        a numpy pass per item costs microseconds for one value's item, this a fraction. (A
+        value with thousands of string or record items; only then.)"""
+        mv = memoryview(ctx.buf)
+        for j in range(len(act)):
+            at, end, count = int(p[j]), int(ctx.ends[rows[act[j]]]), int(c[j])
+            found: list[int] = []
+            try:
+                for _ in range(k0, count):
+                    found.append(at)
+                    if self.key is not None:
+                        at = self.key.skip1(mv, at)
+                    at = self.item.skip1(mv, at)
+                    if at > end:
+                        raise _Bad
+            except (_Bad, IndexError):
+                ctx.fail(rows[act[j:j + 1]], "an array or map item does not parse (truncated "
+                                             "or corrupt data)")
+                found += [end] * (count - k0 - len(found))
+                at = end
+            p[j] = at
+            if collect:
+                owner.append(np.full(len(found), act[j], dtype=np.int64))
+                ordinal.append(np.arange(k0, count, dtype=np.int64) + lens[act[j]])
+                starts.append(np.array(found, dtype=np.int64))
 
     @staticmethod
     def _varint_items(ctx: _Ctx, rows: np.ndarray, p: np.ndarray, c: np.ndarray,
