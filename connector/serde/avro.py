@@ -758,6 +758,7 @@ class _Record(_Dec):
         self.out = out          # per reader field: (writer field index, None) or (-1, default)
         self.fields = fields
         self.type = pa.struct(fields)
+        self.kept = {j for j, const in out if const is None}  # writer fields the reader reads
         self.min_size = sum(s.min_size for s in steps)
         sizes = [s.fixed for s in steps]
         self.fixed = None if None in sizes else sum(sizes)
@@ -780,9 +781,12 @@ class _Record(_Dec):
         return pos
 
     def decode(self, ctx, pos, rows):
-        cols = []
-        for step in self.steps:
-            arr, pos = step.decode(ctx, pos, rows)
+        cols: list[pa.Array | None] = []
+        for j, step in enumerate(self.steps):
+            if j in self.kept:
+                arr, pos = step.decode(ctx, pos, rows)
+            else:  # a field the reader drops is only read past
+                arr, pos = None, step.skip(ctx, pos, rows)
             ctx.clamp(pos, rows)
             cols.append(arr)
         children = [cols[j] if const is None else const.decode(ctx, pos, rows)[0]
