@@ -1,17 +1,22 @@
 """Avro binary datums (Confluent's wire format, after the header) to and from Arrow, column-wise.
 
 Decoding reads one field for all records at once: an int64 array holds each record's position,
-each field is one numpy pass (varints branch-free from 8-byte words), strings become Arrow
-offsets and one copy; unions split the records by branch, arrays and maps iterate over the
-element index with the records that still have elements. Encoding mirrors it: each field's
-encoded size for all values, row lengths, then each field scattered into one output buffer.
-Bad rows never raise: they are collected with a message and come out null.
+each field is one numpy pass (varints branch-free from 8-byte words), strings become the even
+values of one binary array over the data (one C++ copy); unions split the records by branch;
+arrays and maps first find where every item starts (a pass per item index over the values that
+still have items; long blocks of varints by one scan; a few values with thousands of items in
+plain Python), then decode all items in one call. Encoding mirrors it: each field's encoded size
+for all values, row offsets, then each field written for all rows as 8-byte words into the one
+buffer that becomes the payloads. A column is worked on in slices of about 2 MiB, so that each
+field's pass stays in the CPU's cache. Bad rows never raise: they are collected with a message
+and come out null.
 
-Types map as Spark's ``from_avro`` maps them (its ``SchemaConverters``): see :func:`arrow_type`.
-A reader schema different from the writer's is resolved as the Avro specification says
-("Schema Resolution"), compiled once per (writer, reader) pair into the decoder itself:
-fields matched by name or alias, defaults as constant columns, promotions as casts, enum symbols
-through a table, unions by first matching branch; all column-wise.
+Types map as Spark's ``from_avro`` and ``to_avro`` map them (its ``SchemaConverters``): see
+:func:`arrow_type` and :func:`schema_from_arrow`. A reader schema different from the writer's
+is resolved as the Avro specification says ("Schema Resolution"), compiled once per (writer,
+reader) pair into the decoder itself, column-wise: fields matched by name or alias, defaults as
+constant columns, dropped fields read past, promotions as casts, enum symbols through a table,
+unions by first matching branch.
 """
 
 from __future__ import annotations
@@ -1751,12 +1756,8 @@ class AvroCodec:
         self.writer = _parse(writer_schema)
         self.reader = self.writer if reader_schema is None else _parse(reader_schema)
         self.arrow_type: pa.DataType = _arrow(self.reader)[0]
-        self._arrow(self.writer)  # a recursive writer schema fails here, not in decode
+        _arrow(self.writer)  # a recursive writer schema fails here, not in decode
         self._decoder = _resolve(self.writer, self.reader, "")
-
-    @staticmethod
-    def _arrow(s: _S) -> None:
-        _arrow(s)
 
     def decode(self, payloads: pa.Array) -> DecodeResult:
         """One value per payload (the datum after the wire header); null payloads give null
