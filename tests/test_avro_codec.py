@@ -982,3 +982,18 @@ def test_one_record_with_thousands_of_string_and_record_items() -> None:
     assert got[1]["m"] == [("a", {"s": "b", "n": 1, "f": b"cd"})]
     res = decode(schema, [payloads[0][:len(payloads[0]) // 2], payloads[1]])
     assert list(res.errors) == [0] and res.values.to_pylist()[1] == got[1]
+
+
+def test_dates_from_date64_and_timestamps_of_each_unit() -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "d", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "t", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
+    day = dt.date(1965, 3, 4)
+    at = dt.datetime(2021, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    for d_type in (pa.date32(), pa.date64()):
+        for unit in ("s", "ms", "us", "ns"):
+            col = pa.array([{"d": day, "t": at}], pa.struct([
+                pa.field("d", d_type), pa.field("t", pa.timestamp(unit, tz="UTC"))]))
+            got = avro.codec(json.dumps(schema)).encode(col).payloads[0].as_py()
+            exact = at.replace(microsecond={"s": 0, "ms": 123000}.get(unit, 123456))
+            assert got == write(schema, [{"d": day, "t": exact}])[0], (d_type, unit)

@@ -1430,6 +1430,8 @@ def _time_values(arr: pa.Array, s: _S) -> np.ndarray:
         if per_s < want:
             return v * (want // per_s)
         return np.floor_divide(v, per_s // want)
+    if pa.types.is_date64(t):  # milliseconds of whole days
+        return np.floor_divide(_numbers(arr.view(pa.int64()), np.int64), 86_400_000)
     if pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_duration(t):
         return _numbers(arr.view(pa.int32() if t.bit_width == 32 else pa.int64()), np.int64)
     return _numbers(arr, np.int64)
