@@ -465,7 +465,19 @@ class _Bool(_Dec):
         return pa.Array.from_buffers(pa.bool_(), len(b), [None, bits]), pos + 1
 
 
-class _Number(_Dec):
+class _Varint(_Dec):
+    """A value that is one varint (int, long, enum): read past without decoding it."""
+
+    has_skip1 = True
+
+    def skip(self, ctx, pos, rows):
+        return _skip_varints(ctx, pos, rows)
+
+    def skip1(self, mv, at):
+        return _varint1(mv, at)[1]
+
+
+class _Number(_Varint):
     """int or long, read as the reader's int, long, float, double, date or timestamp."""
 
     def __init__(self, writer: str, out: pa.DataType, scale: int = 1):
@@ -473,14 +485,6 @@ class _Number(_Dec):
         self.type, self.scale = out, scale
         self.dtype = {4: np.float32, 8: np.float64}[out.bit_width // 8] \
             if pa.types.is_floating(out) else (np.int32 if out.bit_width == 32 else np.int64)
-
-    def skip(self, ctx, pos, rows):
-        return _skip_varints(ctx, pos, rows)
-
-    has_skip1 = True
-
-    def skip1(self, mv, at):
-        return _varint1(mv, at)[1]
 
     def decode(self, ctx, pos, rows):
         v, pos = self.read(ctx, pos, rows)
@@ -668,7 +672,7 @@ class _Decimal(_Dec):
         return arr, end
 
 
-class _Enum(_Dec):
+class _Enum(_Varint):
     def __init__(self, writer: _S, reader: _S):
         self.type = pa.string()
         self.symbols = _strings(reader.symbols)
@@ -677,14 +681,6 @@ class _Enum(_Dec):
         self.table = np.array([reader.symbols.index(s) if s in reader.symbols else default
                                for s in writer.symbols] or [0], dtype=np.int64)
         self.writer_symbols = writer.symbols
-
-    def skip(self, ctx, pos, rows):
-        return _skip_varints(ctx, pos, rows)
-
-    has_skip1 = True
-
-    def skip1(self, mv, at):
-        return _varint1(mv, at)[1]
 
     def decode(self, ctx, pos, rows):
         i, pos = _ints(ctx, pos, rows)
@@ -937,7 +933,7 @@ class _Array(_Dec):
         self.item, self.key, self.type = item, key, out
         self.item_min = item.min_size + (1 if key is not None else 0)
         self.item_fixed = None if key is not None else item.fixed
-        self.item_varint = key is None and isinstance(item, (_Number, _Enum))
+        self.item_varint = key is None and isinstance(item, _Varint)
         self.scalar = item.has_skip1 and (key is None or key.has_skip1)
 
     def skip(self, ctx, pos, rows):
