@@ -997,3 +997,12 @@ def test_dates_from_date64_and_timestamps_of_each_unit() -> None:
             got = avro.codec(json.dumps(schema)).encode(col).payloads[0].as_py()
             exact = at.replace(microsecond={"s": 0, "ms": 123000}.get(unit, 123456))
             assert got == write(schema, [{"d": day, "t": exact}])[0], (d_type, unit)
+
+
+def test_decimal_resolution_keeps_the_scale() -> None:
+    w = {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}
+    wider = dict(w, precision=20)
+    res = decode(w, write(w, [Decimal("1.25")]), wider)
+    assert res.values.type == pa.decimal128(20, 2) and res.values.to_pylist() == [Decimal("1.25")]
+    with pytest.raises(AvroSchemaError, match="scale 2 .* reader's 3"):
+        avro.codec(json.dumps(w), json.dumps(dict(w, scale=3)))

@@ -1136,6 +1136,10 @@ def _resolve(w: _S, r: _S, path: str, seen: tuple[str, ...] = ()) -> _Dec:
         return _Number(wk, out, _time_scale(r))
     if rk in ("float", "double"):
         return _Float(wk, out)
+    if w.logical == "decimal" and r.logical == "decimal" and w.scale != r.scale:
+        raise AvroSchemaError(f"{path or 'the value'}: the writer's decimal has scale {w.scale} "
+                              f"and the reader's {r.scale}; Avro reads a decimal only at its "
+                              "own scale")
     if rk in ("string", "bytes"):
         if r.logical == "decimal":
             return _Decimal(None, r.precision, r.scale)
