@@ -153,3 +153,10 @@ class NewerFormatError(TxKafkaError):
         self.found = found
         self.supported = supported
         self.written_by = written_by
+
+
+class SupersededDecisionError(CheckpointMismatchError):
+    """The sink's newest batch is decided but not committed, and Spark committed that batch through
+    another sink since (a query switched to ``format("kafka")`` after a crash, then back): its
+    decided transactions are still open, and committing them would write the batch twice. The
+    message names them and the command that aborts them."""
