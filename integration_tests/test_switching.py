@@ -122,6 +122,13 @@ def _failure(proc: DriverProcess, leg: str) -> str | None:
     return None
 
 
+def _in_flight(ck: str) -> bool:
+    """Spark logged the newest batch's offsets and has not committed it: the kill lands in it."""
+    spark_ck = SparkCheckpoint(ck)
+    n = spark_ck.latest_offsets_batch()
+    return n is not None and not spark_ck.has_commit(n)
+
+
 def _crashed_batch_keys(kafka: KafkaTarget, topics: PipelineTopics, ck: str) -> tuple[int, set]:
     """The batch the killed built-in query was running (offsets/N without commits/N) and the keys
     of its input records; (-1, {}) when it died between batches."""
@@ -190,11 +197,13 @@ def _run(kafka, spark, tmp, legs, formats, procs) -> dict:
         if not feeder.is_alive() and set(CRASH) <= _leg_lines(first, "STARTED"):
             feeder.start()
         return (_leg_lines(first, "DONE") == set(CLEAN) and decision.exists()
-                and all(SparkCheckpoint(legs[n][1]).has_commit(1) for n in CRASH))
+                and all(SparkCheckpoint(legs[n][1]).has_commit(1) for n in CRASH)
+                and any(_in_flight(legs[n][1]) for n in CRASH))
 
     try:
-        wait_until(ready, 900, "the clean legs' first part, batch 1 of each crash leg and "
-                               f"crash-back's decision of batch {CRASH_BACK_BATCH}")
+        wait_until(ready, 900, "the clean legs' first part, batch 1 of each crash leg, a crash "
+                               "leg in a batch and crash-back's decision of batch "
+                               f"{CRASH_BACK_BATCH}", interval=0.05)
     finally:
         feeder.stop.set()
         if feeder.is_alive():
