@@ -5,14 +5,17 @@ with other formats.
 
     python integration_tests/switch_driver.py SPEC.json
 
-SPEC: {"trigger_ms": 300, "timeout_s": 240, "at_once": 4, "legs": [{"name", "bootstrap", "input", "output",
-"checkpoint", "source": "kafka"|"txkafka", "sink": "kafka"|"txkafka", "max_offsets": 0,
-"output_bootstrap": null, "sink_kafka": {librdkafka settings of a txkafka sink},
-"until_killed": false}]}
+SPEC: {"trigger_ms": 300, "timeout_s": 240, "at_once": 4, "legs": [{"name", "bootstrap",
+"input", "output", "checkpoint", "source": "kafka"|"txkafka", "sink": "kafka"|"txkafka",
+"max_offsets": 0, "output_bootstrap": null, "sink_kafka": {librdkafka settings of a txkafka
+sink}, "until_killed": false}]}
 
-Legs start in the spec's order, at most ``at_once`` at a time. Each leg runs until its input's end offsets (taken at start) are committed, then stops while idle
-(a clean stop), or with ``until_killed`` until the driver is killed; a leg whose query fails prints its error and the others go on. Prints
-``LEG <name> DONE`` / ``LEG <name> FAILED <error>`` and ``ALL-DONE`` at the end.
+Legs start in the spec's order, at most ``at_once`` at a time. Each leg runs until its input's end
+offsets (taken at start) are committed, then stops while idle (a clean stop), or with
+``until_killed`` until the driver is killed. A leg whose query fails prints its error and the
+others go on; one that fails because Spark's Python worker did not start in time is restarted
+(``LEG <name> RESTARTED``). Prints ``LEG <name> DONE`` / ``LEG <name> FAILED <error>`` and
+``ALL-DONE`` at the end.
 """
 
 from __future__ import annotations

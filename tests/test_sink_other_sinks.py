@@ -1,6 +1,6 @@
 """The sink on a checkpoint that another sink (Spark's format("kafka")) wrote to as well: a query
-switched to txkafka, or back and forth (no broker: the committer's decisions against a fake
-coordinator; the same switches with real Spark and Kafka are in integration_tests/test_switching.py).
+switched to txkafka, or back and forth. No broker: the committer's decisions against a fake
+coordinator; the same switches with real Spark and Kafka: integration_tests/test_switching.py.
 """
 
 from __future__ import annotations
