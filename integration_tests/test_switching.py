@@ -58,7 +58,7 @@ RECORDS = 1500
 
 
 def more_input(kafka: KafkaTarget, topics: PipelineTopics, tag: str, n: int) -> None:
-    """``n`` more committed records with new unique keys (and an aborted transaction before them)."""
+    """``n`` more committed records with new unique keys (an aborted transaction before them)."""
     kafka.produce(topics.source, [(f"aborted-{tag}-{i}", "x") for i in range(50)],
                   transactional=True, commit=False)
     kafka.produce(topics.source, [(f"{tag}-{i:07d}", f"value-{tag}-{i}") for i in range(n)],
@@ -231,7 +231,8 @@ def _crash_back_return(kafka, spark, leg) -> dict:
     more_input(kafka, topics, "third", 300)
 
     def start():
-        return (spark.readStream.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+        return (spark.readStream.format("txkafka")
+                .option("kafka.bootstrap.servers", kafka.bootstrap)
                 .option("subscribe", topics.source).load()
                 .selectExpr("key", "concat(CAST(value AS STRING), '|seen') AS value")
                 .writeStream.format("txkafka").option("checkpointLocation", ck)
