@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from integration_tests.kafka_helpers import KafkaTarget
-from integration_tests.pipeline_helpers import PipelineTopics, make_input, wait_until
+from integration_tests.pipeline_helpers import PipelineTopics, make_input, sink_prefix, wait_until
 from integration_tests.spark_driver import DriverProcess
 from txkafka.connector.checkpoint.spark_checkpoint import SparkCheckpoint
 from txkafka.connector.sink.commit_log import SinkCommitLog
@@ -76,7 +77,8 @@ class _Feeder(threading.Thread):
 
     def run(self) -> None:
         n = 0
-        while not self.stop.is_set() and n < 30:
+        deadline = time.monotonic() + 900  # bounded: the test kills the driver long before
+        while not self.stop.is_set() and time.monotonic() < deadline:
             try:
                 for topics in self.legs.values():
                     more_input(self.kafka, topics, f"feed{n}", 40)
@@ -194,7 +196,7 @@ def _run(kafka, spark, tmp, legs, formats, procs) -> dict:
     def ready() -> bool:
         assert first.alive(), f"the first driver ended:\n{first.tail()}"
         assert not _leg_lines(first, "FAILED"), first.tail()
-        if not feeder.is_alive() and set(CRASH) <= _leg_lines(first, "STARTED"):
+        if feeder.ident is None and set(CRASH) <= _leg_lines(first, "STARTED"):
             feeder.start()
         return (_leg_lines(first, "DONE") == set(CLEAN) and decision.exists()
                 and all(SparkCheckpoint(legs[n][1]).has_commit(1) for n in CRASH)
@@ -250,7 +252,7 @@ def _crash_back_return(kafka, spark, leg) -> dict:
             q.stop()
         if refused is None or "Python worker failed to connect back" not in refused:
             break
-    open_before = [t.transactional_id for t in kafka.open_transactions(_sink_prefix(ck))]
+    open_before = [t.transactional_id for t in kafka.open_transactions(sink_prefix(ck))]
     aborted = cli(["transactions", "abort", "-b", kafka.bootstrap, "--checkpoint", ck,
                    "--force", "--yes"])
     target = kafka.end_offsets(topics.source)
@@ -268,18 +270,13 @@ def _crash_back_return(kafka, spark, leg) -> dict:
             "error_after": str(error) if error is not None else None}
 
 
-def _sink_prefix(ck: str) -> str:
-    from integration_tests.pipeline_helpers import sink_prefix
-    return sink_prefix(ck)
-
-
 @pytest.mark.parametrize("leg", sorted(set(CLEAN) - {"back-after-batch-0"}))
 def test_switch_after_a_clean_stop_is_exact(switched, kafka, leg):
     topics, ck = switched["legs"][leg]
     assert leg in _leg_lines(switched["second"], "DONE"), switched["second"].tail()
     _check(kafka, topics)
     if "txkafka" in (CLEAN[leg][1], CLEAN[leg][3]):  # a txkafka sink: nothing left open
-        assert kafka.open_transactions(_sink_prefix(ck)) == []
+        assert kafka.open_transactions(sink_prefix(ck)) == []
 
 
 def test_builtin_source_refuses_txkafkas_first_batch_offsets_loudly(switched, kafka):
@@ -303,7 +300,7 @@ def test_switch_to_txkafka_after_a_builtin_crash(switched, kafka, leg):
     repeated = sum(1 for n in got.values() if n > 1)
     print(f"{leg}: killed in batch {batch} ({len(keys)} records); {repeated} written twice")
     if CRASH[leg][3] == "txkafka":
-        assert kafka.open_transactions(_sink_prefix(ck)) == []
+        assert kafka.open_transactions(sink_prefix(ck)) == []
 
 
 def test_back_to_builtin_sink_after_a_txkafka_crash_then_to_txkafka_again(switched, kafka):
@@ -311,10 +308,11 @@ def test_back_to_builtin_sink_after_a_txkafka_crash_then_to_txkafka_again(switch
     decided transactions would duplicate it: refused, then exact once the operator aborted them."""
     topics, ck = switched["legs"]["crash-back"]
     result = switched["crash_back"]
-    assert result["refused"] is not None and "SupersededDecisionError" in result["refused"] \
-        or f"batch {CRASH_BACK_BATCH}: txkafka's sink decided" in (result["refused"] or "")
-    assert "txkafka transactions abort" in result["refused"]
+    refused = result["refused"] or ""
+    assert "SupersededDecisionError" in refused, refused
+    assert f"batch {CRASH_BACK_BATCH}: txkafka's sink decided" in refused, refused
+    assert "txkafka transactions abort" in refused, refused
     assert result["open_before"], "the decided transactions should have been open"
     assert result["abort_code"] == 0 and result["error_after"] is None, result
     _check(kafka, topics)
-    assert kafka.open_transactions(_sink_prefix(ck)) == []
+    assert kafka.open_transactions(sink_prefix(ck)) == []

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from integration_tests.pipeline_helpers import make_input
+from integration_tests.pipeline_helpers import make_input, sink_prefix
 from integration_tests.spark_driver import DriverProcess
 from txkafka.connector.sink.commit_log import SinkCommitLog
 from txkafka.kafka_admin import scan_topic
@@ -62,5 +62,4 @@ def test_exactly_once_from_cluster_a_to_a_secured_cluster_b_across_a_driver_kill
     killed = log.batch_state(2)
     assert len(killed.last.decision) > 1 and (killed.last.outcome or {}).get("recovered"), \
         "batch 2 (several transactions, killed between their commits) completed by the restart"
-    from integration_tests.pipeline_helpers import sink_prefix
     assert b.open_transactions(sink_prefix(ck)) == []
