@@ -159,7 +159,16 @@ class SchemaFormatError(KafkaConfigError):
     """A record format's schema cannot be used (unparsable, a construct the format's Arrow type
     cannot hold, a message it does not define) or values do not fit it; raised when the codec is
     made or a column is written. Bad single payloads are reported per row, not raised."""
+
+
 class AvroSchemaError(SchemaFormatError):
     """An Avro schema txkafka cannot use: not valid Avro JSON, a type Spark has no column for
     (a recursive record), a reader schema that does not resolve against the writer's, or a column
     whose Arrow type does not fit the schema it is written with."""
+
+
+class SupersededDecisionError(CheckpointMismatchError):
+    """The sink's newest batch is decided but not committed, and Spark committed that batch through
+    another sink since (a query switched to ``format("kafka")`` after a crash, then back): its
+    decided transactions are still open, and committing them would write the batch twice. The
+    message names them and the command that aborts them."""

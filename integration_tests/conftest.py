@@ -161,6 +161,7 @@ _SHARED_UNITS = {
     "integration_tests/test_security_transport.py": "integration_tests/test_security_pipeline.py",
     "integration_tests/test_wire_producer_security.py":
         "integration_tests/test_security_pipeline.py",
+    "integration_tests/test_two_clusters.py": "integration_tests/test_security_pipeline.py",
     # a 3-node cluster shared with the producer's failover tests (the campaigns have their own)
     "integration_tests/test_rolling_restart.py": "integration_tests/test_wire_producer_failover.py",
     "integration_tests/test_writer_exactly_once.py::test_speculative_execution_on_a_cluster":

@@ -351,9 +351,34 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
         if carried is not None:
             return carried
         if not self._start_is_replayable():
+            self._refuse_other_sources_batch_0(end)
             return None
         spec = self.options.starting
         return self.offset_reader.resolve(spec, sorted(spec.as_dict()), starting=True)
+
+    def _refuse_other_sources_batch_0(self, end: dict) -> None:
+        """An older txkafka's batch 0 without a carried start read nothing: its end is where the
+        start resolved then, and the same start resolves at or after it now (earliest, latest and
+        timestamps only move forward). An end past today's start was logged by another source,
+        Spark's format("kafka") stopped in its first batch: reading nothing would skip its
+        records, reading from today's start could repeat or skip others."""
+        end_map = from_offset_json(end)
+        reader = self.offset_reader
+        now = _starting_offsets(reader, self.options, sorted(end_map)).offsets
+        ahead = sorted(tp for tp, off in end_map.items() if tp in now and now[tp] < off)
+        if not ahead:
+            return
+        raise KafkaConfigError(
+            f"Spark replays batch 0 of this checkpoint, and its offsets/0 ends at "
+            f"{to_offset_json(end_map)} without the start txkafka logs with its own first batch: "
+            f"another source wrote it (Spark's format('kafka') stopped before its first batch "
+            f"finished), and txkafka cannot tell where that batch started. startingOffsets "
+            f"resolves to {to_offset_json({tp: now[tp] for tp in ahead})} now, before that end: "
+            f"reading nothing would skip the batch's records, reading from there could repeat "
+            f"some. Nothing was read. Set startingOffsets to the JSON offsets that source started "
+            f"from (Spark's built-in source keeps them in <checkpointLocation>/sources/0/0, the "
+            f"line after 'v1') and restart, or first let the query finish its first batch on "
+            f"format('kafka'); docs/switching.md.")
 
     def _resolve_starting_offsets(self) -> PartitionOffsets:
         """startingOffsets (or a timestamp, or a savepoint) -> offsets; "latest" under

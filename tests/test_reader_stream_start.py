@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 
 from python_datasource.kafka_reader import KafkaMicroBatchStream
-from txkafka.connector.errors import DataLossError
+from txkafka.connector.errors import DataLossError, KafkaConfigError
 from txkafka.connector.source.offset_reader import KafkaOffsetReader
 from txkafka.connector.source.offsets import from_offset_json
 
@@ -254,3 +254,20 @@ def test_offsets_going_backwards_name_the_records_going_on_skips(caplog):
         assert s.partitions(end0, end1) == []
     assert "offsets went backwards from 50 to 10" in caplog.text
     assert "records at offsets [0, 10)" in caplog.text
+
+
+def test_batch_0_logged_by_another_source_is_refused_not_skipped():
+    """Spark's format("kafka") stopped in its first batch, the query restarted on txkafka: the
+    logged end has no carried start and lies past where "earliest" resolves, so batch 0 read
+    records that txkafka cannot place. Reading nothing would skip them: refused, with the fix."""
+    logs = {T0: (0, 30)}
+    s, _ = stream(logs, startingOffsets="earliest")
+    with pytest.raises(KafkaConfigError, match=r"another source wrote it.*sources/0/0"):
+        s.partitions(s.initialOffset(), {"t": {"0": 20}})
+
+
+def test_batch_0_of_another_source_replays_from_the_start_it_kept():
+    """The fix the refusal names: startingOffsets set to the built-in source's kept start."""
+    logs = {T0: (0, 30)}
+    s, _ = stream(logs, startingOffsets=json.dumps({"t": {"0": 0}}))
+    assert ranges(s.partitions(s.initialOffset(), {"t": {"0": 20}})) == [(0, 0, 20)]

@@ -59,6 +59,7 @@ from ..client.transactions import (
     TransactionDescription,
 )
 from .transactional_ids import TransactionalIdFactory
+from .other_sinks import note_batches_of_other_sinks, refuse_superseded_decision
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +234,8 @@ class KafkaCommitter:
             return None
         state = self.log.latest()
         if state is not None and state.pending is not None:
+            # Another sink may have finished this batch since (a switch to format("kafka")).
+            refuse_superseded_decision(self.log, state, self.client)
             state = self._roll_forward(state)
         return state
 
@@ -266,6 +269,9 @@ class KafkaCommitter:
             return WritePlan()
         listing = self.log.listing()
         state = self.log.batch_state(batch_id, listing)
+        if state is None and batch_id > 0 and batch_id - 1 not in listing:
+            # (every batch the sink ran has a record: only a switch leaves the one before out)
+            note_batches_of_other_sinks(self.log, batch_id, max(listing, default=None))
         self._check_source_offsets(batch_id, state, listing)
         if state is not None and state.pending is not None:
             state = self._roll_forward(state)  # only the newest batch is pending normally
