@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from txkafka.connector.checkpoint.object_store import S3Settings
+from txkafka.connector.checkpoint.object_store import S3Settings, s3_options
 from txkafka.connector.errors import CheckpointStoreError, KafkaConfigError
 from txkafka.connector.sink.options import SinkConfig
 
@@ -64,3 +64,20 @@ def test_a_missing_botocore_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "botocore.session", None)
     with pytest.raises(CheckpointStoreError, match=r"pip install 'txkafka\[s3\]'"):
         S3Settings.from_options({}, environ={}).client()
+
+
+def test_s3_options_copies_the_sessions_spark_hadoop_fs_s3a_settings():
+    class Conf:
+        def __init__(self, values: dict[str, str]) -> None:
+            self.values = values
+
+        def get(self, key: str, default=None):
+            return self.values.get(key, default)
+
+    class Session:
+        conf = Conf({"spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:1",
+                     "spark.hadoop.fs.s3a.secret.key": "SK", "spark.hadoop.fs.s3a.access.key": "AK",
+                     "spark.hadoop.fs.s3a.connection.maximum": "10"})
+
+    assert s3_options(Session()) == {"fs.s3a.endpoint": "http://127.0.0.1:1",
+                                     "fs.s3a.access.key": "AK", "fs.s3a.secret.key": "SK"}

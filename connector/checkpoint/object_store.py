@@ -155,6 +155,18 @@ class S3Settings:
                           retries={"max_attempts": 3, "mode": "standard"}))
 
 
+def s3_options(spark: Any) -> dict[str, str]:
+    """The writer options of an S3 checkpoint copied from a SparkSession's ``spark.hadoop.fs.s3a.*``
+    settings: Spark reads the checkpoint with them, but the sink's own access runs in Python
+    processes without the session. ``df.writeStream.options(**s3_options(spark))``."""
+    out: dict[str, str] = {}
+    for name in S3_OPTIONS:
+        value = spark.conf.get(SPARK_HADOOP + name, None)
+        if value:
+            out[name] = value
+    return out
+
+
 def is_s3(location: str) -> bool:
     return location.partition("://")[0].lower() in S3_SCHEMES and "://" in location
 
