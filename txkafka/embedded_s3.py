@@ -156,7 +156,9 @@ class EmbeddedS3:
                f"-master.port={ports[2]}", f"-master.port.grpc={ports[3]}",
                f"-volume.port={ports[4]}", f"-volume.port.grpc={ports[5]}",
                f"-filer.port={ports[6]}", f"-filer.port.grpc={ports[7]}",
-               "-master.volumeSizeLimitMB=64", "-volume.max=8"]
+               # Listeners on by default that the tests do not use: off (no fixed ports).
+               "-s3.port.iceberg=0", "-s3.port.lance=0",
+               "-master.volumeSizeLimitMB=64", "-volume.max=32"]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, start_new_session=True)
@@ -217,8 +219,11 @@ class EmbeddedS3:
             self.proc.wait(timeout=10)
 
     def destroy(self) -> None:
-        """Stop the server and delete its data."""
-        self.stop()
+        """Stop the server at once (no clean shutdown: the data is going anyway) and delete it."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "EmbeddedS3":

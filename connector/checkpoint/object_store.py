@@ -218,6 +218,16 @@ class ExclusiveS3:
             hint = f"the store answered {code}"
         return CheckpointStoreError(f"cannot {what} the {where}: {hint}")
 
+    def check(self, bucket: str) -> bool:
+        """Fail (CheckpointStoreError) unless the bucket is there and these credentials are let
+        in; then whether the store creates records exclusively (:meth:`supported`)."""
+        try:
+            # A bucket of its own: some stores create a bucket that a write names.
+            self.client.head_bucket(Bucket=bucket)
+        except Exception as e:  # noqa: BLE001 - botocore raises several types
+            raise self._refusal(e, "open") from None
+        return self.supported(bucket)
+
     def supported(self, bucket: str) -> bool:
         """Whether the store refuses a second create with ``If-None-Match: *`` (probed once)."""
         key = (self.settings.endpoint or "aws", bucket)

@@ -190,7 +190,7 @@ class SinkCommitLog:
         when the checkpoint's object store cannot be written (credentials, endpoint, bucket,
         or the s3 extra missing); learns whether its records can be created exclusively."""
         if self._exclusive_s3 is not None:
-            self._exclusive_s3.supported(self.checkpoint_root.partition("/")[0])
+            self._exclusive_s3.check(self.checkpoint_root.partition("/")[0])
 
     def __repr__(self) -> str:
         return f"SinkCommitLog({redact_uri(self.root)})"
