@@ -153,16 +153,16 @@ def test_a_copied_checkpoint_is_refused(s3_server, bucket):
 # ------------------------------------------------------------- Spark + Kafka + S3
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1500)
 def test_exactly_once_on_an_s3_checkpoint_across_a_driver_kill_with_commands_and_savepoint(
         kafka, s3_server, bucket, s3_env, driver_processes, tmp_path):
-    topics = make_input(kafka, records=1500, per_txn=250)
+    topics = make_input(kafka, records=600, per_txn=100)
     ck = f"s3a://{bucket}/q-{uuid.uuid4().hex[:6]}"
     spark = _spark_args(s3_server)
     marker = tmp_path / "kill.marker"
     fault = f"point=between_endtxn,batch=1,action=kill,once={marker}"
     slow_ok = ("--transaction-timeout-ms", "600000")
-    args = pipeline_args(kafka, topics, ck, "--max-offsets", "450", *spark, *slow_ok)
+    args = pipeline_args(kafka, topics, ck, "--max-offsets", "300", *spark, *slow_ok)
     proc = driver_processes(*args, "--fault", fault, env=_WRONG_ENV)
     code = proc.wait(300)
     assert marker.exists() and code == -9, proc.tail()
@@ -186,7 +186,7 @@ def test_exactly_once_on_an_s3_checkpoint_across_a_driver_kill_with_commands_and
     made = _cli("savepoint", "create", "--checkpoint", ck, "--out", sp, "-b", kafka.bootstrap,
                 "--quiet-period", "2")
     assert made.returncode == 0, made.stdout + made.stderr
-    more = [(f"id-{9_000_000 + i:07d}", f"value-more-{i}") for i in range(300)]
+    more = [(f"id-{9_000_000 + i:07d}", f"value-more-{i}") for i in range(100)]
     kafka.produce(topics.source, more, transactional=True)
     topics.expected_ids += len(more)
     new_ck = f"s3a://{bucket}/q2-{uuid.uuid4().hex[:6]}"

@@ -117,7 +117,7 @@ class S3Settings:
 
     @property
     def shown_endpoint(self) -> str:
-        return f"{self.endpoint} ({self.endpoint_from})" if self.endpoint else "AWS S3"
+        return f"{redact_uri(self.endpoint)} ({self.endpoint_from})" if self.endpoint else "AWS S3"
 
     def filesystem(self) -> pafs.S3FileSystem:
         """pyarrow's S3 filesystem with these settings."""
