@@ -205,7 +205,12 @@ def test_two_drivers_on_one_s3_checkpoint_one_fails_and_the_output_stays_exact(
     args = [*pipeline_args(kafka, topics, ck, "--max-offsets", "50", *_spark_args(s3_server)),
             "--master", "local[2]", "--timeout", "600"]
     args.remove("--until-done")
-    drivers = [driver_processes(*args) for _ in range(2)]
+    # The second starts once the first committed a batch: a relaunched driver beside a live one.
+    drivers = [driver_processes(*args)]
+    wait_until(lambda: "BATCH " in drivers[0].output() or not drivers[0].alive(), 600,
+               "the first driver's first batch")
+    assert drivers[0].alive(), drivers[0].tail()
+    drivers.append(driver_processes(*args))
     stop = threading.Event()
     fed = [0]
 
@@ -225,9 +230,8 @@ def test_two_drivers_on_one_s3_checkpoint_one_fails_and_the_output_stays_exact(
         stop.set()
         feeder.join(60)
     topics.expected_ids += 20 * fed[0]
-    for d in ended:
-        assert "PIPELINE-FAILED" in d.output() and any(e in d.output() for e in CONCURRENT), \
-            d.tail()
+    for d in ended:  # failed as a second writer: the sink's records or Spark's own logs
+        assert any(e in d.output() for e in CONCURRENT), d.tail()
     for d in drivers:
         if d.alive():
             os.kill(d.pid, signal.SIGINT)
