@@ -111,6 +111,12 @@ class ConcurrentWriterError(CommitLogError):
     checkpoint): this one stops without deciding or committing anything."""
 
 
+class CheckpointStoreError(CommitLogError):
+    """The checkpoint's object store refused the sink's credentials, did not answer at its
+    endpoint, has no such bucket, or the library the sink's exclusive creates need (the s3 extra)
+    is missing; raised when the query or command starts. Never carries a secret."""
+
+
 class UnsupportedBrokerError(KafkaConfigError):
     """The cluster lacks a broker feature the exactly-once sink depends on: Kafka transactions,
     DescribeTransactions or ListTransactions, or transaction partition verification (Kafka 3.6+)

@@ -53,6 +53,10 @@ WRITER_OPTIONS: tuple[str, ...] = (
     "topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix",
     "commitTimeoutMs", "commitParallelism", "producer", "assumeTransactionPartitionVerification",
     "includeHeaders",
+    # Hadoop's names for an S3 checkpoint's endpoint and credentials (connector/checkpoint/
+    # object_store.py owns them)
+    "fs.s3a.endpoint", "fs.s3a.endpoint.region", "fs.s3a.access.key", "fs.s3a.secret.key",
+    "fs.s3a.session.token", "fs.s3a.path.style.access",
 )
 """The writer's own options and the Spark Kafka sink's names it honours."""
 

@@ -128,6 +128,22 @@ def spark_cluster(tmp_path_factory):
     yield from running_cluster(tmp_path_factory.mktemp("spark-standalone"))
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (SeaweedFS, built from its Go module once; Go is a prerequisite) on
+    127.0.0.1 with a signed identity. It fails loudly, never skips, if it cannot start."""
+    from txkafka.embedded_s3 import EmbeddedS3, EmbeddedS3Error
+
+    server = EmbeddedS3(tmp_path_factory.mktemp("s3"))
+    try:
+        server.start(timeout=180)
+    except EmbeddedS3Error as e:
+        server.destroy()
+        pytest.fail(f"the S3 server (SeaweedFS) did not start:\n{e}", pytrace=False)
+    yield server
+    server.destroy()
+
+
 @pytest.fixture
 def checkpoint_dir():
     d = tempfile.mkdtemp(prefix="txkafka-ckpt-")

@@ -133,6 +133,7 @@ def _require_own_checkpoint(log: SinkCommitLog) -> None:
     moved or copied checkpoint stops here, before the sink's identity is used and any task
     writes). Once per checkpoint and driver process (this runs before every batch)."""
     if log.location not in _CHECKPOINTS_SEEN:
+        log.check_store()
         log.require_spark_checkpoint()
         log.require_own_place()
         _CHECKPOINTS_SEEN.add(log.location)
@@ -160,7 +161,7 @@ class _KafkaWrite:
         self.plan = WritePlan()
         self.ids: TransactionalIdFactory | None = None
         self._committer: KafkaCommitter | None = None
-        commit_log = (SinkCommitLog(self.cfg.checkpoint_location or "")
+        commit_log = (SinkCommitLog(self.cfg.checkpoint_location or "", self.cfg.s3)
                       if streaming and self.cfg.exactly_once else None)
         if commit_log is not None:
             _require_own_checkpoint(commit_log)
@@ -188,7 +189,8 @@ class _KafkaWrite:
     def committer(self) -> KafkaCommitter:
         if self._committer is None:
             assert self.ids is not None
-            commit_log = SinkCommitLog(self.cfg.checkpoint_location or "") if self.streaming else None
+            commit_log = (SinkCommitLog(self.cfg.checkpoint_location or "", self.cfg.s3)
+                          if self.streaming else None)
             self._committer = KafkaCommitter(self.cfg, self.ids, commit_log)
         return self._committer
 
@@ -231,7 +233,8 @@ class _KafkaWrite:
                if self.ids else None)
         late_check = None
         if self.streaming and self.cfg.exactly_once and self.cfg.checkpoint_location:
-            late_check = LateCheck(self.cfg.checkpoint_location, batch, self.plan.round_no)
+            late_check = LateCheck(self.cfg.checkpoint_location, batch, self.plan.round_no,
+                                   self.cfg.s3)
         writer_cls = WireKafkaWriter if self.cfg.producer == "txkafka" else KafkaWriter
         writer = writer_cls(self.cfg, self.sink_schema, batch_id=batch, partition_id=partition_id,
                             attempt=attempt, transactional_id=tid, late_check=late_check)

@@ -80,9 +80,11 @@ def run(args: argparse.Namespace) -> int:
         out = out.repartition(args.repartition)
     if args.coalesce:
         out = out.coalesce(args.coalesce)
+    from txkafka.connector.checkpoint.object_store import s3_options
+
     writer = (out.writeStream.format("txkafka").outputMode(output_mode)
               .option("checkpointLocation", args.checkpoint)
-              .options(**sink_options(args, kafka_conf)))
+              .options(**sink_options(args, kafka_conf), **s3_options(spark)))
     if args.available_now:
         writer = writer.trigger(availableNow=True)
     else:

@@ -95,8 +95,6 @@ def _artifact_name(jar_name: str) -> str:
 
 def _copy_closure(connector: str, exclude_token_provider: bool, folder: Path) -> list[Path]:
     """The connector's jar and its run-time dependencies' that Spark does not ship itself."""
-    import pyspark
-
     folder.mkdir(parents=True, exist_ok=True)
     exclusions = (f"<exclusion><groupId>{GROUP}</groupId><artifactId>{TOKEN_PROVIDER}</artifactId>"
                   "</exclusion>" if exclude_token_provider else "")
@@ -109,9 +107,15 @@ def _copy_closure(connector: str, exclude_token_provider: bool, folder: Path) ->
         raise SparkKafkaPackageError(
             f"mvn could not fetch the jars of {GROUP}:{CONNECTOR}:{connector} and its "
             "dependencies:\n" + (got.stdout + got.stderr)[-2000:])
-    spark_jars = Path(pyspark.__file__).parent / "jars"
-    shipped = {_artifact_name(j.name) for j in spark_jars.glob("*.jar")}
+    shipped = spark_shipped_artifacts()
     return sorted(j for j in folder.glob("*.jar") if _artifact_name(j.name) not in shipped)
+
+
+def spark_shipped_artifacts() -> set[str]:
+    """The artifact names (without versions) of the jars the installed pyspark ships."""
+    import pyspark
+
+    return {_artifact_name(j.name) for j in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
 
 
 def _jars(conf: dict[str, str]) -> list[Path]:

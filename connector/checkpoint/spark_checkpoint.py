@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 from ..errors import CommitLogError
+from .object_store import S3Settings, is_s3, s3_bucket_path
 from ..secrets_redaction import redact_uri, redact_uri_text
 
 METADATA = "metadata"
@@ -41,12 +42,23 @@ _SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3"}
 
 
 def checkpoint_filesystem(location: str, *, error: type[Exception] = CommitLogError,
-                          name: str = "checkpoint location") -> tuple[pafs.FileSystem, str]:
+                          name: str = "checkpoint location",
+                          s3: S3Settings | None = None) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem and path of a checkpoint URI or local path.
 
     A URI's credentials never reach the error (pyarrow echoes the URI). ``error``/``name`` let a
-    command line say which of its arguments was wrong.
+    command line say which of its arguments was wrong. ``s3``: the endpoint and credentials of an
+    S3 checkpoint (default: the AWS environment variables and credential chain).
     """
+    if is_s3(location) and "@" not in location.partition("://")[2].split("/", 1)[0] \
+            and "?" not in location:
+        settings = s3 if s3 is not None else S3Settings.from_options()
+        if settings.given:
+            try:
+                return settings.filesystem(), s3_bucket_path(location)
+            except Exception as e:  # noqa: BLE001 - pyarrow raises several types
+                raise error(f"cannot open {name} {redact_uri(location)!r}: "
+                            f"{redact_uri_text(str(e), location)}") from None
     if "://" in location or location.startswith("file:"):
         scheme, sep, rest = location.partition("://")
         uri = f"{_SCHEME_ALIASES.get(scheme.lower(), scheme)}{sep}{rest}" if sep else location
@@ -140,11 +152,13 @@ class SparkCheckpoint:
     location: str
     error: type[Exception] = CommitLogError
     name: str = "checkpoint location"
+    s3: S3Settings | None = field(default=None, repr=False)
     fs: pafs.FileSystem = field(init=False, repr=False)
     root: str = field(init=False)
 
     def __post_init__(self) -> None:
-        self.fs, root = checkpoint_filesystem(self.location, error=self.error, name=self.name)
+        self.fs, root = checkpoint_filesystem(self.location, error=self.error, name=self.name,
+                                              s3=self.s3)
         self.root = root.rstrip("/")
 
     def _path(self, *parts: str) -> str:

@@ -25,7 +25,9 @@ Every batch Spark ran through the sink has a record carrying Spark's ``offsets/N
 
 Decisions, outcomes, empty-batch records and sink.json are created exclusively, never replaced
 (invariant 14): on local disk as a hard link of the fsynced temporary file, which fails if the
-name exists; elsewhere (HDFS, S3, GCS: pyarrow has no create-if-absent, and its HDFS rename
+name exists; on S3 by a conditional PUT the store refuses if the name exists (If-None-Match,
+checkpoint/object_store.py), where the store honours it; elsewhere (HDFS, GCS, an S3 store
+without conditional writes: pyarrow has no create-if-absent, and its HDFS rename
 replaces) by a check before the write and a read-back of the writer's nonce after it, which
 catches a second driver unless both write within the same moment (docs/design.md, "Exclusive
 records"). A second driver on the same checkpoint gets ConcurrentWriterError. The unresolved
@@ -69,6 +71,7 @@ from ..formats import (
 from .committable import KafkaCommittable
 from .partition_input import PartitionInput
 from ..secrets_redaction import redact_uri
+from ..checkpoint.object_store import ExclusiveS3, S3Settings
 from ..checkpoint.spark_checkpoint import SparkCheckpoint
 
 SINK_DIR = "txkafka-sink"
@@ -168,14 +171,26 @@ def _offsets_from(raw: Any) -> tuple[str, ...] | None:
 
 
 class SinkCommitLog:
-    def __init__(self, checkpoint_location: str) -> None:
+    def __init__(self, checkpoint_location: str, s3: S3Settings | None = None) -> None:
+        """``s3``: the endpoint and credentials of an S3 checkpoint (default: the AWS
+        environment variables and credential chain)."""
         self.location = checkpoint_location
-        self.spark = SparkCheckpoint(checkpoint_location)
+        self.spark = SparkCheckpoint(checkpoint_location, s3=s3)
         self.fs = self.spark.fs
         self.checkpoint_root = self.spark.root
         self.root = f"{self.checkpoint_root}/{SINK_DIR}"
         self.log_dir = f"{self.root}/log"
         self._atomic_put = self.fs.type_name in ("s3", "gcs")
+        # S3: records created with conditional writes where the store honours them.
+        self._exclusive_s3 = (ExclusiveS3(s3 or S3Settings.from_options(), checkpoint_location)
+                              if self.fs.type_name == "s3" else None)
+
+    def check_store(self) -> None:
+        """At the sink's start: fail now, naming the checkpoint and what the store refused,
+        when the checkpoint's object store cannot be written (credentials, endpoint, bucket,
+        or the s3 extra missing); learns whether its records can be created exclusively."""
+        if self._exclusive_s3 is not None:
+            self._exclusive_s3.check(self.checkpoint_root.partition("/")[0])
 
     def __repr__(self) -> str:
         return f"SinkCommitLog({redact_uri(self.root)})"
@@ -210,7 +225,11 @@ class SinkCommitLog:
         parent = path.rsplit("/", 1)[0]
         self.fs.create_dir(parent, recursive=True)
         if self._atomic_put:
-            # Object stores: no rename, and pyarrow offers no conditional PUT.
+            # Object stores: no rename. The store refuses a second create where it supports
+            # conditional writes (S3's If-None-Match); elsewhere check, write, read back.
+            if exclusive and self._exclusive_s3 is not None and self._exclusive_s3.create(
+                    path, data, self._taken):
+                return
             if exclusive:
                 self._refuse_if_exists(path)
             with self.fs.open_output_stream(path) as out:

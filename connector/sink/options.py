@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Mapping
 
 from ..errors import KafkaConfigError
+from ..checkpoint.object_store import S3_OPTIONS, S3Settings, is_s3
 from ..client.config import describe_config, kafka_client_config
 from ..option_names import (LONG_MAX, MAX_TIMEOUT_MS, WRITER, check_option_names, integer,
                             one_of)
@@ -82,6 +83,8 @@ class SinkConfig:
     # The user's acknowledgement that every broker verifies transaction partitions where the
     # start checks cannot read the setting (a managed service that hides broker settings).
     assume_partition_verification: bool = False
+    # The endpoint and credentials of an S3 checkpoint (fs.s3a.* options, else the AWS chain).
+    s3: S3Settings | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return (
@@ -163,6 +166,9 @@ class SinkConfig:
             commit_parallelism=_positive_int(options, "commitParallelism", 8),
             producer=_parse_producer(options, kafka),
             assume_partition_verification=_flag(options, "assumeTransactionPartitionVerification"),
+            s3=(S3Settings.from_options(options)
+                if (checkpoint and is_s3(checkpoint)) or any(
+                    _get(options, name) is not None for name in S3_OPTIONS) else None),
         )
 
 

@@ -18,7 +18,7 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 from operator import length_hint
 from typing import Any, Callable, Iterable
@@ -41,6 +41,7 @@ from ..client.error_codes import (INVALID_TIMESTAMP, INVALID_TIMESTAMP_HINT,
                                   TOPIC_AUTHORIZATION_FAILED)
 from ..secrets_redaction import redact_text
 from .commit_log import SinkCommitLog
+from ..checkpoint.object_store import S3Settings
 from .options import SinkConfig
 from ..client.config import delivery_timeout_ms
 from ..client.connection import ApiRange
@@ -341,6 +342,7 @@ class LateCheck:
     checkpoint_location: str
     batch_id: int
     round_no: int
+    s3: S3Settings | None = field(default=None, repr=False)
 
     def decided(self) -> bool:
         """True once the task's round is decided (the driver committed it without this attempt)
@@ -352,7 +354,7 @@ class LateCheck:
                 commit_log = _TASK_LOGS.get(self.checkpoint_location)
                 if commit_log is None:
                     commit_log = _TASK_LOGS[self.checkpoint_location] = SinkCommitLog(
-                        self.checkpoint_location)
+                        self.checkpoint_location, self.s3)
             return (commit_log.has_decision(self.batch_id, self.round_no)
                     or commit_log.spark.has_commit(self.batch_id))
         except Exception as e:  # noqa: BLE001 - the check is a shortcut, never a failure
