@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         out = out.repartition(args.repartition)
     if args.coalesce:
         out = out.coalesce(args.coalesce)
-    from txkafka.connector.checkpoint.object_store import s3_options
+    from txkafka.object_store import s3_options
 
     writer = (out.writeStream.format("txkafka").outputMode(output_mode)
               .option("checkpointLocation", args.checkpoint)
