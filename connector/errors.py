@@ -153,3 +153,15 @@ class NewerFormatError(TxKafkaError):
         self.found = found
         self.supported = supported
         self.written_by = written_by
+
+
+class SchemaRegistryError(TxKafkaError):
+    """The Schema Registry did not answer within the bounded retries, or refused a request (an
+    unknown subject, version or schema id, a schema it finds incompatible, denied credentials).
+    The message names the registry's URL (never its credentials) and the request."""
+
+
+class RecordFormatError(TxKafkaError, ValueError):
+    """A key or value does not fit its format: no magic byte, an unknown schema id, a payload that
+    does not decode (reader), or a struct that does not fit the schema (writer), under mode
+    FAILFAST. The message names the topic, partition and offset (reader) and what was wrong."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .errors import KafkaConfigError
+from .serde.options import FORMAT_OPTIONS
 
 log = logging.getLogger("txkafka.options")
 
@@ -46,6 +47,7 @@ READER_OPTIONS: tuple[str, ...] = (
     "minPartitions", "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
     "commitOffsetsToGroup", "fetcher", "savepoint", "savepointSource",
+    *FORMAT_OPTIONS,
 )
 """The reader's own options and the Spark Kafka source's names it honours."""
 
@@ -53,6 +55,7 @@ WRITER_OPTIONS: tuple[str, ...] = (
     "topic", "checkpointLocation", "deliveryGuarantee", "transactionalIdPrefix",
     "commitTimeoutMs", "commitParallelism", "producer", "assumeTransactionPartitionVerification",
     "includeHeaders",
+    *FORMAT_OPTIONS,
 )
 """The writer's own options and the Spark Kafka sink's names it honours."""
 

@@ -115,7 +115,8 @@ class _DeveloperCommands:
 
 # Sub-commands defined in other modules register themselves here, the user's in the order --help
 # lists them (after `broker`), then the developer tooling's.
-_USER_COMMANDS = ("txkafka.demo", "txkafka.verify", "txkafka.operator_cli", "txkafka.savepoint",
+_USER_COMMANDS = ("txkafka.embedded_registry",
+                  "txkafka.demo", "txkafka.verify", "txkafka.operator_cli", "txkafka.savepoint",
                   "txkafka.installed_pyspark", "txkafka.pyspark_home")
 _DEVELOPER_COMMANDS = ("txkafka.devtools.bench", "txkafka.devtools.bench_endurance")
 _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
