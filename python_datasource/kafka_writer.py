@@ -51,6 +51,9 @@ from txkafka.connector.sink.start_checks import validate_at_start
 from txkafka.connector.sink.transactional_ids import TransactionalIdFactory, run_tag
 from txkafka.connector.sink.task_writer_txkafka import WireKafkaWriter
 
+from txkafka.connector.serde.batches import encode_record_batches
+
+from .formats import encode_plan
 from .spark_worker import freeze_worker_heap, tune_worker_socket
 
 log = logging.getLogger(__name__)
@@ -148,8 +151,12 @@ class _KafkaWrite:
         self.planned_at = host_clock()
         self.cfg = SinkConfig.from_options(options, streaming=streaming)
         self.streaming = streaming
+        self.encode = encode_plan(self.cfg.formats, schema, self.cfg.topic)
+        formatted = {c.fmt.column for c in (self.encode.key, self.encode.value)
+                     if c is not None} if self.encode else set()
         self.sink_schema: SinkSchema = validate_input_schema(
-            {f.name: _simple_type(f.dataType) for f in schema.fields}, self.cfg.topic
+            {f.name: "binary" if f.name.lower() in formatted else _simple_type(f.dataType)
+             for f in schema.fields}, self.cfg.topic
         )
         if overwrite:
             raise KafkaConfigError(
@@ -221,6 +228,8 @@ class _KafkaWrite:
             # What this task read, for the layout check of a re-written round (invariant 12).
             digest = InputDigest()
             iterator = digest.wrap(iterator)
+        if self.encode is not None:
+            iterator = encode_record_batches(iterator, self.encode, self.cfg.topic)
         if self.cfg.exactly_once and not self.plan.should_write(batch, partition_id):
             for _ in iterator:  # drain: the input must be consumed even when nothing is written
                 pass

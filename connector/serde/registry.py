@@ -31,6 +31,10 @@ _BACKOFF_S = 0.5
 SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
 
 
+class SchemaNotFoundError(SchemaRegistryError):
+    """The registry answered that it has no such schema id, subject or version (HTTP 404)."""
+
+
 @dataclass(frozen=True)
 class RegisteredSchema:
     """One schema as the registry holds it; ``references`` maps import names to schema texts."""
@@ -59,6 +63,7 @@ class Registry:
                 f"{redact_text(str(e), dict(config.settings))}") from None
         self._by_id: dict[int, RegisteredSchema] = {}
         self._by_version: dict[tuple[str, int], RegisteredSchema] = {}
+        self._registered_ids: dict[tuple[str, str, str], int] = {}
         self._raw_refs: dict[tuple[str, int], tuple] = {}  # (subject, version) -> its references
         self._lock = threading.Lock()
 
@@ -73,7 +78,9 @@ class Registry:
                 return fn()
             except ClientError as e:
                 if e.http_status_code is not None and 0 < e.http_status_code < 500:
-                    raise SchemaRegistryError(
+                    kind = SchemaNotFoundError if e.http_status_code == 404 else \
+                        SchemaRegistryError
+                    raise kind(
                         f"Schema Registry at {self.where} refused {what}: "
                         f"{self._safe(e.error_message)} (HTTP {e.http_status_code}, error code "
                         f"{e.error_code})") from None
@@ -142,9 +149,13 @@ class Registry:
         """Register ``text`` under ``subject`` (idempotent: the same schema keeps its id)."""
         from confluent_kafka.schema_registry import Schema
 
+        key = (subject, schema_type, text)
+        if key in self._registered_ids:  # a streaming writer asks again each micro-batch
+            return self._registered_ids[key]
         sid = self._call(f"registering a schema under subject {subject!r}",
                          lambda: self._client.register_schema(subject, Schema(text, schema_type)))
         log.info("schema registered under subject %r: id %d", subject, sid)
+        self._registered_ids[key] = int(sid)
         return int(sid)
 
     def lookup(self, subject: str, schema_type: str, text: str) -> RegisteredSchema:

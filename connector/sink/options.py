@@ -15,6 +15,7 @@ from typing import Mapping
 
 from ..errors import KafkaConfigError
 from ..client.config import describe_config, kafka_client_config
+from ..serde.options import FormatOptions, parse_format_options
 from ..option_names import (LONG_MAX, MAX_TIMEOUT_MS, WRITER, check_option_names, integer,
                             one_of)
 
@@ -82,6 +83,7 @@ class SinkConfig:
     # The user's acknowledgement that every broker verifies transaction partitions where the
     # start checks cannot read the setting (a managed service that hides broker settings).
     assume_partition_verification: bool = False
+    formats: FormatOptions | None = None  # keyFormat/valueFormat; None: binary or string columns
 
     def __repr__(self) -> str:
         return (
@@ -163,6 +165,7 @@ class SinkConfig:
             commit_parallelism=_positive_int(options, "commitParallelism", 8),
             producer=_parse_producer(options, kafka),
             assume_partition_verification=_flag(options, "assumeTransactionPartitionVerification"),
+            formats=parse_format_options({str(k).lower(): str(v) for k, v in options.items()}),
         )
 
 
