@@ -165,3 +165,9 @@ class RecordFormatError(TxKafkaError, ValueError):
     """A key or value does not fit its format: no magic byte, an unknown schema id, a payload that
     does not decode (reader), or a struct that does not fit the schema (writer), under mode
     FAILFAST. The message names the topic, partition and offset (reader) and what was wrong."""
+
+
+class AvroSchemaError(TxKafkaError, ValueError):
+    """An Avro schema txkafka cannot use: not valid Avro JSON, a type Spark has no column for
+    (a recursive record), a reader schema that does not resolve against the writer's, or a column
+    whose Arrow type does not fit the schema it is written with."""

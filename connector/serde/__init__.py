@@ -3,7 +3,8 @@ JSON Schema payloads, decoded into and encoded from Arrow column-wise.
 
 Owns: the codecs (one module per format), the wire header (magic byte 0, 4-byte big-endian
 schema id), the registry client wrapper and its schema cache, and the typed format options.
-May import: numpy, pyarrow, the format libraries, and ``connector.errors``; never pyspark, never
+May import: numpy, pyarrow, the format libraries, ``connector.errors``, and the client's
+column helpers (varints, Arrow from numpy, in ``connector.client``); never pyspark, never
 the source or the sink (they call in here, not the other way round).
 
 Every codec has the shape of :class:`Codec`: it turns payloads (the bytes after the 5-byte wire
