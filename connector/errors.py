@@ -171,3 +171,9 @@ class AvroSchemaError(TxKafkaError, ValueError):
     """An Avro schema txkafka cannot use: not valid Avro JSON, a type Spark has no column for
     (a recursive record), a reader schema that does not resolve against the writer's, or a column
     whose Arrow type does not fit the schema it is written with."""
+
+
+class SchemaFormatError(KafkaConfigError):
+    """A record format's schema cannot be used (unparsable, a construct the format's Arrow type
+    cannot hold, a message it does not define) or values do not fit it; raised when the codec is
+    made or a column is written. Bad single payloads are reported per row, not raised."""

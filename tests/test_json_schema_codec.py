@@ -1,0 +1,224 @@
+"""The JSON Schema codec: Arrow types from draft-07 and 2020-12 schemas, decoding with per-row
+errors, column-wise encoding checked by parsing (JSON text is not canonical) and against
+confluent-kafka's own JSONSerializer/JSONDeserializer (with its in-process mock:// client: only
+the byte layout is checked here; the real registry is the registry tests')."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pyarrow as pa
+import pytest
+
+from txkafka.connector.errors import SchemaFormatError
+from txkafka.connector.serde import json_schema
+
+UTC = dt.timezone.utc
+
+SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "title": "Order",
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer"},
+        "name": {"type": ["string", "null"]},
+        "score": {"type": "number"},
+        "paid": {"type": "boolean"},
+        "day": {"type": "string", "format": "date"},
+        "at": {"type": "string", "format": "date-time"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "address": {"$ref": "#/$defs/Address"},
+        "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "color": {"enum": ["RED", "GREEN"]},
+        "lines": {"type": "array", "items": {"$ref": "#/$defs/Address"}},
+        "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    },
+    "required": ["id", "address"],
+    "$defs": {"Address": {"type": "object", "required": ["zip"],
+                          "properties": {"street": {"type": "string"},
+                                         "zip": {"type": "integer"}}}},
+}
+DRAFT7 = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "definitions": {"Item": {"type": "object", "properties": {"sku": {"type": "string"}}}},
+    "properties": {"items": {"type": "array", "items": {"$ref": "#/definitions/Item"}},
+                   "n": {"type": ["integer", "null"]}},
+}
+
+FULL = {"id": 1, "name": "tab\there \"quoted\" back\\slash \u00e9 \u2603 \u0001 line\nbreak",
+        "score": 1.25, "paid": True, "day": "2024-05-01", "at": "2024-05-01T12:00:00.5Z",
+        "tags": ["x", ""], "address": {"street": "Main", "zip": 10115},
+        "counts": {"k": 1, "j": -2}, "color": "GREEN", "lines": [{"zip": 2}, {"street": "s",
+                                                                             "zip": 3}],
+        "note": None}
+SPARSE = {"id": 2, "address": {"zip": 3}}
+# FULL as the codec writes it: null properties left out, microseconds in full.
+WRITTEN_FULL = {**{k: v for k, v in FULL.items() if v is not None},
+                "at": "2024-05-01T12:00:00.500000Z"}
+
+
+@pytest.fixture(scope="module")
+def order_codec() -> json_schema.JsonSchemaCodec:
+    return json_schema.codec(json.dumps(SCHEMA))
+
+
+def _arrow_row(doc: dict) -> dict:
+    """What a document reads as: every property, absent ones null; dates parsed."""
+    row = {k: doc.get(k) for k in SCHEMA["properties"]}
+    row["address"] = {"street": doc["address"].get("street"), "zip": doc["address"]["zip"]}
+    if row["day"]:
+        row["day"] = dt.date.fromisoformat(row["day"])
+    if row["at"]:
+        row["at"] = dt.datetime.fromisoformat(row["at"].replace("Z", "+00:00"))
+    if row["counts"] is not None:
+        row["counts"] = list(row["counts"].items())
+    if row["lines"] is not None:
+        row["lines"] = [{"street": x.get("street"), "zip": x["zip"]} for x in row["lines"]]
+    return row
+
+
+def test_arrow_type(order_codec):
+    t = order_codec.arrow_type
+    assert t == pa.struct([
+        ("id", pa.int64()), ("name", pa.string()), ("score", pa.float64()),
+        ("paid", pa.bool_()), ("day", pa.date32()), ("at", pa.timestamp("us", "UTC")),
+        ("tags", pa.list_(pa.field("element", pa.string()))),
+        ("address", pa.struct([("street", pa.string()), ("zip", pa.int64())])),
+        ("counts", pa.map_(pa.string(), pa.int64())), ("color", pa.string()),
+        ("lines", pa.list_(pa.field("element", pa.struct([("street", pa.string()),
+                                                          ("zip", pa.int64())])))),
+        ("note", pa.string())])
+    assert json_schema.codec(json.dumps(DRAFT7)).arrow_type == pa.struct([
+        ("items", pa.list_(pa.field("element", pa.struct([("sku", pa.string())])))),
+        ("n", pa.int64())])
+
+
+def test_decode_compact_and_pretty_printed(order_codec):
+    docs = [FULL, SPARSE]
+    payloads = [json.dumps(d).encode() for d in docs] + \
+        [json.dumps(d, indent=2).encode() for d in docs] + [b"\r\n " + json.dumps(FULL).encode()]
+    res = order_codec.decode(pa.array(payloads, pa.binary()))
+    assert res.errors == {}
+    assert res.values.to_pylist() == [_arrow_row(d) for d in docs + docs + [FULL]]
+
+
+def test_bad_rows_are_found_without_losing_good_ones(order_codec):
+    good = json.dumps(FULL).encode()
+    cases = {
+        1: (None, None),
+        2: (b"", "empty"),
+        3: (b" \n ", "empty"),
+        4: (b'{"id": "7", "address": {"zip": 1}}', "not a JSON document of the schema"),
+        5: (b'{"id": 1.5, "address": {"zip": 1}}', "int64"),
+        6: (b'{"id": 1}', "required property $.address"),
+        7: (b'{"id": 1, "address": {"street": "x"}}', "required property $.address.zip"),
+        8: (b'{"id": 1, "address": {"zip": 1}} {"id": 2, "address": {"zip": 1}}',
+            "more than one JSON document"),
+        9: (b'{"id": 1, "address": {"zip": 1}, "day": "2024-02-30"}', "not a date"),
+        10: (b'{"id": 1, "address": {"zip": 1}, "color": "BLUE"}', "'BLUE' is not one of"),
+        11: (b'{"id": 1, "address": {"zip": 1}, "counts": {"a": "x"}}', "key 'a'"),
+        12: (b"[1, 2]", "not a JSON object"),
+        13: (b'{"id": 1, "address": {"zip": 1', "not a JSON document"),
+        14: (b'{"id": 1, "name": "\xff\xfe", "address": {"zip": 1}}', "not UTF-8"),
+        15: (b'{"id": null, "address": {"zip": 1}}', "required property $.id"),
+        16: (b"null", "not a JSON object"),  # pyarrow's reader would crash on it
+        17: (b' null', "not a JSON object"),
+        18: (b'{"id": 1, "address": {"zip": 1}} null', "more than one JSON document"),
+        19: (b'"text"', "not a JSON object"),
+    }
+    payloads = [good] + [p for p, _ in cases.values()] + [good]
+    res = order_codec.decode(pa.array(payloads, pa.binary()))
+    assert sorted(res.errors) == [i for i, (_, why) in cases.items() if why]
+    for i, (_, why) in cases.items():
+        if why:
+            assert why in res.errors[i], (i, res.errors[i])
+    values = res.values.to_pylist()
+    assert values[0] == values[-1] == _arrow_row(FULL)
+    assert all(v is None for v in values[1:-1])
+
+
+def test_encode_round_trips_by_value(order_codec):
+    rows = [_arrow_row(FULL), _arrow_row(SPARSE), None]
+    res = order_codec.encode(pa.array(rows, order_codec.arrow_type))
+    assert res.errors == {} and res.payloads[2].as_py() is None
+    docs = [json.loads(p) for p in res.payloads.to_pylist()[:2]]
+    assert docs == [WRITTEN_FULL, SPARSE]
+    assert order_codec.decode(res.payloads).values.to_pylist() == rows
+
+
+def test_encode_leaves_out_null_properties_wherever_they_stand():
+    codec = json_schema.codec(json.dumps({"type": "object", "properties": {
+        "a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}}}))
+    rows = [{"a": 1, "b": None, "c": True}, {"a": None, "b": "x", "c": None},
+            {"a": None, "b": None, "c": None}, {"a": 2, "b": "y", "c": False}]
+    payloads = codec.encode(pa.array(rows, codec.arrow_type)).payloads.to_pylist()
+    assert payloads == [b'{"a":1,"c":true}', b'{"b":"x"}', b"{}", b'{"a":2,"b":"y","c":false}']
+
+
+def test_encode_refuses_rows_it_cannot_write(order_codec):
+    t = order_codec.arrow_type
+    res = order_codec.encode(pa.array([_arrow_row(SPARSE), {"id": 1, "address": None},
+                                       {"id": None, "address": {"zip": 1}},
+                                       {"id": 1, "address": {"zip": 1}, "score": float("nan")}],
+                                      t))
+    assert sorted(res.errors) == [1, 2, 3]
+    assert "$.address" in res.errors[1] and "$.id" in res.errors[2]
+    assert "no JSON number" in res.errors[3]
+    assert res.payloads[0].as_py() is not None
+    with pytest.raises(SchemaFormatError, match="cannot be written"):
+        order_codec.encode(pa.array([1, 2]))
+
+
+def test_confluent_serializers_agree(order_codec):
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    client = SchemaRegistryClient.new_client({"url": "mock://json-schema-codec"})
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    text = json.dumps(SCHEMA)
+    framed = [JSONSerializer(text, client)(doc, ctx) for doc in (FULL, SPARSE)]
+    assert all(f[0] == 0 for f in framed)
+    res = order_codec.decode(pa.array([f[5:] for f in framed], pa.binary()))
+    assert res.errors == {} and res.values.to_pylist() == [_arrow_row(FULL), _arrow_row(SPARSE)]
+    ours = order_codec.encode(res.values).payloads.to_pylist()
+    deserialize = JSONDeserializer(text)  # validates against the schema as it reads
+    back = [deserialize(f[:5] + p, ctx) for f, p in zip(framed, ours)]
+    assert back == [WRITTEN_FULL, SPARSE]
+
+
+def test_optional_full_validation():
+    schema = {"type": "object", "properties": {
+        "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
+        "n": {"type": "integer", "minimum": 0}}}
+    lax = json_schema.codec(json.dumps(schema))
+    strict = json_schema.codec(json.dumps(schema), validate=True)
+    payloads = pa.array([b'{"code": "ABC", "n": 1}', b'{"code": "abc", "n": 1}',
+                         b'{"code": "ABC", "n": -1}'], pa.binary())
+    assert lax.decode(payloads).errors == {}
+    res = strict.decode(payloads)
+    assert sorted(res.errors) == [1, 2]
+    assert "$.code" in res.errors[1] and "$.n" in res.errors[2]
+    assert res.values.to_pylist()[0] == {"code": "ABC", "n": 1}
+
+
+@pytest.mark.parametrize("schema, match", [
+    ("{not json", "not JSON"),
+    ({"type": "string"}, "top level must be an object"),
+    ({"type": "object", "properties": {"a": {}}}, "allows any value"),
+    ({"type": "object", "properties": {"a": {"type": ["string", "integer"]}}},
+     "no single Arrow type"),
+    ({"type": "object", "properties": {"a": {"type": "object"}}}, "neither"),
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/Missing"}}}, "not found"),
+    ({"type": "object", "properties": {"a": {"$ref": "other.json"}}}, "outside the document"),
+    ({"type": "object", "$defs": {"T": {"type": "object", "properties": {
+        "child": {"$ref": "#/$defs/T"}}}}, "properties": {"t": {"$ref": "#/$defs/T"}}},
+     "recursive"),
+    ({"type": "object", "properties": {"a": {"type": "array"}}}, "items"),
+])
+def test_bad_schemas_are_refused_clearly(schema, match):
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    with pytest.raises(SchemaFormatError, match=match):
+        json_schema.codec(text)
