@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import KafkaConfigError, RecordFormatError
+from .columns import ints, mask as bool_mask
 from .options import ColumnFormat, FormatOptions
 from .registry import SCHEMA_TYPES, RegisteredSchema, SchemaNotFoundError, registry_for
 from .wire import frame_column, split_column
@@ -165,11 +166,11 @@ def decode_column(plan: ColumnPlan, options: FormatOptions, values: pa.Array,
     if not options.permissive:
         return Decoded(out, None, None)
     if bad:
-        mask = np.zeros(n, dtype=bool)
-        mask[list(bad)] = True
+        bad_rows = np.zeros(n, dtype=bool)
+        bad_rows[list(bad)] = True
         if not out.null_count == n:
-            out = pc.if_else(pa.array(~mask), out, pa.scalar(None, out.type))
-        raw = pc.if_else(pa.array(mask), values.cast(pa.binary()),
+            out = pc.if_else(bool_mask(~bad_rows), out, pa.scalar(None, out.type))
+        raw = pc.if_else(bool_mask(bad_rows), values.cast(pa.binary()),
                                  pa.scalar(None, pa.binary()))
         err = pa.array([bad.get(i) for i in range(n)], pa.string())
     else:
@@ -228,7 +229,7 @@ def _in_row_order(groups: list[tuple[np.ndarray, pa.Array]], n: int,
     order = np.concatenate(rows_list)
     inverse = np.empty(n, dtype=np.int64)
     inverse[order] = np.arange(n)
-    return pa.concat_arrays(values_list).take(pa.array(inverse))
+    return pa.concat_arrays(values_list).take(ints(inverse))
 
 
 # ---- writing ----------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import mask, offsets_and_data
+
 MAGIC = 0
 HEADER_SIZE = 5
 
@@ -25,28 +27,13 @@ class SplitColumn:
     bad: dict[int, str]
 
 
-def _offsets_and_data(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """The int64 offsets (n + 1, starting at the array's own offset) and the data bytes."""
-    if pa.types.is_large_binary(values.type):
-        width = np.int64
-    elif pa.types.is_binary(values.type):
-        width = np.int32
-    else:
-        values = values.cast(pa.binary())
-        width = np.int32
-    bufs = values.buffers()
-    offsets = np.frombuffer(bufs[1], dtype=width)[values.offset: values.offset + len(values) + 1]
-    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    return offsets.astype(np.int64), data
-
-
 def split_column(values: pa.Array) -> SplitColumn:
     """Read the header of every row: schema ids, payloads, bad rows named."""
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     values = values.cast(pa.binary()) if not pa.types.is_binary(values.type) else values
     n = len(values)
-    offsets, data = _offsets_and_data(values)
+    offsets, data = offsets_and_data(values)
     starts, ends = offsets[:-1], offsets[1:]
     lengths = ends - starts
     nulls = values.is_null().to_numpy(zero_copy_only=False) if values.null_count else \
@@ -76,7 +63,7 @@ def split_column(values: pa.Array) -> SplitColumn:
     # explicit stop: pyarrow's binary_slice without one sizes its output wrongly.
     payloads = pc.binary_slice(values, HEADER_SIZE, np.iinfo(np.int32).max)
     if not good.all():
-        payloads = pc.if_else(pa.array(good), payloads, pa.scalar(None, pa.binary()))
+        payloads = pc.if_else(mask(good), payloads, pa.scalar(None, pa.binary()))
     return SplitColumn(ids=ids, payloads=payloads, nulls=nulls, bad=bad)
 
 
