@@ -19,7 +19,7 @@ from txkafka.devtools import bench, bench_produce
 CONNECTING = {"demo", "verify", "transactions list", "transactions abort", "savepoint create",
               "bench", "bench-endurance"}
 LOCAL = {"broker", "commit-log show", "commit-log resolve", "commit-log moved", "savepoint show",
-         "pyspark-bytecode", "pyspark-home"}
+         "pyspark-bytecode", "pyspark-home", "registry", "bench-formats"}
 B = "127.0.0.1:1"
 SECRET = "hunter2-secret"
 

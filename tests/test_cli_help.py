@@ -7,9 +7,9 @@ import re
 
 from txkafka.cli import _load_extensions, build_parser
 
-USER = ["broker", "demo", "verify", "transactions", "commit-log", "savepoint", "pyspark-bytecode",
+USER = ["broker", "registry", "demo", "verify", "transactions", "commit-log", "savepoint", "pyspark-bytecode",
         "pyspark-home"]
-DEVELOPER = ["bench", "bench-endurance"]
+DEVELOPER = ["bench", "bench-endurance", "bench-formats"]
 
 
 def _listed(text: str) -> list[str]:

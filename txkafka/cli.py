@@ -118,7 +118,8 @@ class _DeveloperCommands:
 _USER_COMMANDS = ("txkafka.embedded_registry",
                   "txkafka.demo", "txkafka.verify", "txkafka.operator_cli", "txkafka.savepoint",
                   "txkafka.installed_pyspark", "txkafka.pyspark_home")
-_DEVELOPER_COMMANDS = ("txkafka.devtools.bench", "txkafka.devtools.bench_endurance")
+_DEVELOPER_COMMANDS = ("txkafka.devtools.bench", "txkafka.devtools.bench_endurance",
+                       "txkafka.devtools.bench_formats")
 _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
 _DEVELOPER_EXTENSIONS: list[Callable[[_DeveloperCommands], None]] = []
 

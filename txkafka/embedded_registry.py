@@ -159,6 +159,12 @@ class EmbeddedRegistry:
                                     stdin=subprocess.DEVNULL, start_new_session=True,
                                     cwd=self.root)
         self._child = proc
+        # Between fork and exec /proc shows our own command line: wait for the JVM to appear.
+        deadline = time.monotonic() + 10
+        while proc.poll() is None and not _pid_alive(proc.pid, self._marker):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         self.state = _State(port=port, pid=proc.pid, version=self.version)
         self._save()
         self.progress(f"started Apicurio Registry {self.version} on 127.0.0.1:{port}; waiting")
