@@ -223,13 +223,14 @@ class _KafkaWrite:
         # A batch write is one job, batch 0, whatever batch id it inherits: inside foreachBatch
         # its tasks carry the stream's streaming.sql.batchId, and its commit checks batch 0.
         batch = batch_id if self.streaming and batch_id is not None else 0
+        if self.encode is not None:
+            # Encoded first: the input digest and the record encoder see binary key and value.
+            iterator = encode_record_batches(iterator, self.encode, self.cfg.topic)
         digest: InputDigest | None = None
         if self.streaming and self.cfg.exactly_once:
             # What this task read, for the layout check of a re-written round (invariant 12).
             digest = InputDigest()
             iterator = digest.wrap(iterator)
-        if self.encode is not None:
-            iterator = encode_record_batches(iterator, self.encode, self.cfg.topic)
         if self.cfg.exactly_once and not self.plan.should_write(batch, partition_id):
             for _ in iterator:  # drain: the input must be consumed even when nothing is written
                 pass

@@ -106,6 +106,29 @@ class _Loader:
         return self.make()
 
 
+def codec_alone(text: str, values: pa.Array, framed: pa.Array, repeats: int) -> dict[str, int]:
+    """Rows/s of the steps a read or write task adds, in this process without Spark: the header
+    split, the Avro decode, the Avro encode and the header join (where the formats' time goes)."""
+    from ..connector.serde import avro
+    from ..connector.serde.wire import frame_column, split_column
+
+    codec = avro.codec(text)
+    payloads = split_column(framed).payloads
+    steps = {"split_header": lambda: split_column(framed),
+             "avro_decode": lambda: codec.decode(payloads),
+             "avro_encode": lambda: codec.encode(values),
+             "frame_header": lambda: frame_column(1, payloads)}
+    out = {}
+    for name, step in steps.items():
+        times = []
+        for _ in range(max(repeats, 1)):
+            began = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - began)
+        out[name] = round(len(values) / _median(times))
+    return out
+
+
 def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else float("nan")
 
@@ -149,6 +172,8 @@ def run(ns: argparse.Namespace) -> int:
             values = records(shape, ns.rows)
             framed = frame_column(sid, avro.codec(text).encode(values).payloads)
             result["bytes_per_row"][shape] = round(framed.nbytes / ns.rows, 1)
+            result.setdefault("codec_alone", {})[shape] = codec_alone(text, values, framed,
+                                                                      ns.repeats)
             say(f"{shape}: producing {ns.rows:,} records of {result['bytes_per_row'][shape]} B")
             fill(bootstrap, topic, framed)
             del values, framed
@@ -256,6 +281,11 @@ def report_markdown(result: dict[str, Any]) -> str:
                      f"{r['txkafka_avro']:,} | {r['spark_from_avro']:,} | "
                      f"{w['txkafka_avro_at_least_once']:,} | {w['txkafka_avro_exactly_once']:,} | "
                      f"{w['spark_to_avro']:,} |")
+    lines += ["", "| shape | split header | Avro decode | Avro encode | frame header |",
+              "|---|---|---|---|---|"]
+    for shape, c in result.get("codec_alone", {}).items():
+        lines.append(f"| {shape} | {c['split_header']:,} | {c['avro_decode']:,} | "
+                     f"{c['avro_encode']:,} | {c['frame_header']:,} |")
     return "\n".join(lines)
 
 
