@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..cli_options import CommandParser
-from .bench import _available_now_into_noop, machine, save_result, say, spark_session
+from .bench import (_available_now_into_noop, machine, save_result, say, spark_conf_pairs,
+                    spark_session)
 
 FLAT = {"type": "record", "name": "Flat", "namespace": "bench", "fields": [
     {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
@@ -162,7 +163,8 @@ def run(ns: argparse.Namespace) -> int:
         from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
         client = SchemaRegistryClient({"url": url})
-        spark = spark_session(False, ns.master, builtin_kafka_and_avro_conf())
+        spark = spark_session(False, ns.master, {**builtin_kafka_and_avro_conf(),
+                                                 **spark_conf_pairs(ns.spark_conf or [])})
         kafka = {"kafka.bootstrap.servers": bootstrap}
         for shape, schema in SHAPES.items():
             text = json.dumps(schema)
@@ -298,4 +300,6 @@ def register_cli(developer) -> None:
     p.add_argument("--repeats", type=int, default=3, metavar="N",
                    help="runs per system after one warm-up round; the median is reported")
     p.add_argument("--master", default="local[2]", help="Spark master")
+    p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
+                   help="a Spark setting for the session (repeatable)")
     p.set_defaults(func=run)
