@@ -164,13 +164,13 @@ def test_exactly_once_avro_pipeline_across_a_driver_kill(kafka, schema_registry,
     committed = 0
     for n in range(6):  # one transaction in three aborted
         abort = n % 3 == 2
-        rows = [_order(n * 200 + i) for i in range(200)]
+        rows = [_order(n * 100 + i) for i in range(100)]
         _produce_avro(kafka, src, schema_registry, ORDER_V1, rows, transactional=True,
                       commit=not abort)
         committed += 0 if abort else len(rows)
     topics = PipelineTopics(src, dst, committed)
     ck = str(tmp_path / "ck")
-    formats = ["--mode", "passthrough", "--max-offsets", "300",
+    formats = ["--mode", "passthrough", "--max-offsets", "150",
                "--format-conf", "valueFormat=avro",
                "--format-conf", f"schema.registry.url={schema_registry}",
                "--format-conf", "auto.register.schemas=true"]
