@@ -9,6 +9,7 @@ import datetime as dt
 import io
 import json
 import random
+import uuid
 from decimal import Decimal, localcontext
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 from txkafka.connector.errors import AvroSchemaError
 from txkafka.connector.serde import avro
+from txkafka.devtools.bench_avro import FLAT, NESTED, flat_values, nested_values
 
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
@@ -56,48 +58,10 @@ def _named(schema: Any, names: dict[str, Any]) -> Any:
     return schema
 
 
-def spark_view(schema: Any, v: Any, names: dict[str, Any] | None = None) -> Any:
-    """What Spark's from_avro shows for a value fastavro reads (the test's own mapping)."""
-    names = {} if names is None else names
-    schema = _named(schema, names)
-    if isinstance(schema, list):
-        nn = [b for b in schema if b != "null"]
-        if v is None:
-            return None
-        i = _branch(nn, v, names)
-        kinds = sorted(_kind(b, names) for b in nn)
-        if len(nn) == 1 or kinds in (["int", "long"], ["double", "float"]):
-            return spark_view(nn[i], v, names)
-        return {f"member{j}": (spark_view(b, v, names) if j == i else None)
-                for j, b in enumerate(nn)}
-    t = schema["type"] if isinstance(schema, dict) else schema
-    if isinstance(t, (dict, list)):
-        return spark_view(t, v, names)
-    lt = schema.get("logicalType") if isinstance(schema, dict) else None
-    if t == "record":
-        return {f["name"]: spark_view(f["type"], v[f["name"]], names) for f in schema["fields"]}
-    if t == "array":
-        return [spark_view(schema["items"], x, names) for x in v]
-    if t == "map":
-        return [(k, spark_view(schema["values"], x, names)) for k, x in v.items()]
-    if lt == "uuid":
-        return str(v)
-    if lt == "local-timestamp-millis" or lt == "local-timestamp-micros":
-        return v.replace(tzinfo=None) if isinstance(v, dt.datetime) else v
-    return v
-
-
 def _kind(schema: Any, names: dict[str, Any]) -> str:
     schema = _named(schema, names)
     t = schema["type"] if isinstance(schema, dict) else schema
     return t if isinstance(t, str) else "?"
-
-
-def _branch(nn: list[Any], v: Any, names: dict[str, Any]) -> int:
-    """The branch fastavro picked for ``v`` (values are generated with a tag: see gen)."""
-    if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) and v[0].startswith("#"):
-        return int(v[0][1:])
-    raise AssertionError("untagged union value")
 
 
 # --------------------------------------------------------------------------- random schemas
@@ -181,7 +145,7 @@ class Gen:
         if lt == "time-micros":
             return r.randint(0, 86_400_000_000 - 1)
         if lt == "uuid":
-            return "%032x" % r.getrandbits(128)
+            return str(uuid.UUID(int=r.getrandbits(128)))
         if lt == "decimal":
             digits = schema["precision"]
             return Decimal(r.randint(-10**digits + 1, 10**digits - 1)).scaleb(-schema["scale"])
@@ -215,54 +179,31 @@ class Gen:
         raise AssertionError(t)
 
 
-def untag(schema: Any, v: Any, names: dict[str, Any]) -> Any:
-    """fastavro's input from a tagged value: a union value as itself (fastavro picks the
-    branch by type), except where fastavro needs its (name, value) tuple notation."""
+def convert(schema: Any, v: Any, names: dict[str, Any], spark: bool) -> Any:
+    """A generated (union-tagged) value as fastavro's input (``spark`` False: a union's value
+    as itself, fastavro picks the branch by type), or as Spark's from_avro shows it (maps as
+    (key, value) lists, unions other than [null, T], [int, long], [float, double] as
+    member0..N structs)."""
     schema = _named(schema, names)
     if isinstance(schema, list):
         if v is None:
             return None
         nn = [b for b in schema if b != "null"]
         i = int(v[0][1:])
-        inner = untag(nn[i], v[1], names)
-        return inner
-    t = schema["type"] if isinstance(schema, dict) else schema
-    if t == "array":
-        return [untag(schema["items"], x, names) for x in v]
-    if t == "map":
-        return {k: untag(schema["values"], x, names) for k, x in v.items()}
-    if t == "record":
-        return {f["name"]: untag(f["type"], v[f["name"]], names) for f in schema["fields"]}
-    return v
-
-
-def tagged_view(schema: Any, v: Any, names: dict[str, Any]) -> Any:
-    """spark_view of a generated (tagged) value."""
-    schema = _named(schema, names)
-    if isinstance(schema, list):
-        if v is None:
-            return None
-        nn = [b for b in schema if b != "null"]
-        i = int(v[0][1:])
-        inner = tagged_view(nn[i], v[1], names)
+        inner = convert(nn[i], v[1], names, spark)
         kinds = sorted(_kind(b, names) for b in nn)
-        if len(nn) == 1:
-            return inner
-        if kinds in (["int", "long"], ["double", "float"]):
+        if not spark or len(nn) == 1 or kinds in (["int", "long"], ["double", "float"]):
             return inner
         return {f"member{j}": (inner if j == i else None) for j in range(len(nn))}
     t = schema["type"] if isinstance(schema, dict) else schema
     if t == "array":
-        return [tagged_view(schema["items"], x, names) for x in v]
+        return [convert(schema["items"], x, names, spark) for x in v]
     if t == "map":
-        return [(k, tagged_view(schema["values"], x, names)) for k, x in v.items()]
+        items = [(k, convert(schema["values"], x, names, spark)) for k, x in v.items()]
+        return items if spark else dict(items)
     if t == "record":
-        return {f["name"]: tagged_view(f["type"], v[f["name"]], names) for f in schema["fields"]}
-    lt = schema.get("logicalType") if isinstance(schema, dict) else None
-    if lt == "timestamp-millis" or lt == "timestamp-micros":
-        return v
-    if lt == "uuid":
-        return v
+        return {f["name"]: convert(f["type"], v[f["name"]], names, spark)
+                for f in schema["fields"]}
     return v
 
 
@@ -317,39 +258,26 @@ def test_random_schemas_decode_like_fastavro_and_encode_its_bytes(seed: int) -> 
     names: dict[str, Any] = {}
     fastavro.parse_schema(schema)
     values = [g.value(schema, names) for _ in range(60)]
-    payloads = write(schema, [untag(schema, v, dict(names)) for v in values])
+    payloads = write(schema, [convert(schema, v, dict(names), False) for v in values])
     res = decode(schema, payloads)
     assert res.errors == {}
     assert res.values.type == avro.arrow_type(json.dumps(schema))
     got = res.values.to_pylist()
-    want = [tagged_view(schema, v, dict(names)) for v in values]
+    want = [convert(schema, v, dict(names), True) for v in values]
     assert normalize(got) == normalize(want)
     enc = avro.codec(json.dumps(schema)).encode(res.values)
     assert enc.errors == {}
     assert enc.payloads.to_pylist() == payloads
 
 
-FLAT = {"type": "record", "name": "Flat", "namespace": "t", "fields": [
-    {"name": "id", "type": "long"},
-    {"name": "n", "type": "int"},
-    {"name": "x", "type": "double"},
-    {"name": "s", "type": "string"},
-    {"name": "ok", "type": "boolean"},
-    {"name": "note", "type": ["null", "string"], "default": None},
-    {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B", "C"]}},
-    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-    {"name": "f", "type": "float"},
-    {"name": "tail", "type": ["string", "null"]},
-]}
-
-
 def flat_records(n: int, seed: int = 1) -> list[dict]:
+    """Records of the benchmark's flat schema, big and negative numbers included."""
     r = random.Random(seed)
     return [{"id": r.randint(-2**63, 2**63 - 1), "n": r.randint(-2**31, 2**31 - 1),
              "x": r.uniform(-1e9, 1e9), "s": "é" * r.randint(0, 20), "ok": r.random() < 0.5,
              "note": None if r.random() < 0.5 else "n%d" % i, "kind": r.choice("ABC"),
              "at": EPOCH + dt.timedelta(milliseconds=r.randint(-2**41, 2**41)),
-             "f": float(np.float32(r.uniform(-10, 10))), "tail": None if i % 3 else "t"}
+             "score": float(np.float32(r.uniform(-10, 10))), "seq": i - 5}
             for i in range(n)]
 
 
@@ -363,7 +291,7 @@ def test_flat_record_round_trip_and_types() -> None:
         pa.field("ok", pa.bool_(), False), pa.field("note", pa.string(), True),
         pa.field("kind", pa.string(), False),
         pa.field("at", pa.timestamp("us", tz="UTC"), False),
-        pa.field("f", pa.float32(), False), pa.field("tail", pa.string(), True)])
+        pa.field("score", pa.float32(), False), pa.field("seq", pa.int64(), False)])
     res = c.decode(pa.array(payloads, pa.binary()))
     assert res.errors == {}
     assert normalize(res.values.to_pylist()) == normalize(recs)
@@ -706,3 +634,375 @@ def test_encode_from_spark_shaped_arrow() -> None:
     assert enc.errors == {}
     assert read(schema, enc.payloads[0].as_py()) == {
         "small": -7, "s": "hi", "at": EPOCH + dt.timedelta(milliseconds=1500)}
+
+
+# --------------------------------------------------------------------------- more corners
+
+def test_benchmark_columns_encode_fastavro_s_bytes_and_decode_back() -> None:
+    for schema, values in ((FLAT, flat_values(3000)), (NESTED, nested_values(3000))):
+        c = avro.codec(json.dumps(schema))
+        enc = c.encode(values)
+        assert enc.errors == {}
+        raw = enc.payloads.to_pylist()
+        for p in raw[::97]:
+            assert write(schema, [read(schema, p)]) == [p]
+        res = c.decode(enc.payloads)
+        assert res.errors == {} and res.values.equals(values)
+
+
+def test_resolution_inside_arrays_maps_and_nullable_records() -> None:
+    writer = {"type": "record", "name": "R", "fields": [
+        {"name": "xs", "type": {"type": "array", "items": "int"}},
+        {"name": "m", "type": {"type": "map", "values": {"type": "record", "name": "V", "fields": [
+            {"name": "a", "type": "string"}]}}},
+        {"name": "opt", "type": ["null", "V"]}]}
+    reader = {"type": "record", "name": "R", "fields": [
+        {"name": "xs", "type": {"type": "array", "items": "double"}},
+        {"name": "m", "type": {"type": "map", "values": {"type": "record", "name": "V", "fields": [
+            {"name": "a", "type": "bytes"}, {"name": "b", "type": "long", "default": -1}]}}},
+        {"name": "opt", "type": ["null", "V"]}]}
+    recs = [{"xs": [1, -2, 2**31 - 1], "m": {"k": {"a": "é"}}, "opt": {"a": "z"}},
+            {"xs": [], "m": {}, "opt": None}]
+    payloads = write(writer, recs)
+    res = decode(writer, payloads, reader)
+    assert res.errors == {}
+    assert res.values.to_pylist() == [
+        {"xs": [1.0, -2.0, 2147483647.0], "m": [("k", {"a": "é".encode(), "b": -1})],
+         "opt": {"a": b"z", "b": -1}},
+        {"xs": [], "m": [], "opt": None}]
+    assert [read(writer, p, reader) for p in payloads][0]["m"]["k"] == {"a": "é".encode(), "b": -1}
+
+
+def test_truncated_inside_an_array_is_one_bad_row() -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "L",
+                                                              "fields": [{"name": "s", "type": "string"}]}}}]}
+    good = write(schema, [{"lines": [{"s": "abc"}, {"s": "de"}]}] * 3)
+    cut = good[1][:5]
+    res = decode(schema, [good[0], cut, good[2]])
+    assert list(res.errors) == [1]
+    assert res.values.to_pylist()[0] == res.values.to_pylist()[2] == {
+        "lines": [{"s": "abc"}, {"s": "de"}]}
+
+
+def test_encode_null_inside_an_array_names_the_field() -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "L",
+                                                              "fields": [{"name": "q", "type": "int"}]}}}]}
+    t = avro.arrow_type(json.dumps(schema))
+    col = pa.array([{"lines": [{"q": 1}]}, {"lines": [{"q": 2}, {"q": None}]}, {"lines": []}],
+                   pa.struct([pa.field("lines", pa.list_(pa.struct([pa.field("q", pa.int32())])))]))
+    enc = avro.codec(json.dumps(schema)).encode(col)
+    assert list(enc.errors) == [1] and "lines[].q" in enc.errors[1]
+    assert enc.payloads.to_pylist() == [write(schema, [{"lines": [{"q": 1}]}])[0], None,
+                                        write(schema, [{"lines": []}])[0]]
+    assert t.field("lines").type.value_type.field("q").nullable is False
+
+
+def test_int_column_beyond_32_bits_and_narrow_union_branch() -> None:
+    enc = avro.codec('"int"').encode(pa.array([1, 2**31, -2**31 - 1], pa.int64()))
+    assert set(enc.errors) == {1, 2} and "32 bits" in enc.errors[1]
+    # A 32-bit column writes the int branch of ["int", "long"].
+    enc = avro.codec('["int","long"]').encode(pa.array([5], pa.int32()))
+    assert enc.payloads.to_pylist() == write(["int", "long"], [5])
+
+
+def test_fixed_decimals_of_three_bytes() -> None:
+    schema = {"type": "fixed", "name": "D", "size": 3, "logicalType": "decimal",
+              "precision": 6, "scale": 1}
+    values = [Decimal("-0.1"), Decimal("99999.9"), Decimal("-99999.9"), Decimal("0.0"),
+              Decimal("-12.8")]
+    payloads = write(schema, values)
+    res = decode(schema, payloads)
+    assert res.errors == {} and res.values.to_pylist() == values
+    assert avro.codec(json.dumps(schema)).encode(res.values).payloads.to_pylist() == payloads
+
+
+def test_map_blocks_with_negative_counts_of_records() -> None:
+    schema = {"type": "map", "values": {"type": "record", "name": "P", "fields": [
+        {"name": "x", "type": "int"}, {"name": "y", "type": ["null", "string"]}]}}
+    entry_a = bytes([0x02, ord("a"), 0x04, 0x02, 0x02, ord("q")])  # "a": {x: 2, y: "q"}
+    entry_b = bytes([0x02, ord("b"), 0x7F, 0x00])                  # "b": {x: -64, y: null}
+    payload = (bytes([0x01, len(entry_a) * 2]) + entry_a + bytes([0x01, len(entry_b) * 2])
+               + entry_b + bytes([0x00]))
+    assert read(schema, payload) == {"a": {"x": 2, "y": "q"}, "b": {"x": -64, "y": None}}
+    res = decode(schema, [payload, bytes([0x00])])
+    assert res.errors == {}
+    assert res.values.to_pylist() == [[("a", {"x": 2, "y": "q"}), ("b", {"x": -64, "y": None})],
+                                      []]
+
+
+def test_named_type_references_and_namespaces() -> None:
+    schema = {"type": "record", "name": "Outer", "namespace": "a.b", "fields": [
+        {"name": "e", "type": {"type": "enum", "name": "Color", "symbols": ["RED", "GREEN"]}},
+        {"name": "e2", "type": "a.b.Color"},
+        {"name": "inner", "type": {"type": "record", "name": "In", "namespace": "c",
+                                   "fields": [{"name": "f", "type": {"type": "fixed",
+                                                                     "name": "F", "size": 2}}]}},
+        {"name": "f2", "type": "c.F"}]}
+    recs = [{"e": "GREEN", "e2": "RED", "inner": {"f": b"\x00\xff"}, "f2": b"zz"}]
+    payloads = write(schema, recs)
+    res = decode(schema, payloads)
+    assert res.errors == {} and res.values.to_pylist() == recs
+    assert avro.codec(json.dumps(schema)).encode(res.values).payloads.to_pylist() == payloads
+
+
+def test_long_arrays_of_varints_in_one_record() -> None:
+    """Blocks of many varint items (read by scanning their bytes, not item by item), beside
+    short ones, in several blocks, and one cut short."""
+    schema = {"type": "array", "items": "long"}
+    r = random.Random(3)
+    values = [[r.randint(-2**63, 2**63 - 1) for _ in range(20_000)], [1, 2], [],
+              [r.randint(-300, 300) for _ in range(500)]]
+    payloads = write(schema, values)
+    res = decode(schema, payloads)
+    assert res.errors == {} and res.values.to_pylist() == values
+    block = bytes([0x82, 0x01]) + bytes((2 * i) % 126 for i in range(65))  # 65 items
+    two_blocks = block + bytes([0x81, 0x01, 0x82, 0x01]) + block[2:] + bytes([0x00])
+    want = read(schema, two_blocks)  # the second block has a negative count and a size
+    assert len(want) == 130
+    res = decode(schema, [two_blocks, payloads[1]])
+    assert res.errors == {} and res.values.to_pylist() == [want, [1, 2]]
+    res = decode(schema, [payloads[0][:-50], payloads[1]])
+    assert list(res.errors) == [0] and res.values.to_pylist()[1] == [1, 2]
+    enum_schema = {"type": "array", "items": {"type": "enum", "name": "E", "symbols": ["A", "B"]}}
+    many = [["A", "B"] * 100]
+    res = decode(enum_schema, write(enum_schema, many))
+    assert res.errors == {} and res.values.to_pylist() == many
+
+
+def test_empty_sliced_chunked_and_large_binary_columns() -> None:
+    c = avro.codec(json.dumps(NESTED))
+    values = nested_values(40)
+    assert len(c.encode(values.slice(0, 0)).payloads) == 0
+    assert c.decode(pa.array([], pa.binary())).values.type == c.arrow_type
+    enc = c.encode(values.slice(10, 20))
+    assert c.decode(enc.payloads.slice(3, 5)).values.equals(values.slice(13, 5))
+    assert c.decode(enc.payloads.cast(pa.large_binary())).values.equals(values.slice(10, 20))
+    chunked = c.encode(pa.chunked_array([values.slice(0, 5), values.slice(5, 5)]))
+    assert chunked.payloads.equals(c.encode(values.slice(0, 10)).payloads)
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_corrupted_payloads_never_raise_and_leave_other_rows_alone(seed: int) -> None:
+    """Random schemas, payloads with bytes flipped, cut or appended: decoding never raises,
+    the untouched rows decode as before, and a damaged row that is an error row is null."""
+    g = Gen(1000 + seed)
+    for _ in range(20):
+        schema = g.record()
+        if not _ambiguous(schema, {}):
+            break
+    names: dict[str, Any] = {}
+    fastavro.parse_schema(schema)
+    values = [g.value(schema, names) for _ in range(40)]
+    payloads = write(schema, [convert(schema, v, dict(names), False) for v in values])
+    clean = decode(schema, payloads).values
+    r = random.Random(seed)
+    damaged = list(payloads)
+    hit = set(r.sample(range(len(payloads)), 15))
+    for i in hit:
+        p = bytearray(damaged[i])
+        how = r.random()
+        if how < 0.4 and p:
+            for _ in range(r.randint(1, 3)):
+                p[r.randrange(len(p))] = r.randrange(256)
+        elif how < 0.7:
+            p = p[:r.randrange(len(p) + 1)]
+        else:
+            p += bytes(r.randrange(256) for _ in range(r.randint(1, 20)))
+        damaged[i] = bytes(p)
+    res = decode(schema, damaged)
+    got = res.values  # a damaged row may hold a date beyond Python's: compared in Arrow
+    for i in range(len(payloads)):
+        if i not in hit or damaged[i] == payloads[i]:
+            assert i not in res.errors and got[i].equals(clean[i])
+        elif i in res.errors:
+            assert not got[i].is_valid and res.errors[i]
+
+
+def evolve(schema: Any, r: random.Random, names: set[str], in_union: bool = False) -> Any:
+    """A reader schema for data written with ``schema``: fields dropped, added with defaults,
+    reordered, types promoted, values wrapped in a nullable union."""
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        if schema["name"] in names:
+            return schema["name"]
+        names.add(schema["name"])
+        fields = []
+        for f in schema["fields"]:
+            if r.random() < 0.15:
+                continue  # dropped: the reader skips it
+            fields.append(dict(f, type=evolve(f["type"], r, names)))
+        if r.random() < 0.5:
+            fields.append({"name": f"added{len(fields)}", "type": "string", "default": "dflt"})
+        if r.random() < 0.3:
+            fields.append({"name": f"opt{len(fields)}", "type": ["null", "long"],
+                           "default": None})
+        r.shuffle(fields)
+        return dict(schema, fields=fields)
+    if isinstance(schema, dict) and schema.get("type") == "array":
+        return dict(schema, items=evolve(schema["items"], r, names))
+    if isinstance(schema, dict) and schema.get("type") == "map":
+        return dict(schema, values=evolve(schema["values"], r, names))
+    if isinstance(schema, dict) and schema.get("type") in ("enum", "fixed"):
+        names.add(schema["name"])
+        return schema
+    if isinstance(schema, list):
+        return [evolve(b, r, names, True) for b in schema]
+    promote = {"int": ["long", "double"], "long": ["double"], "float": ["double"],
+               "string": ["bytes"]}
+    if isinstance(schema, str) and schema in promote and r.random() < 0.5:
+        return r.choice(promote[schema])
+    if r.random() < 0.15 and schema != "null" and not in_union:
+        return ["null", schema]
+    return schema
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_random_schema_evolution_resolves_as_fastavro(seed: int) -> None:
+    """Data written with a random schema, read with an evolved one: the codec's resolved
+    column equals fastavro's resolved records (written again with the reader schema and
+    decoded without resolution)."""
+    g = Gen(5000 + seed)
+    for _ in range(20):
+        writer = g.record()
+        if not _ambiguous(writer, {}):
+            break
+    r = random.Random(seed)
+    reader = evolve(writer, r, set())
+    if _ambiguous(reader, {}):
+        pytest.skip("the evolved schema has a union fastavro cannot write unambiguously")
+    names: dict[str, Any] = {}
+    values = [g.value(writer, names) for _ in range(30)]
+    payloads = write(writer, [convert(writer, v, dict(names), False) for v in values])
+    res = decode(writer, payloads, reader)
+    assert res.errors == {}
+    resolved = [read(writer, p, reader) for p in payloads]
+    want = decode(reader, write(reader, resolved))
+    assert want.errors == {}
+    assert res.values.equals(want.values)
+
+
+def test_binary_column_written_as_string_must_be_utf8() -> None:
+    enc = avro.codec('"string"').encode(pa.array([b"ok", b"\xc3\x28", "é".encode()], pa.binary()))
+    assert list(enc.errors) == [1] and "UTF-8" in enc.errors[1]
+    assert enc.payloads.to_pylist() == [write("string", ["ok"])[0], None, write("string", ["é"])[0]]
+
+
+def test_big_columns_in_slices_keep_rows_and_errors_in_place() -> None:
+    """Columns of many slices (decode and encode work a slice at a time): errors at the right
+    rows, payloads as the rows encoded alone, the buffer grown when rows get longer."""
+    c = avro.codec(json.dumps(FLAT))
+    values = flat_values(60_000)
+    ids = values.field("id").to_pylist()
+    for i in (5, 4096, 30_001, 59_999):
+        ids[i] = None
+    s = values.field("s")
+    longer = pa.array([x * (40 if i > 20_000 else 1) for i, x in enumerate(s.to_pylist())])
+    cols = [pa.array(ids, pa.int64()) if f.name == "id" else longer if f.name == "s"
+            else values.field(f.name) for f in values.type]
+    values = pa.StructArray.from_arrays(cols, names=[f.name for f in values.type])
+    enc = c.encode(values)
+    assert sorted(enc.errors) == [5, 4096, 30_001, 59_999]
+    for i in (0, 4095, 4097, 30_000, 59_998):
+        assert enc.payloads[i].as_py() == c.encode(values.slice(i, 1)).payloads[0].as_py()
+    assert all(enc.payloads[i].as_py() is None for i in enc.errors)
+    payloads = enc.payloads.to_pylist()
+    for i in (7, 33_333, 59_000):
+        payloads[i] = payloads[i][:-1]
+    res = c.decode(pa.array(payloads, pa.binary()))
+    assert sorted(res.errors) == [7, 33_333, 59_000]  # the null payloads are null values
+    assert all(not res.values[i].is_valid for i in [*res.errors, *enc.errors])
+    ok = [i for i in range(0, 60_000, 997) if i not in res.errors and i not in enc.errors]
+    assert normalize(res.values.take(pa.array(ok)).to_pylist()) == \
+        normalize(values.take(pa.array(ok)).to_pylist())
+
+
+def test_decode_and_encode_do_not_import_pandas() -> None:
+    """A Python worker's first task decodes and encodes without pyarrow loading pandas (0.3 s
+    of CPU): arrays are built from and read through their buffers."""
+    from tests.test_import_cost import _pandas_modules_after
+
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": ["null", "long"]}, {"name": "s", "type": "string"},
+        {"name": "e", "type": {"type": "enum", "name": "E", "symbols": ["A", "B"]}},
+        {"name": "f", "type": "float"}, {"name": "ok", "type": "boolean"},
+        {"name": "d", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "u", "type": ["null", "int", "string"]},
+        {"name": "xs", "type": {"type": "array", "items": ["null", "double"]}},
+        {"name": "m", "type": {"type": "map", "values": "bytes"}},
+        {"name": "dec", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9,
+                                 "scale": 2}}]}
+    recs = [{"a": None, "s": "x", "e": "B", "f": 1.5, "ok": True, "d": dt.date(2020, 1, 2),
+             "t": EPOCH, "u": "q", "xs": [None, 2.5], "m": {"k": b"v"}, "dec": Decimal("1.25")},
+            {"a": 3, "s": "", "e": "A", "f": 0.0, "ok": False, "d": dt.date(1969, 1, 1),
+             "t": EPOCH, "u": 4, "xs": [], "m": {}, "dec": Decimal("-3.00")}]
+    payloads = write(schema, recs)
+    code = (
+        "import json, numpy as np, pyarrow as pa\n"
+        "from txkafka.connector.serde import avro\n"
+        f"payloads = [bytes.fromhex(h) for h in {[p.hex() for p in payloads]!r}]\n"
+        "offsets = np.cumsum([0] + [len(p) for p in payloads]).astype(np.int32)\n"
+        "col = pa.Array.from_buffers(pa.binary(), len(payloads), [None, pa.py_buffer(offsets),"
+        " pa.py_buffer(b''.join(payloads))])\n"
+        f"c = avro.codec({json.dumps(schema)!r})\n"
+        "res = c.decode(col)\n"
+        "assert not res.errors, res.errors\n"
+        "enc = c.encode(res.values)\n"
+        "assert not enc.errors and enc.payloads.equals(col), enc.errors\n")
+    assert _pandas_modules_after(code) == "[]"
+
+
+def test_schema_from_arrow_refuses_names_avro_does_not_allow() -> None:
+    with pytest.raises(AvroSchemaError, match="'bad-name' .* record 'inner'"):
+        avro.schema_from_arrow(pa.struct([pa.field("inner", pa.struct([
+            pa.field("bad-name", pa.int32())]))]))
+    with pytest.raises(AvroSchemaError, match="string keys"):
+        avro.schema_from_arrow(pa.struct([pa.field("m", pa.map_(pa.int32(), pa.int32()))]))
+
+
+def test_one_record_with_thousands_of_string_and_record_items() -> None:
+    """A value with many variable-size items (read past in plain Python once few values are
+    still going), beside short ones; one cut short is a bad row."""
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "m", "type": {"type": "map", "values": {"type": "record", "name": "V", "fields": [
+            {"name": "s", "type": ["null", "string"]}, {"name": "n", "type": "long"},
+            {"name": "f", "type": {"type": "fixed", "name": "F", "size": 2}}]}}}]}
+    big = {"tags": ["t%d" % i for i in range(3000)],
+           "m": {f"k{i}": {"s": None if i % 4 else "é" * (i % 7), "n": -i * 10**9,
+                           "f": b"ab"} for i in range(1500)}}
+    small = {"tags": ["x"], "m": {"a": {"s": "b", "n": 1, "f": b"cd"}}}
+    payloads = write(schema, [big, small, big])
+    res = decode(schema, payloads)
+    assert res.errors == {}
+    got = res.values.to_pylist()
+    assert got[0]["tags"] == big["tags"] and got[2] == got[0]
+    assert got[0]["m"] == [(k, v) for k, v in big["m"].items()]
+    assert got[1]["m"] == [("a", {"s": "b", "n": 1, "f": b"cd"})]
+    res = decode(schema, [payloads[0][:len(payloads[0]) // 2], payloads[1]])
+    assert list(res.errors) == [0] and res.values.to_pylist()[1] == got[1]
+
+
+def test_dates_from_date64_and_timestamps_of_each_unit() -> None:
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "d", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "t", "type": {"type": "long", "logicalType": "timestamp-micros"}}]}
+    day = dt.date(1965, 3, 4)
+    at = dt.datetime(2021, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    for d_type in (pa.date32(), pa.date64()):
+        for unit in ("s", "ms", "us", "ns"):
+            col = pa.array([{"d": day, "t": at}], pa.struct([
+                pa.field("d", d_type), pa.field("t", pa.timestamp(unit, tz="UTC"))]))
+            got = avro.codec(json.dumps(schema)).encode(col).payloads[0].as_py()
+            exact = at.replace(microsecond={"s": 0, "ms": 123000}.get(unit, 123456))
+            assert got == write(schema, [{"d": day, "t": exact}])[0], (d_type, unit)
+
+
+def test_decimal_resolution_keeps_the_scale() -> None:
+    w = {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}
+    wider = dict(w, precision=20)
+    res = decode(w, write(w, [Decimal("1.25")]), wider)
+    assert res.values.type == pa.decimal128(20, 2) and res.values.to_pylist() == [Decimal("1.25")]
+    with pytest.raises(AvroSchemaError, match="scale 2 .* reader's 3"):
+        avro.codec(json.dumps(w), json.dumps(dict(w, scale=3)))

@@ -1,22 +1,28 @@
 """Avro binary datums (Confluent's wire format, after the header) to and from Arrow, column-wise.
 
 Decoding reads one field for all records at once: an int64 array holds each record's position,
-each field is one numpy pass (varints branch-free from 8-byte words), strings become Arrow
-offsets and one copy; unions split the records by branch, arrays and maps iterate over the
-element index with the records that still have elements. Encoding mirrors it: each field's
-encoded size for all values, row lengths, then each field scattered into one output buffer.
-Bad rows never raise: they are collected with a message and come out null.
+each field is one numpy pass (varints branch-free from 8-byte words), strings become the even
+values of one binary array over the data (one C++ copy); unions split the records by branch;
+arrays and maps first find where every item starts (a pass per item index over the values that
+still have items; long blocks of varints by one scan; a few values with thousands of items in
+plain Python), then decode all items in one call. Encoding mirrors it: each field's encoded size
+for all values, row offsets, then each field written for all rows as 8-byte words into the one
+buffer that becomes the payloads. A column is worked on in slices of about 2 MiB, so that each
+field's pass stays in the CPU's cache. Bad rows never raise: they are collected with a message
+and come out null.
 
-Types map as Spark's ``from_avro`` maps them (its ``SchemaConverters``): see :func:`arrow_type`.
-A reader schema different from the writer's is resolved as the Avro specification says
-("Schema Resolution"), compiled once per (writer, reader) pair into the decoder itself:
-fields matched by name or alias, defaults as constant columns, promotions as casts, enum symbols
-through a table, unions by first matching branch; all column-wise.
+Types map as Spark's ``from_avro`` and ``to_avro`` map them (its ``SchemaConverters``): see
+:func:`arrow_type` and :func:`schema_from_arrow`. A reader schema different from the writer's
+is resolved as the Avro specification says ("Schema Resolution"), compiled once per (writer,
+reader) pair into the decoder itself, column-wise: fields matched by name or alias, defaults as
+constant columns, dropped fields read past, promotions as casts, enum symbols through a table,
+unions by first matching branch.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
@@ -26,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..client.record_batch_decoder import _binary, _fixed_binary, _words, numbers_array
-from ..client.record_batch_encoder import _offsets_and_data, put_uvarints, uvarint_sizes, zigzag
+from ..client.record_batch_encoder import _offsets_and_data, uvarint_sizes, zigzag
 from ..errors import AvroSchemaError
 from . import DecodeResult, EncodeResult
 
@@ -260,6 +266,12 @@ _SWAR = [(np.uint64(0x007F007F007F007F), np.uint64(0x3F803F803F803F80), np.uint6
          (np.uint64(0x00003FFF00003FFF), np.uint64(0x0FFFC0000FFFC000), np.uint64(2)),
          (np.uint64(0x000000000FFFFFFF), np.uint64(0x00FFFFFFF0000000), np.uint64(4))]
 _INT32_SPAN = np.uint64(0xFFFFFFFF)
+_ALL = np.uint64(2**64 - 1)
+_CHUNK_BYTES = 1 << 21  # payload bytes per slice of a column: a core's share of cache
+_CHUNK_ROWS_MIN = 4096
+_SCAN_MIN = 64
+_FEW_ROWS = 2            # values still going, with ...
+_FEW_ROWS_ITEMS = 256    # ... more items than this: skipped in plain Python  # a block with more varint items than this is read by one scan of its bytes
 _MAX_ITEMS = 1 << 24  # items of zero bytes each (null, empty record) one block may declare
 
 
@@ -290,38 +302,74 @@ class _Ctx:
             pos[over] = self.total
 
 
+def _varint_ends(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray, x: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the 8-byte words ``x`` at ``pos`` (not all one-byte varints): the bits of each
+    varint's first 8 bytes (all ones when it runs longer), the positions after each, and which
+    run longer. A varint of more than 10 bytes (or 64 bits) is an error row."""
+    below = np.invert(x)
+    below &= _HI                 # the high bit of each byte that ends the varint
+    first = np.negative(below)
+    below &= first               # ... the first of them, alone
+    below -= _ONE                # every bit below it: the varint's bits (all when none ends it)
+    size = np.bitwise_count(below)
+    size += 1
+    size >>= 3
+    after = pos + size
+    longer = np.flatnonzero(below == _ALL)
+    if len(longer):
+        p = pos[longer]
+        more = ctx.buf[p + 8] >= 0x80
+        after[longer] = p + 9 + more
+        ctx.fail(rows[longer[more & (ctx.buf[p + 9] > 1)]],
+                 "a varint runs past 10 bytes or 64 bits")
+    return below, after, longer
+
+
+def _skip_varints(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The positions after the varints at ``pos`` (their values are not needed)."""
+    if not len(pos):
+        return pos
+    if ctx.buf.take(pos).max() < 0x80:
+        return pos + 1
+    return _varint_ends(ctx, pos, rows, ctx.w64[pos])[1]
+
+
 def _uvarints(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unsigned varints at ``pos``: (uint64 values, positions after them). Up to 8 bytes are
     decoded branch-free from the 8-byte word at each position (SWAR: drop the continuation bits,
-    then pack 7-bit groups pairwise); only 9- and 10-byte varints take more passes."""
+    then pack 7-bit groups pairwise), in place; only 9- and 10-byte varints take more passes."""
     if not len(pos):
         return np.zeros(0, np.uint64), pos
-    b = ctx.buf[pos]
+    b = ctx.buf.take(pos)
     if b.max() < 0x80:
         return b.astype(np.uint64), pos + 1
-    w = ctx.w64[pos]
-    stops = ~w & _HI                   # the high bit of each byte that ends the varint
-    mask = stops & (~stops + _ONE)     # ... the first of them, alone
-    mask = (mask << _ONE) - _ONE       # the varint's bytes (all eight when none ends it)
-    x = w & mask & _LO7
+    x = ctx.w64[pos]
+    below, after, longer = _varint_ends(ctx, pos, rows, x)
+    x &= below
+    x &= _LO7
+    t = np.empty_like(x)
     for keep, move, shift in _SWAR:
-        x = (x & keep) | ((x >> shift) & move)
-    size = np.bitwise_count(mask).astype(np.int64) >> 3
-    longer = np.flatnonzero(stops == 0)
+        np.right_shift(x, shift, out=t)
+        t &= move
+        x &= keep
+        x |= t
     if len(longer):
         p = pos[longer]
         b8 = ctx.buf[p + 8].astype(np.uint64)
         b9 = ctx.buf[p + 9].astype(np.uint64)
-        more = b8 >= 0x80
         x[longer] |= ((b8 & np.uint64(0x7F)) << np.uint64(56)) | (
-            np.where(more, b9 & _ONE, 0).astype(np.uint64) << np.uint64(63))
-        size[longer] = 9 + more
-        ctx.fail(rows[longer[more & (b9 > 1)]], "a varint runs past 10 bytes or 64 bits")
-    return x, pos + size
+            np.where(b8 >= 0x80, b9 & _ONE, 0).astype(np.uint64) << np.uint64(63))
+    return x, after
 
 
 def _unzigzag(u: np.ndarray) -> np.ndarray:
-    return (u >> _ONE).view(np.int64) ^ -(u & _ONE).view(np.int64)
+    """Zigzag-decoded int64 values (``u`` is consumed)."""
+    sign = u & _ONE
+    np.negative(sign, out=sign)
+    u >>= _ONE
+    u ^= sign
+    return u.view(np.int64)
 
 
 def _longs(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -342,27 +390,64 @@ def _lengths(ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, 
     """A bytes/string length, then where the bytes start; lengths that are negative or run past
     the data are error rows (length 0)."""
     n, start = _longs(ctx, pos, rows)
-    if len(n) and (n.min() < 0 or (start + n).max() > ctx.total):
-        bad = (n < 0) | (start + n > ctx.total)
+    if len(n) and (n.min() < 0 or (n - (ctx.total - start)).max() > 0):  # no overflow
+        bad = (n < 0) | (n > ctx.total - start)
         ctx.fail(rows[bad], "a string or bytes length is negative or runs past the data")
         n = np.where(bad, 0, n)
     return n, start
 
 
+class _Bad(Exception):
+    """Data a plain-Python skip cannot read (the row is reported by its caller)."""
+
+
+def _varint1(mv: memoryview, at: int) -> tuple[int, int]:
+    """One varint (zigzag-decoded) at ``at``, and the position after it."""
+    b = mv[at]
+    at += 1
+    value, shift = b & 0x7F, 7
+    while b >= 0x80:
+        if shift > 63:
+            raise _Bad
+        b = mv[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+    return (value >> 1) ^ -(value & 1), at
+
+
 class _Dec:
     """A decoder of one (writer, reader) schema pair to the reader's Arrow type."""
 
+    @property
+    def has_skip1(self) -> bool:
+        return self.fixed is not None
+
+    def skip1(self, mv: memoryview, at: int) -> int:
+        """The position after the value at ``at``, in plain Python (see ``_Array._few``)."""
+        if self.fixed is None:
+            raise _Bad
+        return at + self.fixed
+
     type: pa.DataType
     min_size = 1  # fewest bytes one value takes (bounds the item count of a corrupt block)
+    fixed: int | None = None  # bytes every value takes, if they all take the same
 
     def decode(self, ctx: _Ctx, pos: np.ndarray, rows: np.ndarray
                ) -> tuple[pa.Array, np.ndarray]:
         raise NotImplementedError
 
+    def skip(self, ctx: _Ctx, pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """The positions after the values at ``pos``, without building them."""
+        if self.fixed is not None:
+            return pos + self.fixed
+        return self.decode(ctx, pos, rows)[1]
+
 
 class _Null(_Dec):
     type = pa.null()
     min_size = 0
+    fixed = 0
 
     def decode(self, ctx, pos, rows):
         return pa.nulls(len(pos)), pos
@@ -370,6 +455,7 @@ class _Null(_Dec):
 
 class _Bool(_Dec):
     type = pa.bool_()
+    fixed = 1
 
     def decode(self, ctx, pos, rows):
         b = ctx.buf[pos]
@@ -379,7 +465,19 @@ class _Bool(_Dec):
         return pa.Array.from_buffers(pa.bool_(), len(b), [None, bits]), pos + 1
 
 
-class _Number(_Dec):
+class _Varint(_Dec):
+    """A value that is one varint (int, long, enum): read past without decoding it."""
+
+    has_skip1 = True
+
+    def skip(self, ctx, pos, rows):
+        return _skip_varints(ctx, pos, rows)
+
+    def skip1(self, mv, at):
+        return _varint1(mv, at)[1]
+
+
+class _Number(_Varint):
     """int or long, read as the reader's int, long, float, double, date or timestamp."""
 
     def __init__(self, writer: str, out: pa.DataType, scale: int = 1):
@@ -403,7 +501,7 @@ class _Number(_Dec):
 class _Float(_Dec):
     def __init__(self, writer: str, out: pa.DataType):
         self.width = 4 if writer == "float" else 8
-        self.min_size = self.width
+        self.min_size = self.fixed = self.width
         self.type = out
         self.dtype = np.float32 if pa.types.is_float32(out) else np.float64
 
@@ -413,12 +511,18 @@ class _Float(_Dec):
 
 
 def _valid_utf8(ctx: _Ctx, arr: pa.Array, rows: np.ndarray) -> pa.Array:
-    """A binary column as string; values that are not UTF-8 become null error rows (found by
-    halving: the check is one C++ pass over each half that fails)."""
+    """A binary column as string; values that are not UTF-8 become null error rows."""
     try:
         return arr.cast(pa.string())
     except pa.ArrowInvalid:
-        pass
+        idx = _not_utf8(arr)
+    ctx.fail(rows[idx], "a string is not valid UTF-8")
+    return _null_at(arr, idx).cast(pa.string())
+
+
+def _not_utf8(arr: pa.Array) -> np.ndarray:
+    """Where a binary column's values are not UTF-8 (found by halving: the check is one C++
+    pass over each half that fails)."""
     bad: list[int] = []
 
     def find(lo: int, hi: int) -> None:
@@ -433,9 +537,7 @@ def _valid_utf8(ctx: _Ctx, arr: pa.Array, rows: np.ndarray) -> pa.Array:
                 find(mid, hi)
 
     find(0, len(arr))
-    idx = np.array(bad, dtype=np.int64)
-    ctx.fail(rows[idx], "a string is not valid UTF-8")
-    return _null_at(arr, idx).cast(pa.string())
+    return np.array(bad, dtype=np.int64)
 
 
 def _null_at(arr: pa.Array, idx: np.ndarray) -> pa.Array:
@@ -455,6 +557,30 @@ def _indices(values: np.ndarray, valid: np.ndarray | None) -> pa.Array:
                                  null_count=-1 if valid is None else int(len(v) - valid.sum()))
 
 
+def _slices(ctx: _Ctx, start: np.ndarray, length: np.ndarray) -> pa.Array:
+    """The bytes [start, start + length) of the data as a binary array. Slices in data order
+    (a column's values always are, but for array items) are the even values of one binary
+    array over the data whose odd values are the gaps between them: one C++ filter copies
+    them out, with no per-byte index and no gather. Others go through ``binary_view``."""
+    k = len(start)
+    if not k:
+        return _empty_binaries(0)
+    end = start + length
+    if k > 1 and (start[1:] < end[:-1]).any():
+        return _binary(ctx.words, ctx.data, start, length)
+    bounds = np.empty(2 * k + 1, dtype=np.int32)
+    bounds[0:2 * k:2] = start
+    bounds[1:2 * k:2] = end
+    bounds[2 * k] = end[-1]
+    both = pa.Array.from_buffers(pa.binary(), 2 * k, [None, pa.py_buffer(bounds), ctx.data])
+    return both.take(_evens(k))
+
+
+def _evens(k: int) -> pa.Array:
+    """Take indices 0, 2, 4, ... of ``k`` values."""
+    return numbers_array(np.arange(0, 2 * k, 2, dtype=np.int64), pa.int64(), np.int64)
+
+
 class _Bytes(_Dec):
     """bytes or string, read as the reader's string or binary."""
 
@@ -462,9 +588,21 @@ class _Bytes(_Dec):
         self.as_string = as_string
         self.type = pa.string() if as_string else pa.binary()
 
+    def skip(self, ctx, pos, rows):
+        n, start = _lengths(ctx, pos, rows)
+        return start + n
+
+    has_skip1 = True
+
+    def skip1(self, mv, at):
+        n, at = _varint1(mv, at)
+        if n < 0:
+            raise _Bad
+        return at + n
+
     def decode(self, ctx, pos, rows):
         n, start = _lengths(ctx, pos, rows)
-        arr = _binary(ctx.words, ctx.data, start, n) if len(n) else pa.nulls(0, pa.binary())
+        arr = _slices(ctx, start, n)
         if self.as_string:
             arr = _valid_utf8(ctx, arr, rows)
         return arr, start + n
@@ -472,7 +610,7 @@ class _Bytes(_Dec):
 
 class _Fixed(_Dec):
     def __init__(self, size: int):
-        self.size = self.min_size = size
+        self.size = self.min_size = self.fixed = size
         self.type = pa.binary()
 
     def decode(self, ctx, pos, rows):
@@ -492,9 +630,25 @@ class _Decimal(_Dec):
     """Big-endian two's complement (bytes, or fixed of ``size``) to decimal128."""
 
     def __init__(self, size: int | None, precision: int, scale: int):
-        self.size = size
+        self.size = self.fixed = size
         self.min_size = size or 1
         self.type = pa.decimal128(precision, scale)
+
+    def skip(self, ctx, pos, rows):
+        if self.size is not None:
+            return pos + self.size
+        n, start = _lengths(ctx, pos, rows)
+        return start + n
+
+    has_skip1 = True
+
+    def skip1(self, mv, at):
+        if self.size is not None:
+            return at + self.size
+        n, at = _varint1(mv, at)
+        if n < 0:
+            raise _Bad
+        return at + n
 
     def decode(self, ctx, pos, rows):
         if self.size is None:
@@ -518,7 +672,7 @@ class _Decimal(_Dec):
         return arr, end
 
 
-class _Enum(_Dec):
+class _Enum(_Varint):
     def __init__(self, writer: _S, reader: _S):
         self.type = pa.string()
         self.symbols = _strings(reader.symbols)
@@ -558,6 +712,7 @@ class _Const(_Dec):
     """A reader field the writer lacks: its default, repeated (reads no bytes)."""
 
     min_size = 0
+    fixed = 0
 
     def __init__(self, value: pa.Array):
         self.value, self.type = value, value.type
@@ -572,6 +727,17 @@ class _Cast(_Dec):
 
     def __init__(self, inner: _Dec, out: pa.DataType):
         self.inner, self.type, self.min_size = inner, out, inner.min_size
+        self.fixed = inner.fixed
+
+    def skip(self, ctx, pos, rows):
+        return self.inner.skip(ctx, pos, rows)
+
+    @property
+    def has_skip1(self):
+        return self.inner.has_skip1
+
+    def skip1(self, mv, at):
+        return self.inner.skip1(mv, at)
 
     def decode(self, ctx, pos, rows):
         arr, pos = self.inner.decode(ctx, pos, rows)
@@ -593,12 +759,35 @@ class _Record(_Dec):
         self.out = out          # per reader field: (writer field index, None) or (-1, default)
         self.fields = fields
         self.type = pa.struct(fields)
+        self.kept = {j for j, const in out if const is None}  # writer fields the reader reads
         self.min_size = sum(s.min_size for s in steps)
+        sizes = [s.fixed for s in steps]
+        self.fixed = None if None in sizes else sum(sizes)
+
+    @property
+    def has_skip1(self):
+        return all(step.has_skip1 for step in self.steps)
+
+    def skip1(self, mv, at):
+        for step in self.steps:
+            at = step.skip1(mv, at)
+        return at
+
+    def skip(self, ctx, pos, rows):
+        if self.fixed is not None:
+            return pos + self.fixed
+        for step in self.steps:
+            pos = step.skip(ctx, pos, rows)
+            ctx.clamp(pos, rows)
+        return pos
 
     def decode(self, ctx, pos, rows):
-        cols = []
-        for step in self.steps:
-            arr, pos = step.decode(ctx, pos, rows)
+        cols: list[pa.Array | None] = []
+        for j, step in enumerate(self.steps):
+            if j in self.kept:
+                arr, pos = step.decode(ctx, pos, rows)
+            else:  # a field the reader drops is only read past
+                arr, pos = None, step.skip(ctx, pos, rows)
             ctx.clamp(pos, rows)
             cols.append(arr)
         children = [cols[j] if const is None else const.decode(ctx, pos, rows)[0]
@@ -607,11 +796,18 @@ class _Record(_Dec):
 
 
 def _scatter(n: int, pieces: list[tuple[np.ndarray, pa.Array]], t: pa.DataType) -> pa.Array:
-    """One column of ``n`` from values decoded for subsets (``sel`` indices), null elsewhere."""
+    """One column of ``n`` from values decoded for subsets (``sel`` indices), null elsewhere.
+    One subset of a fixed-width or binary column (a nullable field) is spread by numpy, its
+    data reused; the rest by one take."""
     if not pieces:
         return pa.nulls(n, t)
     if len(pieces) == 1 and len(pieces[0][0]) == n:
         return pieces[0][1]
+    if len(pieces) == 1:
+        sel, arr = pieces[0]
+        spread = _spread(n, sel, arr)
+        if spread is not None:
+            return spread
     at = np.full(n, -1, dtype=np.int64)
     start = 0
     for sel, arr in pieces:
@@ -619,6 +815,34 @@ def _scatter(n: int, pieces: list[tuple[np.ndarray, pa.Array]], t: pa.DataType) 
         start += len(sel)
     values = pieces[0][1] if len(pieces) == 1 else pa.concat_arrays([a for _, a in pieces])
     return values.take(_indices(at, at >= 0))
+
+
+def _spread(n: int, sel: np.ndarray, arr: pa.Array) -> pa.Array | None:
+    """``arr``'s values at rows ``sel`` of a column of ``n``, null elsewhere, without a take:
+    fixed-width values are scattered by numpy, binary values keep their data (only the offsets
+    are spread). None for other types, or values that have nulls of their own."""
+    t = arr.type
+    if arr.null_count or arr.offset:
+        return None
+    valid = np.zeros(n, dtype=bool)
+    valid[sel] = True
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    nulls = n - len(sel)
+    if pa.types.is_binary(t) or pa.types.is_string(t):
+        offsets = np.frombuffer(arr.buffers()[1], dtype=np.int32, count=len(arr) + 1)
+        lens = np.zeros(n + 1, dtype=np.int32)
+        lens[sel + 1] = np.diff(offsets)
+        lens[0] = offsets[0]
+        np.cumsum(lens, out=lens)
+        return pa.Array.from_buffers(t, n, [validity, pa.py_buffer(lens), arr.buffers()[2]],
+                                     null_count=nulls)
+    if pa.types.is_boolean(t) or not (pa.types.is_primitive(t) or pa.types.is_decimal(t)):
+        return None
+    width = t.bit_width // 8
+    src = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=len(arr) * width)
+    out = np.zeros((n, width), dtype=np.uint8)
+    out[sel] = src.reshape(len(arr), width)
+    return pa.Array.from_buffers(t, n, [validity, pa.py_buffer(out)], null_count=nulls)
 
 
 @dataclass
@@ -635,6 +859,31 @@ class _Union(_Dec):
     def __init__(self, branches: list[_Branch], rep: str, out: pa.DataType, reads_index: bool):
         self.branches, self.rep, self.type, self.reads_index = branches, rep, out, reads_index
         self.min_size = 1 if reads_index else branches[0].dec.min_size
+
+    @property
+    def has_skip1(self):
+        return all(b.dec is None or b.dec.has_skip1 for b in self.branches)
+
+    def skip1(self, mv, at):
+        if not self.reads_index:
+            return self.branches[0].dec.skip1(mv, at)
+        i, at = _varint1(mv, at)
+        if not 0 <= i < len(self.branches) or self.branches[i].error is not None:
+            raise _Bad
+        dec = self.branches[i].dec
+        return at if dec is None else dec.skip1(mv, at)
+
+    def skip(self, ctx, pos, rows):
+        if not self.reads_index:
+            return self.branches[0].dec.skip(ctx, pos, rows)
+        idx, pos = _longs(ctx, pos, rows)
+        for b, branch in enumerate(self.branches):
+            if branch.dec is None or branch.dec.fixed == 0:
+                continue  # null, or a branch the decode pass reports
+            sel = np.flatnonzero(idx == b)
+            if len(sel):
+                pos[sel] = branch.dec.skip(ctx, pos[sel], rows[sel])
+        return pos
 
     def decode(self, ctx, pos, rows):
         n = len(pos)
@@ -674,33 +923,42 @@ class _Union(_Dec):
 
 
 class _Array(_Dec):
-    """Arrays (``key`` None) and maps. Blocks are read for all values at once; inside a block,
-    pass k decodes the k-th item of every value that has more than k (values sorted by count,
-    so each pass takes a prefix). Items are then put in value order by one take."""
+    """Arrays (``key`` None) and maps, in two passes. The first finds where every item starts:
+    blocks are read for all values at once; inside a block, pass k skips the k-th item of every
+    value that has more than k (values sorted by count, so each pass takes a prefix), or, for
+    items of one fixed size, all items at once. The second decodes all items in one call, from
+    their starts put in value order by one numpy scatter."""
 
     def __init__(self, item: _Dec, key: _Dec | None, out: pa.DataType):
         self.item, self.key, self.type = item, key, out
         self.item_min = item.min_size + (1 if key is not None else 0)
+        self.item_fixed = None if key is not None else item.fixed
+        self.item_varint = key is None and isinstance(item, _Varint)
+        self.scalar = item.has_skip1 and (key is None or key.has_skip1)
 
-    def decode(self, ctx, pos, rows):
+    def skip(self, ctx, pos, rows):
+        return self._walk(ctx, pos, rows, False)[0]
+
+    def _walk(self, ctx: _Ctx, pos: np.ndarray, rows: np.ndarray, collect: bool
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(positions after each value, item counts, item starts in value order if asked)."""
         n = len(pos)
         pos = pos.copy()
         lens = np.zeros(n, dtype=np.int64)
-        keys: list[pa.Array] = []
-        items: list[pa.Array] = []
         owner: list[np.ndarray] = []
         ordinal: list[np.ndarray] = []
+        starts: list[np.ndarray] = []
         active = np.arange(n)
         while len(active):
             c, p = _longs(ctx, pos[active], rows[active])
             neg = np.flatnonzero(c < 0)
             if len(neg):  # a negative count is followed by the block's size in bytes
                 c[neg] = -c[neg]
-                _, p[neg] = _uvarints(ctx, p[neg], rows[active[neg]])
+                p[neg] = _skip_varints(ctx, p[neg], rows[active[neg]])
             room = np.maximum(ctx.ends[rows[active]] - p, 0)
             limit = room // self.item_min if self.item_min else np.full(len(p), _MAX_ITEMS)
-            if len(c) and (c > limit).any():
-                bad = c > limit
+            if len(c) and ((c > limit) | (c < 0)).any():  # -2**63 stays negative
+                bad = (c > limit) | (c < 0)
                 ctx.fail(rows[active[bad]], "an array or map block declares more items than "
                                             "its datum holds")
                 c[bad] = 0
@@ -709,48 +967,123 @@ class _Array(_Dec):
             go = np.flatnonzero(~done)
             if not len(go):
                 break
-            order = go[np.argsort(-c[go], kind="stable")]
-            act, c, p = active[order], c[order], p[order]
-            neg_c = -c
-            for k in range(int(c[0])):
-                m = int(np.searchsorted(neg_c, -k, side="left"))
-                sub, r = act[:m], rows[act[:m]]
-                pp = p[:m]
-                if self.key is not None:
-                    karr, pp = self.key.decode(ctx, pp, r)
-                    keys.append(karr)
-                varr, pp = self.item.decode(ctx, pp, r)
-                ctx.clamp(pp, r)
-                p[:m] = pp
-                items.append(varr)
-                owner.append(sub)
-                ordinal.append(lens[sub] + k)
+            act, c, p = active[go], c[go], p[go]
+            if self.item_fixed is not None or self.item_varint and int(c.max()) > _SCAN_MIN:
+                first = np.cumsum(c) - c
+                own = np.repeat(np.arange(len(act)), c)
+                k = np.arange(len(own)) - first[own]
+                if self.item_fixed is not None:
+                    at = p[own] + k * self.item_fixed
+                    p = p + c * self.item_fixed
+                else:
+                    at, p = self._varint_items(ctx, rows[act], p, c, first, own, k)
+                if collect:
+                    owner.append(act[own])
+                    ordinal.append(lens[act][own] + k)
+                    starts.append(at)
+            else:
+                order = np.argsort(-c, kind="stable")
+                act, c, p = act[order], c[order], p[order]
+                neg_c = -c
+                for k in range(int(c[0])):
+                    m = int(np.searchsorted(neg_c, -k, side="left"))
+                    if m <= _FEW_ROWS and int(c[0]) - k > _FEW_ROWS_ITEMS and self.scalar:
+                        self._few(ctx, rows, act[:m], c[:m], p[:m], k, lens, collect,
+                                  owner, ordinal, starts)
+                        break
+                    sub = act[:m]
+                    r = rows[sub]
+                    pp = p[:m]
+                    if collect:
+                        owner.append(sub)
+                        ordinal.append(lens[sub] + k)
+                        starts.append(pp.copy())
+                    if self.key is not None:
+                        pp = self.key.skip(ctx, pp, r)
+                    pp = self.item.skip(ctx, pp, r)
+                    ctx.clamp(pp, r)
+                    p[:m] = pp
             lens[act] += c
             pos[act] = p
             active = act
+        if not collect:
+            return pos, lens, None
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        at = np.empty(int(offsets[-1]), dtype=np.int64)
+        if starts:
+            at[offsets[np.concatenate(owner)] + np.concatenate(ordinal)] = np.concatenate(starts)
+        return pos, lens, at
+
+    def _few(self, ctx: _Ctx, rows: np.ndarray, act: np.ndarray, c: np.ndarray, p: np.ndarray,
+             k0: int, lens: np.ndarray, collect: bool, owner: list, ordinal: list,
+             starts: list) -> None:
+        """The items from ``k0`` on of the few values still going, skipped in plain Python:
+        a numpy pass per item costs microseconds for one value's item, this a fraction. (A
+        value with thousands of string or record items; only then.)"""
+        mv = memoryview(ctx.buf)
+        for j in range(len(act)):
+            at, end, count = int(p[j]), int(ctx.ends[rows[act[j]]]), int(c[j])
+            found: list[int] = []
+            try:
+                for _ in range(k0, count):
+                    found.append(at)
+                    if self.key is not None:
+                        at = self.key.skip1(mv, at)
+                    at = self.item.skip1(mv, at)
+                    if at > end:
+                        raise _Bad
+            except (_Bad, IndexError):
+                ctx.fail(rows[act[j:j + 1]], "an array or map item does not parse (truncated "
+                                             "or corrupt data)")
+                found += [end] * (count - k0 - len(found))
+                at = end
+            p[j] = at
+            if collect:
+                owner.append(np.full(len(found), act[j], dtype=np.int64))
+                ordinal.append(np.arange(k0, count, dtype=np.int64) + lens[act[j]])
+                starts.append(np.array(found, dtype=np.int64))
+
+    @staticmethod
+    def _varint_items(ctx: _Ctx, rows: np.ndarray, p: np.ndarray, c: np.ndarray,
+                      first: np.ndarray, own: np.ndarray, k: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Where the varint items of long blocks start (and each block's end), all at once: a
+        varint ends at a byte under 0x80, so item k of a block ends at the k-th such byte from
+        the block's start. (Passes over the item index would cost one numpy call per item.)"""
+        lo, hi = int(p.min()), int(ctx.ends[rows].max())
+        stops = np.flatnonzero(ctx.buf[lo:hi] < 0x80) + lo
+        at_stop = np.searchsorted(stops, p)
+        short = np.flatnonzero(c > len(stops) - at_stop)
+        if len(short):  # the data ends inside the block: its items read from the end
+            ctx.fail(rows[short], "an array's items run past the end of its datum")
+            stops = np.append(stops, np.full(int(c.max()), ctx.total, dtype=stops.dtype))
+        ends = stops[at_stop[own] + k] + 1
+        starts = np.empty_like(ends)
+        starts[1:] = ends[:-1]
+        starts[first] = p
+        long_ = ends - starts > 10
+        if long_.any():
+            ctx.fail(rows[own[long_]], "a varint runs past 10 bytes or 64 bits")
+        return starts, ends[first + c - 1]
+
+    def decode(self, ctx, pos, rows):
+        pos, lens, at = self._walk(ctx, pos, rows, True)
+        n = len(pos)
         offsets = np.zeros(n + 1, dtype=np.int32)
         np.cumsum(lens, out=offsets[1:])
-        if items:
-            dest = offsets[np.concatenate(owner)] + np.concatenate(ordinal)
-            values = _in_order(items, dest)
-            key_values = _in_order(keys, dest) if self.key is not None else None
-        else:
-            empty = np.zeros(0, np.int64)
-            values = self.item.decode(ctx, empty, empty)[0]
-            key_values = self.key.decode(ctx, empty, empty)[0] if self.key is not None else None
+        item_rows = np.repeat(rows, lens)
+        keys = None
+        if self.key is not None:
+            keys, at = self.key.decode(ctx, at, item_rows)
+            if keys.null_count:  # a key that is not UTF-8 (its row is an error row): ""
+                keys = pa.Array.from_buffers(pa.string(), len(keys), [None, *keys.buffers()[1:]],
+                                             offset=keys.offset)
+        values, _ = self.item.decode(ctx, at, item_rows)
         off = numbers_array(offsets, pa.int32(), np.int32)
         if self.key is None:
             return pa.ListArray.from_arrays(off, values, type=self.type), pos
-        return pa.MapArray.from_arrays(off, key_values, values, type=self.type), pos
-
-
-def _in_order(pieces: list[pa.Array], dest: np.ndarray) -> pa.Array:
-    values = pieces[0] if len(pieces) == 1 else pa.concat_arrays(pieces)
-    if len(dest) < 2 or (dest[1:] > dest[:-1]).all():
-        return values
-    inverse = np.empty(len(dest), dtype=np.int64)
-    inverse[dest] = np.arange(len(dest))
-    return values.take(numbers_array(inverse, pa.int64(), np.int64))
+        return pa.MapArray.from_arrays(off, keys, values, type=self.type), pos
 
 
 # --------------------------------------------------------------------------- resolution
@@ -803,6 +1136,10 @@ def _resolve(w: _S, r: _S, path: str, seen: tuple[str, ...] = ()) -> _Dec:
         return _Number(wk, out, _time_scale(r))
     if rk in ("float", "double"):
         return _Float(wk, out)
+    if w.logical == "decimal" and r.logical == "decimal" and w.scale != r.scale:
+        raise AvroSchemaError(f"{path or 'the value'}: the writer's decimal has scale {w.scale} "
+                              f"and the reader's {r.scale}; Avro reads a decimal only at its "
+                              "own scale")
     if rk in ("string", "bytes"):
         if r.logical == "decimal":
             return _Decimal(None, r.precision, r.scale)
@@ -929,7 +1266,104 @@ class _Plan:
     """One column's encoding: bytes per value (0 where not written) and how to write them."""
 
     sizes: np.ndarray
-    write: Any  # (out: uint8 array, at: int64 positions, one per value) -> None
+    write: Any  # (out: _Out, at: int64 positions, one per value) -> None
+
+
+class _Out:
+    """The output buffer, written 8 bytes at a time through a word view at every byte.
+
+    Values are written in order: a field for all rows, then the next field; an array's count,
+    then its items' first field for all items, then the next field. So a word may run past its
+    value (up to 8 bytes) where it stays below the value's ``limit``: the end of the array item
+    or row it is in (the rest of which is written later). Values closer to their limit merge
+    their word: the bytes past the value are read first and written back unchanged. In one
+    numpy assignment the values (in memory order) are stored one after the other, so a byte is
+    last written by the value it belongs to, and bytes of no value in the assignment keep what
+    they held."""
+
+    def __init__(self, buf: np.ndarray):
+        self.buf = buf
+        self.w64 = np.ndarray(shape=(len(buf) - 7,), dtype="<u8", buffer=buf, strides=(1,))
+
+    def put(self, at: np.ndarray, words: np.ndarray, sizes: np.ndarray | int,
+            limit: np.ndarray, clean: bool = False) -> None:
+        """Write the first ``sizes`` (at most 8) bytes of each word at ``at``; ``clean`` words
+        are zero past them."""
+        free = at + 8 <= limit
+        if free.all():
+            self.w64[at] = words
+            return
+        tight = np.flatnonzero(~free)
+        if len(tight) < len(at):
+            loose = np.flatnonzero(free)
+            self.w64[at[loose]] = words[loose]
+            at, words = at[tight], words[tight]
+            if not isinstance(sizes, int):
+                sizes = sizes[tight]
+        keep = _KEEP[np.minimum(sizes, 8)] if not isinstance(sizes, int) else _KEEP[sizes]
+        old = self.w64[at]
+        old &= keep
+        old |= words if clean else words & ~keep
+        self.w64[at] = old
+
+
+# Continuation bits of a varint of each size (0 to 10 bytes) in its first 8 bytes.
+_CONT = np.array([0] + [((1 << (8 * (k - 1))) - 1) & 0x8080808080808080 for k in range(1, 9)]
+                 + [0x8080808080808080] * 2, dtype=np.uint64)
+_KEEP = np.array([2**64 - 1 - ((1 << (8 * k)) - 1) for k in range(8)] + [0], dtype=np.uint64)
+_WORD_COPY_MAX = 4096  # longer values are copied byte-wise: fewer numpy passes
+_U56 = np.uint64((1 << 56) - 1)
+_SPREAD = [(np.uint64(0x000000000FFFFFFF), np.uint64(0x00FFFFFFF0000000), np.uint64(4)),
+           (np.uint64(0x00003FFF00003FFF), np.uint64(0x0FFFC0000FFFC000), np.uint64(2)),
+           (np.uint64(0x007F007F007F007F), np.uint64(0x3F803F803F803F80), np.uint64(1))]
+
+
+class _Varints:
+    """Unsigned varints of a column: their sizes, and their first 8 bytes as one little-endian
+    word each (7-bit groups spread to bytes, continuation bits set: the inverse of the
+    decoder's SWAR), so that a spilling write is one 8-byte store per value."""
+
+    def __init__(self, u: np.ndarray):
+        self.u = u
+        top = int(u.max()) if len(u) else 0
+        if top < 0x80:  # one byte each (small numbers, lengths, counts, union branches)
+            self.sizes = np.ones(len(u), dtype=np.int64)
+            self.words = u
+            return
+        self.sizes = uvarint_sizes(u)
+        if top < 1 << 14:  # at most two bytes
+            x = u & np.uint64(0x3F80)
+            x <<= _ONE
+            x |= u & np.uint64(0x7F)
+            x |= (u > np.uint64(0x7F)).view(np.uint8).astype(np.uint64) << _U7
+            self.words = x
+            return
+        x = u & _U56
+        t = np.empty_like(x)
+        for keep, move, shift in _SPREAD:
+            np.bitwise_and(x, move, out=t)
+            t <<= shift
+            x &= keep
+            x |= t
+        x |= _CONT.take(self.sizes)
+        self.words = x
+
+    def write(self, out: _Out, at: np.ndarray, idx: np.ndarray | None,
+              limit: np.ndarray) -> None:
+        """Write the varints of values ``idx`` (None: all) at ``at`` (one per value)."""
+        words, sizes, u = self.words, self.sizes, self.u
+        if idx is not None:
+            words, sizes, u, at, limit = words[idx], sizes[idx], u[idx], at[idx], limit[idx]
+        if not len(at):
+            return
+        out.put(at, words, sizes, limit, clean=True)
+        long_ = np.flatnonzero(sizes > 8)
+        if len(long_):  # bytes 9 and 10 of values from 2**56 on
+            v, a = u[long_], at[long_]
+            ten = sizes[long_] > 9
+            out.buf[a + 8] = ((v >> np.uint64(56)) & np.uint64(0x7F)).astype(np.uint8) \
+                | (ten.astype(np.uint8) << 7)
+            out.buf[a[ten] + 9] = (v[ten] >> np.uint64(63)).astype(np.uint8)
 
 
 class _Enc:
@@ -943,32 +1377,45 @@ class _Enc:
             self.errors.append((rows, message))
 
 
+def _bits(buf: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(buf, dtype=np.uint8), count=offset + n,
+                         bitorder="little")[offset:].view(np.bool_)
+
+
 def _valid(arr: pa.Array) -> np.ndarray | None:
+    """Which values are not null (None: all), from the validity bitmap."""
     if arr.null_count == 0:
         return None
-    if pa.types.is_null(arr.type):
-        return np.zeros(len(arr), dtype=bool)
-    return ~arr.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_null(arr.type) or arr.buffers()[0] is None:  # no bitmap: nulls by type
+        return ~np.asarray(_bits(arr.is_null().buffers()[1], 0, len(arr)))
+    return _bits(arr.buffers()[0], arr.offset, len(arr))
 
 
 def _numbers(arr: pa.Array, dtype: type) -> np.ndarray:
-    if arr.null_count:
-        arr = arr.fill_null(pa.scalar(0, arr.type) if not pa.types.is_boolean(arr.type)
-                            else False)
-    return np.asarray(arr.to_numpy(zero_copy_only=False), dtype=dtype)
+    """A fixed-width column's values (anything where null) as ``dtype``, read from its buffer:
+    ``to_numpy`` would import pandas in a worker (see ``numbers_array``)."""
+    t = arr.type
+    if pa.types.is_boolean(t):
+        return _bits(arr.buffers()[1], arr.offset, len(arr)).astype(dtype, copy=False)
+    if pa.types.is_floating(t):
+        kind = {16: np.float16, 32: np.float32, 64: np.float64}[t.bit_width]
+    else:
+        kind = np.dtype(f"{'u' if pa.types.is_unsigned_integer(t) else 'i'}{t.bit_width // 8}")
+    raw = np.frombuffer(arr.buffers()[1], dtype=kind, count=arr.offset + len(arr))[arr.offset:]
+    return raw.astype(dtype, copy=False)
 
 
 def _uvarint_plan(u: np.ndarray, present: np.ndarray, extra: np.ndarray | int = 0,
                   then: Any = None) -> _Plan:
     """A varint per value (where present), then ``extra`` bytes written by ``then``."""
-    vs = uvarint_sizes(u)
-    sizes = np.where(present, vs + extra, 0)
-    idx = np.flatnonzero(present)
+    v = _Varints(u)
+    sizes = np.where(present, v.sizes + extra, 0)
+    idx = None if present.all() else np.flatnonzero(present)
 
-    def write(out: np.ndarray, at: np.ndarray) -> None:
-        put_uvarints(out, at[idx], u[idx])
+    def write(out: _Out, at: np.ndarray, limit: np.ndarray) -> None:
+        v.write(out, at, idx, limit)
         if then is not None:
-            then(out, at + vs)
+            then(out, at + v.sizes, limit)
 
     return _Plan(sizes, write)
 
@@ -983,6 +1430,8 @@ def _time_values(arr: pa.Array, s: _S) -> np.ndarray:
         if per_s < want:
             return v * (want // per_s)
         return np.floor_divide(v, per_s // want)
+    if pa.types.is_date64(t):  # milliseconds of whole days
+        return np.floor_divide(_numbers(arr.view(pa.int64()), np.int64), 86_400_000)
     if pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_duration(t):
         return _numbers(arr.view(pa.int32() if t.bit_width == 32 else pa.int64()), np.int64)
     return _numbers(arr, np.int64)
@@ -1000,7 +1449,7 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         return _union_plan(s, arr, present, rows, enc, path)
     valid = _valid(arr)
     if k == "null":
-        return _Plan(np.zeros(n, dtype=np.int64), lambda out, at: None)
+        return _Plan(np.zeros(n, dtype=np.int64), lambda out, at, limit: None)
     if valid is not None:
         missing = present & ~valid
         if missing.any():
@@ -1010,8 +1459,8 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         v = _numbers(arr, np.bool_).view(np.uint8)
         idx = np.flatnonzero(present)
 
-        def write_bool(out, at):
-            out[at[idx]] = v[idx]
+        def write_bool(out, at, limit):
+            out.buf[at[idx]] = v[idx]
 
         return _Plan(present.astype(np.int64), write_bool)
     if k in ("int", "long"):
@@ -1026,9 +1475,9 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         v = _numbers(arr, dtype)
         idx = np.flatnonzero(present)
 
-        def write_float(out, at):
-            np.ndarray(shape=(len(out) - 7,), dtype=np.dtype(dtype).newbyteorder("<"),
-                       buffer=out, strides=(1,))[at[idx]] = v[idx]
+        def write_float(out, at, limit):
+            np.ndarray(shape=(len(out.buf) - 7,), dtype=np.dtype(dtype).newbyteorder("<"),
+                       buffer=out.buf, strides=(1,))[at[idx]] = v[idx]
 
         return _Plan(present * np.dtype(dtype).itemsize, write_float)
     if s.logical == "decimal":
@@ -1040,6 +1489,13 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         if not (pa.types.is_binary(arr.type) or pa.types.is_string(arr.type)
                 or pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)):
             raise AvroSchemaError(f"{where}: a {arr.type} column cannot be written as Avro {k}")
+        if k == "string" and (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+            bad = _not_utf8(arr)  # one C++ pass when all are UTF-8
+            if len(bad):  # Avro strings are UTF-8: binary values that are not are error rows
+                enc.fail(rows[bad[present[bad]]], f"{where}: a value that is not UTF-8, for "
+                                                  "an Avro string")
+                present = present.copy()
+                present[bad] = False
         offsets, data = _offsets_and_data(arr)
         lens = np.where(present, offsets[1:] - offsets[:-1], 0)
         if k == "fixed":
@@ -1049,12 +1505,13 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
                 present = present & ~wrong
                 lens = np.where(present, lens, 0)
 
-            def write_fixed(out, at):
-                _copy_bytes(out, at, offsets, lens, data)
+            def write_fixed(out, at, limit):
+                _copy_bytes(out, at, offsets, lens, data, limit)
 
             return _Plan(lens.copy(), write_fixed)
         return _uvarint_plan(zigzag(lens), present, lens,
-                             lambda out, at: _copy_bytes(out, at, offsets, lens, data))
+                             lambda out, at, limit: _copy_bytes(out, at, offsets, lens, data,
+                                                                limit))
     if k == "enum":
         symbols = _strings(s.symbols)
         import pyarrow.compute as pc
@@ -1073,12 +1530,30 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
     return _list_plan(s, arr, present, rows, enc, path)
 
 
-def _copy_bytes(out: np.ndarray, at: np.ndarray, offsets: np.ndarray, lens: np.ndarray,
-                data: np.ndarray) -> None:
-    """Copy value i's bytes (``lens[i]`` of them, 0 for values not written) to ``out[at[i]]``."""
+def _copy_bytes(out: _Out, at: np.ndarray, offsets: np.ndarray, lens: np.ndarray,
+                data: np.ndarray, limit: np.ndarray) -> None:
+    """Copy value i's bytes (``lens[i]`` of them, 0 for values not written) to ``out[at[i]]``:
+    8 bytes at a time (a few passes for short values, each one numpy gather and scatter over
+    the values still going); values of many kilobytes by one scatter of every byte."""
     total = int(lens.sum())
     if not total:
         return
+    if int(lens.max()) <= _WORD_COPY_MAX:
+        padded = np.zeros(len(data) + 16, dtype=np.uint8)
+        padded[:len(data)] = data
+        src64 = np.ndarray(shape=(len(data) + 9,), dtype="<u8", buffer=padded, strides=(1,))
+        sel = np.flatnonzero(lens)
+        src, dst, ln, lim = offsets[sel], at[sel], lens[sel], limit[sel]
+        while len(src):
+            out.put(dst, src64[src], np.minimum(ln, 8), lim)
+            going = np.flatnonzero(ln > 8)
+            if len(going) < len(src):
+                src, dst, ln, lim = src[going], dst[going], ln[going], lim[going]
+            src = src + 8
+            dst = dst + 8
+            ln = ln - 8
+        return
+    out = out.buf
     sel = np.flatnonzero(lens)
     ln, src, dst = lens[sel], offsets[sel], at[sel]
     first = np.zeros(len(sel), dtype=np.int64)
@@ -1123,7 +1598,7 @@ def _decimal_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, e
     size = np.where(present, size, 0)
     idx = np.flatnonzero(present)
 
-    def write_digits(out, at):
+    def write_digits(out, at, limit):
         sz = size[idx]
         a = at[idx]
         for j in range(int(sz.max()) if len(sz) else 0):  # byte j from the big end
@@ -1131,7 +1606,7 @@ def _decimal_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, e
             src = sz[sel] - 1 - j
             inside = src < 16
             vals = np.where(inside, b[idx[sel], np.minimum(src, 15)], fill[idx[sel]])
-            out[a[sel] + j] = vals
+            out.buf[a[sel] + j] = vals
 
     if s.kind == "fixed":
         return _Plan(size, write_digits)
@@ -1159,9 +1634,9 @@ def _record_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, en
     for p in plans:
         sizes += p.sizes
 
-    def write(out, at):
+    def write(out, at, limit):
         for p in plans:
-            p.write(out, at)
+            p.write(out, at, limit)
             at = at + p.sizes
 
     return _Plan(sizes, write)
@@ -1169,7 +1644,7 @@ def _record_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, en
 
 def _list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """(offsets from 0, int64; the child values of the slice) of a list or map column."""
-    offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    offsets = _numbers(arr.offsets, np.int64)
     values = arr.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
     return offsets - offsets[0], values
 
@@ -1201,17 +1676,19 @@ def _list_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc:
     count_sizes = uvarint_sizes(zigzag(lens))
     sizes = np.where(present, np.where(lens > 0, count_sizes + content + 1, 1), 0)
     idx = np.flatnonzero(lens > 0)
-    counts = zigzag(lens)
+    count_varints = _Varints(zigzag(lens))
+    present_idx = np.flatnonzero(present)
 
-    def write(out, at):
-        # Empty arrays are one 0 byte; the buffer starts zeroed, as the terminators are.
-        put_uvarints(out, at[idx], counts[idx])
+    def write(out, at, limit):
+        count_varints.write(out, at, idx, limit)
         item_at = np.repeat(at + count_sizes - cum[offsets[:-1]], offsets[1:] - offsets[:-1]) \
             + cum[:-1]
+        item_limit = item_at + item_sizes  # an item's later fields are written after it
         if is_map:
-            kp.write(out, item_at)
+            kp.write(out, item_at, item_limit)
             item_at = item_at + kp.sizes
-        vp.write(out, item_at)
+        vp.write(out, item_at, item_limit)
+        out.buf[(at + sizes - 1)[present_idx]] = 0  # the block that ends it (or the empty one)
 
     return _Plan(sizes, write)
 
@@ -1257,17 +1734,17 @@ def _union_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc
         branch = np.maximum(branch, 0)
         present = present & ~missing
     plans = [(_plan(s.branches[i], col, present & here, rows, enc, path)) for i, col, here in parts]
-    tags = zigzag(branch)
-    tag_sizes = uvarint_sizes(tags)
+    tags = _Varints(zigzag(branch))
+    tag_sizes = tags.sizes
     sizes = np.where(present, tag_sizes, 0)
     for p in plans:
         sizes += p.sizes
-    idx = np.flatnonzero(present)
+    idx = None if present.all() else np.flatnonzero(present)
 
-    def write(out, at):
-        put_uvarints(out, at[idx], tags[idx])
+    def write(out, at, limit):
+        tags.write(out, at, idx, limit)
         for p in plans:
-            p.write(out, at + tag_sizes)
+            p.write(out, at + tag_sizes, limit)
 
     return _Plan(sizes, write)
 
@@ -1281,18 +1758,33 @@ class AvroCodec:
         self.writer = _parse(writer_schema)
         self.reader = self.writer if reader_schema is None else _parse(reader_schema)
         self.arrow_type: pa.DataType = _arrow(self.reader)[0]
-        self._arrow(self.writer)  # a recursive writer schema fails here, not in decode
+        _arrow(self.writer)  # a recursive writer schema fails here, not in decode
         self._decoder = _resolve(self.writer, self.reader, "")
-
-    @staticmethod
-    def _arrow(s: _S) -> None:
-        _arrow(s)
 
     def decode(self, payloads: pa.Array) -> DecodeResult:
         """One value per payload (the datum after the wire header); null payloads give null
-        values; payloads that do not decode give null values and an entry in ``errors``."""
+        values; payloads that do not decode give null values and an entry in ``errors``.
+
+        A column is decoded in slices of about ``_CHUNK_BYTES``: each field's pass over the
+        payloads then stays in the CPU's cache."""
+        if isinstance(payloads, pa.ChunkedArray):
+            payloads = pa.concat_arrays(payloads.chunks) if payloads.num_chunks != 1 \
+                else payloads.chunk(0)
         if not pa.types.is_binary(payloads.type):
             payloads = payloads.cast(pa.binary())
+        n = len(payloads)
+        if n > _CHUNK_ROWS_MIN and _offsets_and_data(payloads)[1].nbytes > _CHUNK_BYTES:
+            offsets = _offsets_and_data(payloads)[0]
+            cuts = np.searchsorted(offsets, np.arange(0, int(offsets[-1]), _CHUNK_BYTES))
+            cuts = [0] + [int(c) for c in cuts[1:] if c > 0] + [n]
+            bounds = [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a]
+            parts = [self._decode(payloads.slice(a, b - a)) for a, b in bounds]
+            errors = {a + i: m for (a, _), part in zip(bounds, parts)
+                      for i, m in part.errors.items()}
+            return DecodeResult(pa.concat_arrays([p.values for p in parts]), errors)
+        return self._decode(payloads)
+
+    def _decode(self, payloads: pa.Array) -> DecodeResult:
         n = len(payloads)
         offsets, data = _offsets_and_data(payloads) if n else (np.zeros(1, np.int64),
                                                              np.zeros(0, np.uint8))
@@ -1324,37 +1816,65 @@ class AvroCodec:
 
     def encode(self, values: pa.Array) -> EncodeResult:
         """One payload per value (null values give null payloads); values that do not fit the
-        writer schema give null payloads and an entry in ``errors``."""
+        writer schema give null payloads and an entry in ``errors``.
+
+        A column is encoded in slices of about ``_CHUNK_BYTES`` of output (the first slice's
+        row size sets the rest's row count), so that each field's pass stays in cache. Every
+        slice is written in place into one buffer, which is the payloads' data buffer."""
         if isinstance(values, pa.ChunkedArray):
             values = pa.concat_arrays(values.chunks) if values.num_chunks != 1 \
                 else values.chunk(0)
         n = len(values)
         valid = _valid(values)
-        present = np.ones(n, dtype=bool) if valid is None else valid
-        rows = np.arange(n, dtype=np.int64)
-        enc = _Enc()
-        if pa.types.is_struct(values.type) and valid is not None and self.writer.kind == "record":
-            pass  # a null row is a null payload; its fields are not looked at
-        plan = _plan(self.writer, values, present, rows, enc, "")
+        present_all = np.ones(n, dtype=bool) if valid is None else valid
         offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(plan.sizes, out=offsets[1:])
-        if offsets[-1] >= 2**31:
-            raise AvroSchemaError(f"{n} values encode to {int(offsets[-1])} bytes, more than one "
-                                  "Arrow binary column holds: encode fewer at a time")
-        out = np.zeros(int(offsets[-1]) + 16, dtype=np.uint8)
-        plan.write(out, offsets[:-1])
+        buf = np.zeros(16, dtype=np.uint8)
+        enc = _Enc()
+        start, step = 0, _CHUNK_ROWS_MIN
+        while start < n:
+            stop = min(n, start + step)
+            plan = _plan(self.writer, values.slice(start, stop - start),
+                         present_all[start:stop], np.arange(start, stop), enc, "")
+            ends = offsets[start + 1:stop + 1]
+            np.cumsum(plan.sizes, out=ends)
+            ends += offsets[start]
+            if ends[-1] >= 2**31:
+                raise AvroSchemaError(f"{n} values encode to more than {int(ends[-1])} bytes, "
+                                      "more than one Arrow binary column holds: encode fewer "
+                                      "at a time")
+            if int(ends[-1]) + 16 > len(buf):  # room for the rest, as this far, and a margin
+                grown = np.zeros(int(ends[-1] * 1.25 * n / stop) + 16, dtype=np.uint8)
+                grown[:offsets[start]] = buf[:offsets[start]]
+                buf = grown
+            # A row's own end is its limit: the next row's bytes are written already.
+            plan.write(_Out(buf), offsets[start:stop], ends)
+            if start == 0:
+                step = max(_CHUNK_ROWS_MIN, _CHUNK_BYTES // max(1, int(ends[-1]) // stop))
+            start = stop
         errors: dict[int, str] = {}
         for bad_rows, message in enc.errors:
             for r in bad_rows.tolist():
                 errors.setdefault(r, message)
-        ok = present.copy()
-        if errors:
+        total = int(offsets[-1])
+        data = pa.py_buffer(buf[:total] if len(buf) < 2 * total + 64 else buf[:total].copy())
+        validity = None
+        if valid is not None or errors:
+            ok = present_all.copy()
             ok[np.fromiter(errors, dtype=np.int64, count=len(errors))] = False
-        validity = None if ok.all() else pa.py_buffer(np.packbits(ok, bitorder="little"))
+            validity = pa.py_buffer(np.packbits(ok, bitorder="little"))
         payloads = pa.Array.from_buffers(
-            pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)),
-                             pa.py_buffer(out[:int(offsets[-1])])],
+            pa.binary(), n, [validity, pa.py_buffer(offsets.astype(np.int32)), data],
             null_count=-1 if validity is not None else 0)
+        if errors:  # the rows that did not fit hold no bytes
+            lens = np.diff(offsets)
+            lens[np.fromiter(errors, dtype=np.int64, count=len(errors))] = 0
+            keep = np.empty(2 * n + 1, dtype=np.int32)
+            keep[0:2 * n:2] = offsets[:-1]
+            keep[1:2 * n:2] = offsets[:-1] + lens
+            keep[2 * n] = total
+            both = pa.Array.from_buffers(pa.binary(), 2 * n, [None, pa.py_buffer(keep), data])
+            payloads = pa.Array.from_buffers(pa.binary(), n, [validity,
+                                             *both.take(_evens(n)).buffers()[1:]])
         return EncodeResult(payloads, errors)
 
 
@@ -1366,6 +1886,9 @@ def codec(writer_schema: str, reader_schema: str | None = None) -> AvroCodec:
 
 
 # --------------------------------------------------------------------------- Arrow -> Avro
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 
 def _min_bytes(precision: int) -> int:
     size = 1
@@ -1420,6 +1943,11 @@ def _avro_of(t: pa.DataType, nullable: bool, name: str, ns: str) -> Any:
         child_ns = f"{ns}.{name}" if ns else name
         fields = []
         for f in t:
+            if not _NAME.fullmatch(f.name):
+                raise AvroSchemaError(
+                    f"the field name {f.name!r} (of the struct written as record {name!r}) is "
+                    "not a valid Avro name (letters, digits and _, not starting with a digit): "
+                    "rename the column, or register a schema")
             entry: dict[str, Any] = {"name": f.name,
                                      "type": _avro_of(f.type, f.nullable, f.name, child_ns)}
             if f.nullable and not pa.types.is_null(f.type):
