@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import pickle
 
 import pyarrow as pa
 import pytest
@@ -90,6 +91,12 @@ def test_arrow_type(order_codec):
         ("lines", pa.list_(pa.field("element", pa.struct([("street", pa.string()),
                                                           ("zip", pa.int64())])))),
         ("note", pa.string())])
+    from pyspark.sql.pandas.types import from_arrow_type  # Spark's own reading of Arrow types
+
+    assert from_arrow_type(t).simpleString() == (
+        "struct<id:bigint,name:string,score:double,paid:boolean,day:date,at:timestamp,"
+        "tags:array<string>,address:struct<street:string,zip:bigint>,counts:map<string,bigint>,"
+        "color:string,lines:array<struct<street:string,zip:bigint>>,note:string>")
     assert json_schema.codec(json.dumps(DRAFT7)).arrow_type == pa.struct([
         ("items", pa.list_(pa.field("element", pa.struct([("sku", pa.string())])))),
         ("n", pa.int64())])
@@ -118,7 +125,7 @@ def test_bad_rows_are_found_without_losing_good_ones(order_codec):
             "more than one JSON document"),
         9: (b'{"id": 1, "address": {"zip": 1}, "day": "2024-02-30"}', "not a date"),
         10: (b'{"id": 1, "address": {"zip": 1}, "color": "BLUE"}', "'BLUE' is not one of"),
-        11: (b'{"id": 1, "address": {"zip": 1}, "counts": {"a": "x"}}', "key 'a'"),
+        11: (b'{"id": 1, "address": {"zip": 1}, "counts": {"a": "x"}}', "/counts/a"),
         12: (b"[1, 2]", "not a JSON object"),
         13: (b'{"id": 1, "address": {"zip": 1', "not a JSON document"),
         14: (b'{"id": 1, "name": "\xff\xfe", "address": {"zip": 1}}', "not UTF-8"),
@@ -146,6 +153,27 @@ def test_encode_round_trips_by_value(order_codec):
     docs = [json.loads(p) for p in res.payloads.to_pylist()[:2]]
     assert docs == [WRITTEN_FULL, SPARSE]
     assert order_codec.decode(res.payloads).values.to_pylist() == rows
+
+
+def test_maps_keep_their_text_and_may_stand_in_arrays():
+    """A map's keys differ from row to row; a date-like string stays text (pyarrow's own
+    inference would make it a timestamp)."""
+    codec = json_schema.codec(json.dumps({"type": "object", "properties": {
+        "m": {"type": "object", "additionalProperties": {"type": "string"}},
+        "l": {"type": "array", "items": {"type": "object", "properties": {
+            "mm": {"type": "object", "additionalProperties": {"type": "number"}}}}}}}))
+    docs = [{"m": {"day": "2024-05-01", "at": "2024-05-01T12:00:00", "x": "y"},
+             "l": [{"mm": {"a": 1}}, {"mm": {"b": 2.5}}]},
+            {"m": {"z": "w"}}, {"m": {}, "l": []}]
+    res = codec.decode(pa.array([json.dumps(d).encode() for d in docs] + [b'{"m": {"k": 5}}'],
+                                pa.binary()))
+    assert list(res.errors) == [3] and "/m/k" in res.errors[3]
+    assert res.values.to_pylist()[:3] == [
+        {"m": [("day", "2024-05-01"), ("at", "2024-05-01T12:00:00"), ("x", "y")],
+         "l": [{"mm": [("a", 1.0)]}, {"mm": [("b", 2.5)]}]},
+        {"m": [("z", "w")], "l": None}, {"m": [], "l": []}]
+    back = codec.encode(res.values.slice(0, 3)).payloads.to_pylist()
+    assert [json.loads(p) for p in back] == [docs[0], {"m": {"z": "w"}}, docs[2]]
 
 
 def test_encode_leaves_out_null_properties_wherever_they_stand():
@@ -189,6 +217,13 @@ def test_confluent_serializers_agree(order_codec):
     assert back == [WRITTEN_FULL, SPARSE]
 
 
+def test_a_codec_travels_by_pickle(order_codec):
+    """Spark ships what the driver made to its executors by pickle."""
+    copy = pickle.loads(pickle.dumps(order_codec))
+    payloads = pa.array([json.dumps(FULL).encode()], pa.binary())
+    assert copy.decode(payloads).values == order_codec.decode(payloads).values
+
+
 def test_optional_full_validation():
     schema = {"type": "object", "properties": {
         "code": {"type": "string", "pattern": "^[A-Z]{3}$"},
@@ -198,7 +233,7 @@ def test_optional_full_validation():
     payloads = pa.array([b'{"code": "ABC", "n": 1}', b'{"code": "abc", "n": 1}',
                          b'{"code": "ABC", "n": -1}'], pa.binary())
     assert lax.decode(payloads).errors == {}
-    res = strict.decode(payloads)
+    res = pickle.loads(pickle.dumps(strict)).decode(payloads)
     assert sorted(res.errors) == [1, 2]
     assert "$.code" in res.errors[1] and "$.n" in res.errors[2]
     assert res.values.to_pylist()[0] == {"code": "ABC", "n": 1}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import pickle
 
 import pyarrow as pa
 import pytest
@@ -104,6 +105,15 @@ def test_arrow_type_follows_spark(order_codec):
     assert t.field("address").type == pa.struct([("street", pa.string()), ("zip", pa.int32())])
     assert t.field("lines").type.value_type == pa.struct([("sku", pa.string()),
                                                          ("qty", pa.int32())])
+
+    from pyspark.sql.pandas.types import from_arrow_type  # Spark's own reading of Arrow types
+
+    assert from_arrow_type(t).simpleString() == (
+        "struct<id:bigint,name:string,score:double,paid:boolean,blob:binary,color:string,"
+        "nums:array<int>,counts:map<string,bigint>,address:struct<street:string,zip:int>,"
+        "others:array<struct<street:string,zip:int>>,created:timestamp,"
+        "wait:interval day to second,maybe:int,text:string,number:int,opt:int,zig:bigint,"
+        "fix:int,big:bigint,ratio:float,lines:array<struct<sku:string,qty:int>>>")
 
     def all_nullable(typ: pa.DataType) -> bool:
         if pa.types.is_struct(typ):
@@ -213,11 +223,36 @@ def test_serialized_descriptor_needs_no_protoc(order_codec):
     assert codec.decode(payload).values == order_codec.decode(payload).values
 
 
+def test_a_codec_travels_by_pickle(order_codec):
+    """Spark ships what the driver made to its executors by pickle."""
+    copy = pickle.loads(pickle.dumps(order_codec))
+    payload = pa.array([b"\x00" + _order(order_codec, 4).SerializeToString()], pa.binary())
+    assert copy.arrow_type == order_codec.arrow_type and copy.message == order_codec.message
+    assert copy.decode(payload).values == order_codec.decode(payload).values
+
+
 def test_fields_added_and_removed_by_number_just_work():
     old = protobuf.codec('syntax = "proto3"; message R { int32 a = 1; string gone = 2; }')
     new = protobuf.codec('syntax = "proto3"; message R { int32 a = 1; bool fresh = 3; }')
     written = old.encode(pa.array([{"a": 7, "gone": "x"}], old.arrow_type)).payloads
     assert new.decode(written).values.to_pylist() == [{"a": 7, "fresh": False}]
+
+
+def test_proto2_required_fields_are_checked_both_ways():
+    codec = protobuf.codec('syntax = "proto2"; message R { required string s = 1; '
+                           'optional int32 x = 2 [default = 42]; optional Inner in = 3; '
+                           'message Inner { required int32 k = 1; } }')
+    res = codec.decode(pa.array([b"\x00\x0a\x01a", b"\x00\x10\x05", b"\x00\x0a\x01a\x1a\x00"],
+                                pa.binary()))
+    assert res.values.to_pylist()[0] == {"s": "a", "x": None, "in": None}  # absent: null
+    assert res.errors == {1: "required field 's' is missing",
+                          2: "required field 'in.k' is missing"}
+    enc = codec.encode(pa.array([{"s": "b", "x": 1, "in": {"k": 2}}, {"s": None, "x": 1,
+                                                                        "in": None}],
+                                codec.arrow_type))
+    assert list(enc.errors) == [1] and "'s'" in enc.errors[1]
+    assert codec.decode(enc.payloads.slice(0, 1)).values.to_pylist() == [
+        {"s": "b", "x": 1, "in": {"k": 2}}]
 
 
 def test_encode_null_rows_and_misfits(order_codec):
@@ -238,6 +273,7 @@ def test_encode_null_rows_and_misfits(order_codec):
      "x/y.proto"),
     ('syntax = "proto3"; message A { int32 a = 1; }', None, "B", "no message 'B'"),
     ('syntax = "proto3"; enum E { X = 0; }', None, None, "defines no message"),
+    (SCHEMA, REFS, "shop.v1.Address", "not in the schema's own file"),
     ('syntax = "proto3"; message T { T child = 1; }', None, None, "recursive"),
     ('syntax = "proto3"; import "../x.proto"; message A { int32 a = 1; }',
      {"../x.proto": 'syntax = "proto3";'}, None, "not a relative import path"),

@@ -179,7 +179,7 @@ class _Converter:
         extra = schema.get("additionalProperties")
         if isinstance(extra, Mapping) and extra:
             item = self.node(extra, f"{path}{{}}", seen)
-            if item.kind not in ("scalar", "date", "date-time"):
+            if item.kind != "scalar":
                 raise SchemaFormatError(
                     f"JSON Schema at {path}: a map's values (additionalProperties) must be "
                     "strings, numbers, integers or booleans here")
@@ -201,16 +201,12 @@ def _merge(a: Mapping, b: Mapping) -> dict:
     return out
 
 
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string"}
+
+
 def _json_type(v: Any) -> str:
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    return type(v).__name__
+    """The JSON Schema type of a value that ``json.loads`` made."""
+    return _JSON_TYPES.get(type(v), type(v).__name__)
 
 
 def codec(schema: str, validate: bool = False) -> "JsonSchemaCodec":
@@ -267,7 +263,7 @@ class JsonSchemaCodec:
                 f"it is {self._root.arrow_type}")
         self.arrow_type: pa.DataType = self._root.arrow_type
         self._has_maps = self._root.has(lambda node: node.kind == "map")
-        self._read_schema = pa.schema(list(_read_type(self._root)))
+        self._read_schema = pa.schema(list(_read_type(self._root, {})))
         self._validator = None
         if validate:
             try:
@@ -282,6 +278,10 @@ class JsonSchemaCodec:
             except jsonschema.SchemaError as e:
                 raise SchemaFormatError(f"the JSON Schema is not valid: {e.message}") from e
             self._validator = cls(document, format_checker=cls.FORMAT_CHECKER)
+
+    def __reduce__(self):
+        # Pickled as its schema (Spark ships a codec made on the driver to its executors).
+        return JsonSchemaCodec, (self.document, self._validator is not None)
 
     # ------------------------------------------------------------------ decode
 
@@ -343,11 +343,27 @@ class JsonSchemaCodec:
         offsets = np.frombuffer(bufs[1], np.int32)[docs.offset:docs.offset + len(docs) + 1]
         lo, hi = int(offsets[0]), int(offsets[-1])
         text = bufs[2].slice(lo, hi - lo)
-        table = pj.read_json(pa.BufferReader(text), read_options=pj.ReadOptions(
-            use_threads=False, block_size=max(1 << 20, hi - lo + 1)),
-            parse_options=pj.ParseOptions(
-                explicit_schema=self._read_schema,
-                unexpected_field_behavior="infer" if self._has_maps else "ignore"))
+        read_options = pj.ReadOptions(use_threads=False, block_size=max(1 << 20, hi - lo + 1))
+        if self._has_maps:
+            # Maps have no fixed keys: the reader infers them, and their values' types. Where
+            # a type is not the schema's (it takes a date-like string for a timestamp), a
+            # second pass reads each map as a struct of the keys found, all of the values' type.
+            table = pj.read_json(pa.BufferReader(text), read_options=read_options,
+                                 parse_options=pj.ParseOptions(
+                                     explicit_schema=self._read_schema,
+                                     unexpected_field_behavior="infer"))
+            keys: dict[str, list[str]] = {}
+            if not _map_keys(self._root, pa.struct(list(table.schema)), keys):
+                table = pj.read_json(pa.BufferReader(text), read_options=read_options,
+                                     parse_options=pj.ParseOptions(
+                                         explicit_schema=pa.schema(list(
+                                             _read_type(self._root, keys))),
+                                         unexpected_field_behavior="ignore"))
+        else:
+            table = pj.read_json(pa.BufferReader(text), read_options=read_options,
+                                 parse_options=pj.ParseOptions(
+                                     explicit_schema=self._read_schema,
+                                     unexpected_field_behavior="ignore"))
         if table.num_rows != len(docs):
             raise ValueError(f"{table.num_rows} JSON documents in {len(docs)} payloads")
         if not table.num_columns:
@@ -410,17 +426,42 @@ def _concat_structs(a: pa.Array, b: pa.Array) -> pa.Array:
                                       fields=list(table.schema))
 
 
-def _read_type(node: _Node) -> pa.DataType:
-    """What pyarrow's JSON reader is asked for: dates as strings (it parses no date32); maps
-    left out, so it infers their keys as a struct's fields."""
+def _read_type(node: _Node, keys: Mapping[str, list[str]]) -> pa.DataType:
+    """What pyarrow's JSON reader is asked for: dates as strings (it parses no date32); a map
+    as a struct of the keys found for it (``keys`` by the map's path; none when left out)."""
     if node.kind == "struct":
-        return pa.struct([pa.field(k, _read_type(c)) for k, c in node.children.items()
-                          if c.kind != "map"])
+        return pa.struct([pa.field(k, _read_type(c, keys)) for k, c in node.children.items()
+                          if c.kind != "map" or c.path in keys])
     if node.kind == "list":
-        return pa.list_(pa.field("element", _read_type(node.item)))
+        return pa.list_(pa.field("element", _read_type(node.item, keys)))
+    if node.kind == "map":
+        return pa.struct([pa.field(k, node.item.arrow_type) for k in keys[node.path]])
     if node.kind == "date":
         return pa.string()
     return node.arrow_type
+
+
+def _map_keys(node: _Node, inferred: pa.DataType, keys: dict[str, list[str]]) -> bool:
+    """The keys each map of ``node`` holds in the reader's inferred type (into ``keys``), and
+    whether every inferred value type is the schema's (or null; integers for numbers)."""
+    fits = True
+    if node.kind == "map":
+        found = list(inferred) if pa.types.is_struct(inferred) else []
+        keys[node.path] = list(dict.fromkeys(keys.get(node.path, []) + [f.name for f in found]))
+        wanted = node.item.arrow_type
+        fits = pa.types.is_struct(inferred) or pa.types.is_null(inferred)
+        for f in found:
+            fits = fits and (f.type == wanted or pa.types.is_null(f.type) or (
+                pa.types.is_integer(f.type) and pa.types.is_floating(wanted)))
+    elif node.kind == "struct" and pa.types.is_struct(inferred):
+        for name, child in node.children.items():
+            if inferred.get_field_index(name) >= 0:
+                fits = _map_keys(child, inferred.field(name).type, keys) and fits
+            elif child.kind == "map":
+                keys.setdefault(child.path, [])
+    elif node.kind == "list" and (pa.types.is_list(inferred) or pa.types.is_large_list(inferred)):
+        fits = _map_keys(node.item, inferred.value_type, keys)
+    return fits
 
 
 # --------------------------------------------------------------------------- decoded -> final
@@ -489,7 +530,7 @@ def _convert(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
 
 def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
             errors: dict[int, str], rows: np.ndarray) -> pa.Array:
-    """An inferred struct (one field per key seen in the batch) as map<string, value>: an
+    """A struct read with one field per key found in the batch as map<string, value>: an
     absent key and a null value read alike (the reader does not tell them apart)."""
     n = len(arr)
     valid = columns.bools(arr.is_valid())
@@ -501,17 +542,7 @@ def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
             _fail(int(owner[j]), f"{node.path}: not an object", keep, errors, rows)
         return pa.nulls(n, node.arrow_type)
     names = arr.type.names
-    per_key = []
-    for k in names:
-        col = pc.struct_field(arr, k)
-        if not _compatible(col.type, value_type):
-            for j in np.flatnonzero(columns.bools(col.is_valid())):
-                _fail(int(owner[j]), f"{node.path}: the value of key {k!r} is not of type "
-                                     f"{value_type}", keep, errors, rows)
-            col = pa.nulls(n, value_type)
-        else:
-            col = col.cast(value_type) if col.type != value_type else col
-        per_key.append(col)
+    per_key = [pc.struct_field(arr, k).cast(value_type) for k in names]
     if not names:
         present = np.zeros((n, 0), dtype=bool)
     else:
@@ -527,12 +558,6 @@ def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
     offsets_arr = pa.Array.from_buffers(pa.int32(), n + 1, [None, pa.py_buffer(offsets)])
     return pa.MapArray.from_arrays(offsets_arr, keys, values, type=node.arrow_type,
                                    mask=columns.mask(~valid) if not valid.all() else None)
-
-
-def _compatible(found: pa.DataType, wanted: pa.DataType) -> bool:
-    if found == wanted or pa.types.is_null(found):
-        return True
-    return pa.types.is_integer(found) and pa.types.is_floating(wanted)
 
 
 # --------------------------------------------------------------------------- Arrow -> JSON

@@ -161,7 +161,7 @@ def file_descriptors(schema: str, references: Mapping[str, str] | None = None) -
     return files
 
 
-def _proto_source(proto) -> str:  # pragma: no cover - mixed serialized and text references
+def _proto_source(proto) -> str:
     raise SchemaFormatError(
         f"the Protobuf schema mixes .proto text and serialized descriptors ({proto.name!r}); ask "
         "the registry for one form (format=serialized for all)")
@@ -310,22 +310,8 @@ def _binary(payloads: pa.Array) -> pa.Array:
 
 
 def _prefixed(values: pa.Array, prefix: bytes) -> pa.Array:
-    """``prefix`` + each value of a null-free binary array, built with numpy."""
-    offsets, data = columns.offsets_and_data(values)
-    n, k = len(values), len(prefix)
-    new_offsets = offsets + k * np.arange(n + 1, dtype=np.int64)
-    out = np.empty(len(data) + k * n, dtype=np.uint8)
-    body = np.ones(len(out), dtype=bool)
-    starts = new_offsets[:-1]
-    for j, b in enumerate(prefix):
-        out[starts + j] = b
-        body[starts + j] = False
-    out[body] = data
-    if new_offsets[-1] > np.iinfo(np.int32).max:
-        return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(new_offsets),
-                                                          pa.py_buffer(out)])
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(new_offsets.astype(np.int32)),
-                                                pa.py_buffer(out)])
+    """``prefix`` + each value of a null-free binary array."""
+    return pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), values, b"")
 
 
 class ProtobufCodec:
@@ -359,11 +345,17 @@ class ProtobufCodec:
             raise SchemaFormatError(
                 f"the Protobuf schema {own.name!r} has no message {message!r}; its messages: "
                 f"{', '.join(_names(own))}") from e
-        indexes = _message_indexes(_proto_of(protos, self.descriptor), message)
-        if indexes is None:  # pragma: no cover - found by the pool, so in its file
+        if self.descriptor.file.name != own.name:
+            raise SchemaFormatError(
+                f"the Protobuf message {message!r} is defined in {self.descriptor.file.name!r}, "
+                f"not in the schema's own file: message indexes can name only the latter's "
+                f"({', '.join(_names(own))}); use the referenced file's own schema")
+        indexes = _message_indexes(own, message)
+        if indexes is None:  # pragma: no cover - found by the pool in this file
             raise SchemaFormatError(f"no message indexes for {message!r}")
         self.message = message
         self.message_indexes = indexes
+        self._serialized = tuple(p.SerializeToString() for p in protos)
         self._prefix = encode_message_indexes(indexes)
         # Readers accept the long form of [0] too (count 1, index 0).
         self._prefixes = tuple(dict.fromkeys([self._prefix,
@@ -373,11 +365,18 @@ class ProtobufCodec:
                                    list_value_name="element")
         self._handler = ptars.HandlerPool([self.descriptor.file], config=config) \
             .get_for_message(self.descriptor)
+        self._check_decode = _checked(self.descriptor, enums=False)
+        self._check_encode = _checked(self.descriptor, enums=True)
         self._native_schema = self._handler.schema()
         # What ptars writes from: its own types (unsigned kept), with nulls allowed (a null
         # field is written as absent).
         self._native_type = _nullable(pa.struct(list(self._native_schema)), signed=False)
         self.arrow_type: pa.DataType = _nullable(self._native_type)
+
+    def __reduce__(self):
+        # Pickled as its descriptors (ptars' native handler is not picklable): Spark ships a
+        # codec made on the driver to its executors this way.
+        return codec_from_descriptor, (list(self._serialized), self.message)
 
     # ------------------------------------------------------------------ decode
 
@@ -422,6 +421,10 @@ class ProtobufCodec:
         decoded, bad = columns.by_halves(
             bodies, lambda b: self._cast_in(self._handler.array_to_record_batch(b)),
             lambda e: f"the Protobuf message is corrupt: {e}", self.arrow_type)
+        if self._check_decode:
+            for j, why in _misfits(decoded, self.descriptor, np.arange(len(decoded)), "",
+                                   False).items():
+                bad.setdefault(j, why)
         errors.update({int(rows[j]): why for j, why in bad.items()})
         decoded, rows = columns.drop_rows(decoded, rows, bad)
         if len(rows) > 1 and (np.diff(rows) < 0).any():  # groups of each index form
@@ -447,7 +450,8 @@ class ProtobufCodec:
             raise SchemaFormatError(
                 f"values of type {values.type} cannot be written as Protobuf message "
                 f"{self.message!r} (Arrow type {self.arrow_type}): {e}") from e
-        bad = _enum_misfits(native, self.descriptor, np.arange(len(native)), "")
+        bad = _misfits(native, self.descriptor, np.arange(len(native)), "", True) \
+            if self._check_encode else {}
         encoded, unfit = columns.by_halves(
             native, lambda v: self._handler.record_batch_to_array(
                 pa.RecordBatch.from_struct_array(v)),
@@ -466,17 +470,6 @@ def _names(file_proto) -> Iterable[str]:
     return [prefix + m.name for m in file_proto.message_type]
 
 
-def _proto_of(protos: list, descriptor) -> object:
-    name = descriptor.file.name
-    for p in protos:
-        if p.name == name:
-            return p
-    descriptor_pb2, _ = _protobuf()
-    p = descriptor_pb2.FileDescriptorProto()
-    descriptor.file.CopyToProto(p)
-    return p
-
-
 def _check_recursion(descriptor, path: tuple[str, ...] = ()) -> None:
     """Refuse recursive messages: Arrow's types are finite (Spark refuses them by default)."""
     if descriptor.full_name in path:
@@ -490,21 +483,27 @@ def _check_recursion(descriptor, path: tuple[str, ...] = ()) -> None:
             _check_recursion(field.message_type, path + (descriptor.full_name,))
 
 
-def _enum_misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str) -> dict[int, str]:
-    """Rows (``rows`` maps ``arr``'s elements to them) naming a value that their enum lacks:
-    ptars would write such a name as the enum's first value."""
+def _misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str, enums: bool
+             ) -> dict[int, str]:
+    """Rows (``rows`` maps ``arr``'s elements to them) that lack a proto2 ``required`` field
+    (ptars reads and writes such a message without a word), or, with ``enums``, name a value
+    that their enum lacks (ptars would write it as the enum's first value)."""
     bad: dict[int, str] = {}
+    parent = columns.bools(arr.is_valid()) if len(arr) else np.zeros(0, dtype=bool)
     for field in descriptor.fields:
         enum, msg = field.enum_type, field.message_type
-        if enum is None and (msg is None or msg.GetOptions().map_entry
-                             or msg.full_name.startswith("google.protobuf.")):
-            continue
+        name = f"{path}{field.name}"
         col = pc.struct_field(arr, field.name)
+        if _required(field):
+            for j in np.flatnonzero(parent & ~columns.bools(col.is_valid())):
+                bad.setdefault(int(rows[j]), f"required field {name!r} is missing")
+        if (enum is None or not enums) and (msg is None or msg.GetOptions().map_entry
+                                            or msg.full_name.startswith("google.protobuf.")):
+            continue
         where = rows
         if _repeated(field):
             where = rows[np.asarray(pc.list_parent_indices(col), dtype=np.int64)]
             col = pc.list_flatten(col)
-        name = f"{path}{field.name}"
         if enum is not None:
             names = pa.array([v.name for v in enum.values], pa.string())
             misfit = pc.and_(pc.invert(pc.is_in(col, value_set=names)), pc.is_valid(col))
@@ -513,9 +512,27 @@ def _enum_misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str) -> dic
                                f"field {name!r}: {col[int(j)].as_py()!r} is not a value of enum "
                                f"{enum.full_name} ({', '.join(v.name for v in enum.values)})")
         elif len(col):
-            for row, why in _enum_misfits(col, msg, where, name + ".").items():
+            for row, why in _misfits(col, msg, where, name + ".", enums).items():
                 bad.setdefault(row, why)
     return bad
+
+
+def _checked(descriptor, enums: bool, seen: frozenset[str] = frozenset()) -> bool:
+    """Whether ``_misfits`` has anything to look for under ``descriptor``."""
+    for field in descriptor.fields:
+        if _required(field) or (enums and field.enum_type is not None):
+            return True
+        msg = field.message_type
+        if msg is not None and msg.full_name not in seen and not msg.GetOptions().map_entry \
+                and not msg.full_name.startswith("google.protobuf.") \
+                and _checked(msg, enums, seen | {msg.full_name}):
+            return True
+    return False
+
+
+def _required(field) -> bool:
+    flag = getattr(field, "is_required", None)
+    return bool(flag) if flag is not None else field.label == field.LABEL_REQUIRED
 
 
 def _repeated(field) -> bool:
