@@ -118,9 +118,12 @@ def _check_schema(schema: StructType, include_headers: bool,
     expected = spark_schema(_schema(include_headers), include_headers, plan)
     if schema is not None and ([(f.name, f.dataType) for f in schema.fields]
                                != [(f.name, f.dataType) for f in expected.fields]):
+        formats = ("; with keyFormat/valueFormat the schema is the registry's when the query "
+                   "starts: a version registered since load() changes it, so load() again"
+                   if plan is not None else "")
         raise KafkaConfigError(
             "the txkafka source has a fixed schema and cannot take a user-specified one "
-            f"(got {schema.simpleString()}, the source gives {expected.simpleString()})")
+            f"(got {schema.simpleString()}, the source gives {expected.simpleString()}){formats}")
 
 
 def _is_initial(offset: Optional[Mapping[str, Any]]) -> bool:
