@@ -167,6 +167,18 @@ class SchemaFormatError(KafkaConfigError):
     made or a column is written. Bad single payloads are reported per row, not raised."""
 
 
+class SchemaRegistryError(TxKafkaError):
+    """The Schema Registry did not answer within the bounded retries, or refused a request (an
+    unknown subject, version or schema id, a schema it finds incompatible, denied credentials).
+    The message names the registry's URL (never its credentials) and the request."""
+
+
+class RecordFormatError(TxKafkaError, ValueError):
+    """A key or value does not fit its format: no magic byte, an unknown schema id, a payload that
+    does not decode (reader), or a struct that does not fit the schema (writer), under mode
+    FAILFAST. The message names the topic, partition and offset (reader) and what was wrong."""
+
+
 class AvroSchemaError(SchemaFormatError):
     """An Avro schema txkafka cannot use: not valid Avro JSON, a type Spark has no column for
     (a recursive record), a reader schema that does not resolve against the writer's, or a column

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from .errors import KafkaConfigError
+from .serde.options import FORMAT_OPTIONS
 
 log = logging.getLogger("txkafka.options")
 
@@ -46,6 +47,7 @@ READER_OPTIONS: tuple[str, ...] = (
     "minPartitions", "maxRecordsPerPartition", "includeHeaders", "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
     "commitOffsetsToGroup", "fetcher", "savepoint", "savepointSource",
+    *FORMAT_OPTIONS,
 )
 """The reader's own options and the Spark Kafka source's names it honours."""
 
@@ -57,6 +59,7 @@ WRITER_OPTIONS: tuple[str, ...] = (
     # object_store.py owns them)
     "fs.s3a.endpoint", "fs.s3a.endpoint.region", "fs.s3a.access.key", "fs.s3a.secret.key",
     "fs.s3a.session.token", "fs.s3a.path.style.access",
+    *FORMAT_OPTIONS,
 )
 """The writer's own options and the Spark Kafka sink's names it honours."""
 

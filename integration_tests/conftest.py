@@ -97,6 +97,24 @@ def kafka3(tmp_path_factory) -> KafkaTarget:
                             "the 3-node Kafka cluster", timeout=300)
 
 
+@pytest.fixture(scope="session")
+def schema_registry(tmp_path_factory) -> str:
+    """A real Schema Registry (Apicurio, Confluent API, compatibility BACKWARD, in-memory); its
+    URL (the option schema.registry.url). One that cannot start fails loudly with its log tail."""
+    from txkafka.embedded_registry import EmbeddedRegistry, EmbeddedRegistryError
+
+    registry = EmbeddedRegistry("pytest", root=tmp_path_factory.mktemp("registry"))
+    try:
+        url = registry.start(timeout=180)
+    except EmbeddedRegistryError as e:
+        registry.stop(quiet=True)
+        pytest.fail(f"the Schema Registry did not start:\n{e}", pytrace=False)
+    try:
+        yield url
+    finally:
+        registry.stop(quiet=True)
+
+
 def spark_builder(app: str = "txkafka-tests", master: str = "local[2,4]"):
     return session_builder(app, master, {
         "spark.default.parallelism": "2",

@@ -72,10 +72,12 @@ from txkafka.connector.source.options import (
     validate_common,
 )
 
+from .formats import decode_plan, spark_schema
 from .spark_worker import frozen_after, tune_worker_socket
 
 if TYPE_CHECKING:
     from txkafka.connector.checkpoint.savepoint import StartingOffsets
+    from txkafka.connector.serde.batches import DecodePlan
 
 log = logging.getLogger("txkafka.reader")
 
@@ -103,19 +105,25 @@ def _schema(include_headers: bool) -> StructType:
 
 
 def source_schema(options: Mapping[str, Any]) -> StructType:
-    """Spark's Kafka schema (+ ``headers`` with includeHeaders). Validates the common options, so a
-    bad option fails at ``load()``."""
+    """Spark's Kafka schema (+ ``headers`` with includeHeaders; key and value typed by their
+    formats' reader schemas). Validates the common options, so a bad option fails at ``load()``."""
     opts = validate_common(options)
-    return _schema(parse_bool(opts, "includeheaders", False))
+    include_headers = parse_bool(opts, "includeheaders", False)
+    plan = decode_plan(parse_source_options(options, streaming=None))
+    return spark_schema(_schema(include_headers), include_headers, plan)
 
 
-def _check_schema(schema: StructType, include_headers: bool) -> None:
-    expected = _schema(include_headers)
+def _check_schema(schema: StructType, include_headers: bool,
+                  plan: Optional[DecodePlan] = None) -> None:
+    expected = spark_schema(_schema(include_headers), include_headers, plan)
     if schema is not None and ([(f.name, f.dataType) for f in schema.fields]
                                != [(f.name, f.dataType) for f in expected.fields]):
+        formats = ("; with keyFormat/valueFormat the schema is the registry's when the query "
+                   "starts: a version registered since load() changes it, so load() again"
+                   if plan is not None else "")
         raise KafkaConfigError(
             "the txkafka source has a fixed schema and cannot take a user-specified one "
-            f"(got {schema.simpleString()}, the source gives {expected.simpleString()})")
+            f"(got {schema.simpleString()}, the source gives {expected.simpleString()}){formats}")
 
 
 def _is_initial(offset: Optional[Mapping[str, Any]]) -> bool:
@@ -134,7 +142,8 @@ class KafkaInputPartition(InputPartition):
 
 
 def _input_partitions(options: SourceOptions, ranges: list[OffsetRange],
-                      earliest: Mapping[TopicPartitionKey, int]) -> list[KafkaInputPartition]:
+                      earliest: Mapping[TopicPartitionKey, int],
+                      decode: Optional[DecodePlan] = None) -> list[KafkaInputPartition]:
     """Tasks from the batch's offsets and options alone (split first), then each cut to what the
     log holds: a replay of the batch gives every task the same index (range_planner.plan_ranges)."""
     ranges = readable(split_ranges(ranges, min_partitions=options.min_partitions,
@@ -145,7 +154,7 @@ def _input_partitions(options: SourceOptions, ranges: list[OffsetRange],
         topic=r.topic, partition=r.partition, start=r.start, end=r.end, consumer_config=conf,
         poll_timeout_ms=options.poll_timeout_ms, fail_on_data_loss=options.fail_on_data_loss,
         include_headers=options.include_headers, fetcher=options.fetcher,
-        earliest_start=r.earliest_start)) for r in ranges]
+        earliest_start=r.earliest_start, decode=decode)) for r in ranges]
 
 
 def _read(partition: Optional[InputPartition]) -> Iterator[Any]:
@@ -232,7 +241,8 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
 
     def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
         self.options = parse_source_options(options, streaming=False)
-        _check_schema(schema, self.options.include_headers)
+        self.decode = decode_plan(self.options)
+        _check_schema(schema, self.options.include_headers, self.decode)
         # Again here: with a user-given schema Spark never calls schema() (validate_common).
         check_client_config(self.options.consumer_config(), "consumer")
         self._offset_reader = None
@@ -255,7 +265,7 @@ class KafkaBatchReader(_ClientHolder, DataSourceReader):
         finally:
             reader.close()
             self._offset_reader = None
-        parts = _input_partitions(opts, ranges, earliest)
+        parts = _input_partitions(opts, ranges, earliest, self.decode)
         log.info("txkafka batch read: %d task(s) over %d partition(s)", len(parts), len(tps))
         return parts
 
@@ -269,7 +279,8 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
 
     def __init__(self, options: Mapping[str, Any], schema: StructType) -> None:
         self.options = parse_source_options(options, streaming=True)
-        _check_schema(schema, self.options.include_headers)
+        self.decode = decode_plan(self.options)
+        _check_schema(schema, self.options.include_headers, self.decode)
         # Again here: with a user-given schema Spark never calls schema() (validate_common).
         check_client_config(self.options.consumer_config(), "consumer")
         self._offset_reader = None
@@ -444,7 +455,7 @@ class KafkaMicroBatchStream(_ClientHolder, DataSourceStreamReader, SupportsTrigg
         earliest = self.offset_reader.log_starts(_moved_or_new(start_map, end_map), start_map)
         ranges = plan_ranges(start_map, end_map, earliest=earliest,
                              fail_on_data_loss=self.options.fail_on_data_loss)
-        return _input_partitions(self.options, ranges, earliest)
+        return _input_partitions(self.options, ranges, earliest, self.decode)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(partition)

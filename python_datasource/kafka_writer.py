@@ -51,6 +51,9 @@ from txkafka.connector.sink.start_checks import validate_at_start
 from txkafka.connector.sink.transactional_ids import TransactionalIdFactory, run_tag
 from txkafka.connector.sink.task_writer_txkafka import WireKafkaWriter
 
+from txkafka.connector.serde.batches import encode_record_batches
+
+from .formats import encode_plan
 from .spark_worker import freeze_worker_heap, tune_worker_socket
 
 log = logging.getLogger(__name__)
@@ -149,8 +152,12 @@ class _KafkaWrite:
         self.planned_at = host_clock()
         self.cfg = SinkConfig.from_options(options, streaming=streaming)
         self.streaming = streaming
+        self.encode = encode_plan(self.cfg.formats, schema, self.cfg.topic)
+        formatted = {c.fmt.column for c in (self.encode.key, self.encode.value)
+                     if c is not None} if self.encode else set()
         self.sink_schema: SinkSchema = validate_input_schema(
-            {f.name: _simple_type(f.dataType) for f in schema.fields}, self.cfg.topic
+            {f.name: "binary" if f.name.lower() in formatted else _simple_type(f.dataType)
+             for f in schema.fields}, self.cfg.topic
         )
         if overwrite:
             raise KafkaConfigError(
@@ -218,6 +225,9 @@ class _KafkaWrite:
         # A batch write is one job, batch 0, whatever batch id it inherits: inside foreachBatch
         # its tasks carry the stream's streaming.sql.batchId, and its commit checks batch 0.
         batch = batch_id if self.streaming and batch_id is not None else 0
+        if self.encode is not None:
+            # Encoded first: the input digest and the record encoder see binary key and value.
+            iterator = encode_record_batches(iterator, self.encode, self.cfg.topic)
         digest: InputDigest | None = None
         if self.streaming and self.cfg.exactly_once:
             # What this task read, for the layout check of a re-written round (invariant 12).

@@ -24,15 +24,16 @@ CONNECTING = {"demo", "verify", "transactions list", "transactions abort", "save
               "status"}
 LOCAL = {"broker start", "broker stop", "broker status", "broker logs", "commit-log show",
          "commit-log resolve", "commit-log moved", "savepoint show", "pyspark-bytecode enable",
-         "pyspark-bytecode disable", "pyspark-bytecode status", "pyspark-home"}
-DEVELOPER = {"bench", "bench-endurance"}
+         "pyspark-bytecode disable", "pyspark-bytecode status", "pyspark-home", "registry start",
+         "registry stop", "registry status", "bench-formats"}
+DEVELOPER = {"bench", "bench-endurance", "bench-formats"}
 # ... and by what it does. A command that changes Kafka or a checkpoint takes --yes (a dry run
 # without it); one that reports takes --json. `demo` writes only its own topics; `broker` and
 # `pyspark-bytecode enable|disable` change the local machine, not a cluster or a checkpoint.
 CHANGING = {"transactions abort", "commit-log resolve", "commit-log moved", "savepoint create"}
 REPORTING = {"verify", "transactions list", "commit-log show", "savepoint create",
              "savepoint show", "broker status", "pyspark-bytecode status", "pyspark-home",
-             "status"}
+             "status", "registry status"}
 B = "127.0.0.1:1"
 SECRET = "hunter2-secret"
 

@@ -10,9 +10,9 @@ import sys
 from txkafka.cli import _load_extensions, build_parser
 from txkafka.devtools import cli as devtools_cli
 
-USER = ["broker", "demo", "verify", "transactions", "commit-log", "savepoint", "pyspark-bytecode",
-        "pyspark-home", "status"]
-DEVELOPER = ["bench", "bench-endurance"]
+USER = ["broker", "registry", "demo", "verify", "transactions", "commit-log", "savepoint",
+        "pyspark-bytecode", "pyspark-home", "status"]
+DEVELOPER = ["bench", "bench-endurance", "bench-formats"]
 
 
 def _listed(text: str) -> list[str]:

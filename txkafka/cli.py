@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Sub-commands defined in other modules register themselves here, in the order --help lists them
 # (after `broker`). Developer tooling is not among them: `python -m txkafka.devtools`.
-_USER_COMMANDS = ("txkafka.demo", "txkafka.verify", "txkafka.operator_cli", "txkafka.savepoint",
+_USER_COMMANDS = ("txkafka.embedded_registry", "txkafka.demo", "txkafka.verify", "txkafka.operator_cli", "txkafka.savepoint",
                   "txkafka.installed_pyspark", "txkafka.pyspark_home", "txkafka.status")
 _EXTENSIONS: list[Callable[[argparse._SubParsersAction], None]] = []
 

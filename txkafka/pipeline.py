@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
         reader = reader.option("minPartitions", str(args.min_partitions))
     for k, v in kafka_conf.items():
         reader = reader.option(f"kafka.{k}", v)
+    reader = reader.options(**format_options(args))
     src = reader.load()
 
     if args.mode == "map":
@@ -61,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
         # Another projection of the same records (a changed query, e.g. after a savepoint).
         out = src.selectExpr("key", "concat('moved|', CAST(value AS STRING), '|', "
                              "CAST(partition AS STRING), ':', CAST(offset AS STRING)) AS value")
+        output_mode = "append"
+    elif args.mode == "passthrough":
+        # Key and value as read: with --format-conf, a decoded struct value written re-encoded.
+        out = src.selectExpr("key", "value")
         output_mode = "append"
     elif args.mode == "aggregate":
         # A stateful count per (key, event-time window). Spark 4.3's Python sinks take append
@@ -160,7 +165,12 @@ def sink_options(args: argparse.Namespace, kafka_conf: dict[str, str]) -> dict[s
             **{f"kafka.{k}": v for k, v in {**kafka_conf, **sink_conf}.items()}}
     if args.transaction_timeout_ms:
         opts["kafka.transaction.timeout.ms"] = str(args.transaction_timeout_ms)
-    return opts
+    return {**opts, **format_options(args)}
+
+
+def format_options(args: argparse.Namespace) -> dict[str, str]:
+    """--format-conf's options (keyFormat, valueFormat, schema.registry.*), reader and sink alike."""
+    return dict(kv.split("=", 1) for kv in (getattr(args, "format_conf", None) or []))
 
 
 def run_batch(args: argparse.Namespace, spark, kafka_conf: dict[str, str]) -> int:
@@ -223,9 +233,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
     p.add_argument("--checkpoint", required=True)
-    p.add_argument("--mode", choices=["map", "project", "aggregate"], default="map",
+    p.add_argument("--mode", choices=["map", "project", "aggregate", "passthrough"],
+                   default="map",
                    help="map: value + '|seen'; project: another projection of the same records; "
-                   "aggregate: windowed counts")
+                   "aggregate: windowed counts; passthrough: key and value as read")
     p.add_argument("--starting-offsets", default="earliest", help="the reader's startingOffsets")
     p.add_argument("--savepoint", default="", help="start a new query from this savepoint")
     p.add_argument("--repartition", type=int, default=0,
@@ -262,6 +273,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sink-conf", action="append",
                    help="extra kafka.* setting key=value of the sink only")
     p.add_argument("--spark-conf", action="append", help="extra Spark setting key=value")
+    p.add_argument("--format-conf", action="append",
+                   help="a format option key=value for the reader and the sink (valueFormat, "
+                        "schema.registry.url, ...)")
     return p
 
 

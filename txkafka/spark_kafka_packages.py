@@ -153,3 +153,20 @@ def builtin_kafka_conf(spark_version: str | None = None) -> dict[str, str]:
 def connector_jar(conf: dict[str, str]) -> str:
     """The connector's jar among ``conf``'s, by file name (for messages)."""
     return next((j.name for j in _jars(conf) if j.name.startswith(CONNECTOR)), "?")
+
+
+AVRO = "spark-avro_2.13"
+
+
+def builtin_kafka_and_avro_conf(spark_version: str | None = None) -> dict[str, str]:
+    """``builtin_kafka_conf`` plus Spark's ``spark-avro`` package (``from_avro``/``to_avro``), of
+    the installed Spark's version or the newest 4.x before it. Its Avro library ships with Spark."""
+    import pyspark
+
+    version = spark_version or pyspark.__version__
+    conf = builtin_kafka_conf(version)
+    avro = version if _resolvable(AVRO, version) else _newest(AVRO, version)
+    if avro is None:
+        raise SparkKafkaPackageError(f"Maven resolves no {GROUP}:{AVRO} 4.x up to {version}")
+    jar = _copy_jar(AVRO, avro, cache_dir() / "spark-kafka")
+    return {"spark.jars": ",".join([*conf["spark.jars"].split(","), str(jar)])}

@@ -16,6 +16,7 @@ from typing import Mapping
 from ..errors import KafkaConfigError
 from ..checkpoint.object_store import S3_OPTIONS, S3Settings, is_s3
 from ..client.config import describe_config, kafka_client_config
+from ..serde.options import FormatOptions, parse_format_options
 from ..option_names import (LONG_MAX, MAX_TIMEOUT_MS, WRITER, check_option_names, integer,
                             one_of)
 
@@ -85,6 +86,7 @@ class SinkConfig:
     assume_partition_verification: bool = False
     # The endpoint and credentials of an S3 checkpoint (fs.s3a.* options, else the AWS chain).
     s3: S3Settings | None = field(default=None, repr=False)
+    formats: FormatOptions | None = None  # keyFormat/valueFormat; None: binary or string columns
 
     def __repr__(self) -> str:
         return (
@@ -169,6 +171,7 @@ class SinkConfig:
             s3=(S3Settings.from_options(options)
                 if (checkpoint and is_s3(checkpoint)) or any(
                     _get(options, name) is not None for name in S3_OPTIONS) else None),
+            formats=parse_format_options({str(k).lower(): str(v) for k, v in options.items()}),
         )
 
 

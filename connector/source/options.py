@@ -24,6 +24,7 @@ from ..client.config import (
     wire_connection_key,
     wire_unsupported,
 )
+from ..serde.options import FormatOptions, parse_format_options
 from ..option_names import LONG_MAX, MAX_TIMEOUT_MS, READER, check_option_names, integer, one_of
 
 log = logging.getLogger("txkafka.reader")
@@ -190,6 +191,15 @@ class SourceOptions:
     fetcher: str = "librdkafka"  # resolved: "wire" (txkafka's own Fetch) or "librdkafka"
     savepoint: Optional[str] = None         # a savepoint file: where a new query starts
     savepoint_source: Optional[int] = None  # which source of the savepoint's query this one continues
+    formats: Optional[FormatOptions] = None  # keyFormat/valueFormat; None: binary key and value
+
+    @property
+    def single_topic(self) -> Optional[str]:
+        """The one topic the query reads, if it reads one (names TopicNameStrategy's subject)."""
+        s = self.strategy
+        topics = set(s.topics) if isinstance(s, Subscribe) else (
+            {t for t, _ in s.partitions} if isinstance(s, Assign) else set())
+        return next(iter(topics)) if len(topics) == 1 else None
 
     @property
     def client_conf(self) -> dict[str, str]:
@@ -525,6 +535,7 @@ def parse_source_options(options: Mapping[str, Any], *, streaming: Optional[bool
         fetcher=fetcher,
         savepoint=savepoint,
         savepoint_source=savepoint_source,
+        formats=parse_format_options(opts),
     )
 
 

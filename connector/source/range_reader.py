@@ -41,6 +41,7 @@ from .options import TopicPartitionKey
 
 if TYPE_CHECKING:
     from ..client.record_batch_decoder import DecodedRecords
+    from ..serde.batches import DecodePlan
 
 log = logging.getLogger("txkafka.reader")
 _LIBRDKAFKA_LOG = logging.getLogger("txkafka.librdkafka")
@@ -97,6 +98,8 @@ class FetchTask:
     # reads from the log start it finds, so records retention or delete-records removed after
     # planning are not data loss (Spark binds "earliest" in the task too).
     earliest_start: bool = False
+    # keyFormat/valueFormat: the reader schemas resolved on the driver; None reads binary.
+    decode: Optional["DecodePlan"] = None
 
     def __repr__(self) -> str:
         return (f"FetchTask({self.topic}-{self.partition} [{self.start}, {self.end}), "
@@ -383,7 +386,20 @@ atexit.register(POOL.close_all)
 
 def fetch_range(task: FetchTask, pool: ConsumerPool = POOL, batch_rows: int = BATCH_ROWS,
                 batch_bytes: int = BATCH_BYTES) -> Iterator[pa.RecordBatch]:
-    """Yield the committed records of [task.start, task.end) as RecordBatches, in offset order."""
+    """Yield the committed records of [task.start, task.end) as RecordBatches, in offset order;
+    with keyFormat/valueFormat, each batch's key and value decoded here, in the read task."""
+    batches = _fetch_framed(task, pool, batch_rows, batch_bytes)
+    if task.decode is None:
+        yield from batches
+        return
+    from ..serde.batches import decode_record_batch
+
+    for batch in batches:
+        yield decode_record_batch(batch, task.decode, task.topic, task.partition)
+
+
+def _fetch_framed(task: FetchTask, pool: ConsumerPool, batch_rows: int,
+                  batch_bytes: int) -> Iterator[pa.RecordBatch]:
     if task.end <= task.start:
         return
     if task.fetcher == "wire":

@@ -15,11 +15,11 @@ PROG = "python -m txkafka.devtools"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, bench_endurance
+    from . import bench, bench_endurance, bench_formats
 
     p = CommandParser(prog=PROG, description=__doc__, epilog=exit_codes.epilog())
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
-    for module in (bench, bench_endurance):
+    for module in (bench, bench_endurance, bench_formats):
         module.register_cli(sub)
     return p
 

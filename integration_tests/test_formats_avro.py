@@ -1,0 +1,188 @@
+"""Avro in Confluent's wire format against a real Schema Registry (Apicurio, Confluent API) and real
+Kafka and Spark: txkafka's reader and writer, cross-checked with confluent_kafka's own serializers;
+schema evolution; FAILFAST and PERMISSIVE; an exactly-once Avro -> txkafka -> Avro pipeline across
+a driver kill."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from integration_tests.pipeline_helpers import (PipelineTopics, assert_exactly_once,
+                                                pipeline_args, run_pipeline)
+from txkafka.connector.errors import RecordFormatError
+
+ORDER_V1 = {
+    "type": "record", "name": "Order", "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "customer", "type": "string"},
+        {"name": "amount", "type": "double"},
+        {"name": "note", "type": ["null", "string"], "default": None},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+    ],
+}
+# v2: a field added with a default, a field removed (BACKWARD-compatible: v2 reads v1's records).
+ORDER_V2 = {**ORDER_V1, "fields": [f for f in ORDER_V1["fields"] if f["name"] != "note"]
+            + [{"name": "channel", "type": "string", "default": "web"}]}
+
+
+def _order(i: int) -> dict:
+    return {"id": i, "customer": f"c{i % 7}", "amount": i * 1.25,
+            "note": None if i % 3 else f"n{i}", "tags": [f"t{j}" for j in range(i % 3)]}
+
+
+def _client(url: str) -> SchemaRegistryClient:
+    return SchemaRegistryClient({"url": url})
+
+
+def _serializer(url: str, schema: dict, **conf) -> AvroSerializer:
+    return AvroSerializer(_client(url), json.dumps(schema), conf={"auto.register.schemas": True,
+                                                                  **conf})
+
+
+def _produce_avro(kafka, topic: str, url: str, schema: dict, rows: list[dict],
+                  transactional: bool = False, commit: bool = True) -> list[bytes]:
+    ser = _serializer(url, schema)
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    values = [ser(r, ctx) for r in rows]
+    kafka.produce(topic, [(str(r["id"]).encode(), v) for r, v in zip(rows, values)],
+                  transactional=transactional, commit=commit)
+    return values
+
+
+def _read(spark, kafka, topic: str, url: str, **options):
+    return (spark.read.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("valueFormat", "avro").option("schema.registry.url", url)
+            .options(**options).load())
+
+
+def test_read_and_write_match_confluents_serializers(spark, kafka, schema_registry):
+    """txkafka reads what AvroSerializer wrote, and writes the same bytes it would."""
+    src, dst = kafka.create_topic(), kafka.create_topic()
+    rows = [_order(i) for i in range(50)]
+    written = _produce_avro(kafka, src, schema_registry, ORDER_V1, rows)
+
+    df = _read(spark, kafka, src, schema_registry)
+    assert df.schema["value"].dataType.simpleString() == (
+        "struct<id:bigint,customer:string,amount:double,note:string,tags:array<string>>")
+    got = sorted((r.value.asDict() for r in df.select("value").collect()), key=lambda d: d["id"])
+    assert got == rows
+
+    # Written back with the subject's latest schema (the source subject's, pinned by subject).
+    (df.select("key", "value").write.format("txkafka")
+     .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", dst)
+     .option("valueFormat", "avro").option("schema.registry.url", schema_registry)
+     .option("valueSubject", f"{src}-value").mode("append").save())
+    out = kafka.read_all(dst)
+    by_key = {r.key: r.value for r in out}
+    assert len(out) == len(rows)
+    for r, v in zip(rows, written):
+        assert by_key[str(r["id"]).encode()] == v  # byte for byte: the same schema id and body
+    de = AvroDeserializer(_client(schema_registry))
+    ctx = SerializationContext(dst, MessageField.VALUE)
+    assert sorted((de(r.value, ctx) for r in out), key=lambda d: d["id"]) == rows
+
+
+def test_auto_register_derives_the_schema_from_the_dataframe(spark, kafka, schema_registry):
+    dst = kafka.create_topic()
+    df = spark.createDataFrame([(f"k{i}", i, f"name{i}") for i in range(20)], "k string, n int, s string")
+    (df.selectExpr("CAST(k AS BINARY) AS key", "struct(n, s) AS value").write.format("txkafka")
+     .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", dst)
+     .option("valueFormat", "avro").option("schema.registry.url", schema_registry)
+     .option("auto.register.schemas", "true").option("valueRecordName", "Item")
+     .option("valueRecordNamespace", "test").mode("append").save())
+    latest = _client(schema_registry).get_latest_version(f"{dst}-value")
+    assert json.loads(latest.schema.schema_str)["name"] == "Item"
+    de = AvroDeserializer(_client(schema_registry))
+    ctx = SerializationContext(dst, MessageField.VALUE)
+    got = sorted((de(r.value, ctx) for r in kafka.read_all(dst)), key=lambda d: d["n"])
+    assert got == [{"n": i, "s": f"name{i}"} for i in range(20)]
+    back = _read(spark, kafka, dst, schema_registry).select("value.n", "value.s").collect()
+    assert sorted((r.n, r.s) for r in back) == [(i, f"name{i}") for i in range(20)]
+
+
+def test_evolution_reads_every_version_with_the_latest_schema(spark, kafka, schema_registry):
+    """v1 records, then v2 records (a field added with a default, one removed), read with v2."""
+    topic = kafka.create_topic()
+    v1_rows = [_order(i) for i in range(30)]
+    _produce_avro(kafka, topic, schema_registry, ORDER_V1, v1_rows)
+    v2_rows = [{k: v for k, v in _order(i).items() if k != "note"} | {"channel": f"app{i}"}
+               for i in range(30, 60)]
+    _produce_avro(kafka, topic, schema_registry, ORDER_V2, v2_rows)
+    assert _client(schema_registry).get_versions(f"{topic}-value") == [1, 2]
+
+    df = _read(spark, kafka, topic, schema_registry)
+    assert [f.name for f in df.schema["value"].dataType.fields] == [
+        "id", "customer", "amount", "tags", "channel"]
+    got = {r.value.id: r.value.asDict() for r in df.select("value").collect()}
+    expected = {r["id"]: {k: v for k, v in r.items() if k != "note"} | {"channel": "web"}
+                for r in v1_rows}
+    expected.update({r["id"]: r for r in v2_rows})
+    assert got == expected
+    # Pinned to v1: v2's records resolved back (channel dropped, note from its default).
+    old = _read(spark, kafka, topic, schema_registry, valueSchemaVersion="1")
+    got_v1 = {r.value.id: r.value.asDict() for r in old.select("value").collect()}
+    assert got_v1[45] == {k: v for k, v in _order(45).items()} | {"note": None}
+
+
+def test_failfast_names_the_record_and_permissive_keeps_it(spark, kafka, schema_registry):
+    topic = kafka.create_topic()
+    _produce_avro(kafka, topic, schema_registry, ORDER_V1, [_order(0)])
+    kafka.produce(topic, [(b"plain", b"not avro"), (b"unknown-id", b"\x00\x00\x0f\x42\x40\x02"),
+                          (b"truncated", b"\x00\x00\x00\x00\x01\x02")])
+    # the registry assigned ORDER_V1's id; a payload cut short under that id:
+    sid = _client(schema_registry).get_latest_version(f"{topic}-value").schema_id
+    kafka.produce(topic, [(b"short", b"\x00" + sid.to_bytes(4, "big") + b"\x04")])
+    kafka.produce(topic, [(b"tombstone", None)])
+
+    with pytest.raises(Exception) as failed:
+        _read(spark, kafka, topic, schema_registry).collect()
+    text = str(failed.value)
+    assert RecordFormatError.__name__ in text
+    assert f"topic '{topic}' partition 0 offset 1: no magic byte" in text
+
+    rows = {r.key: r for r in _read(spark, kafka, topic, schema_registry,
+                                    mode="PERMISSIVE").collect()}
+    assert rows[b"0"].value.id == 0 and rows[b"0"].valueError is None
+    assert rows[b"plain"].value is None and rows[b"plain"].valueRaw == b"not avro"
+    assert "no magic byte" in rows[b"plain"].valueError
+    assert "unknown schema id 1000000" in rows[b"unknown-id"].valueError
+    assert rows[b"short"].value is None and "does not decode" in rows[b"short"].valueError
+    assert rows[b"tombstone"].value is None and rows[b"tombstone"].valueError is None
+
+
+def test_exactly_once_avro_pipeline_across_a_driver_kill(kafka, schema_registry, driver_processes,
+                                                         tmp_path):
+    """Avro -> txkafka -> Avro, the driver SIGKILLed mid-run: exact (no duplicate, no gap)."""
+    src, dst = kafka.create_topic(partitions=2), kafka.create_topic(partitions=2)
+    committed = 0
+    for n in range(6):  # one transaction in three aborted
+        abort = n % 3 == 2
+        rows = [_order(n * 100 + i) for i in range(100)]
+        _produce_avro(kafka, src, schema_registry, ORDER_V1, rows, transactional=True,
+                      commit=not abort)
+        committed += 0 if abort else len(rows)
+    topics = PipelineTopics(src, dst, committed)
+    ck = str(tmp_path / "ck")
+    formats = ["--mode", "passthrough", "--max-offsets", "150",
+               "--format-conf", "valueFormat=avro",
+               "--format-conf", f"schema.registry.url={schema_registry}",
+               "--format-conf", "auto.register.schemas=true"]
+    marker = tmp_path / "kill.marker"
+    fault = f"point=between_endtxn,batch=2,action=kill,once={marker}"
+    code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, ck, *formats,
+                                                              "--fault", fault))
+    assert marker.exists() and code == -9, proc.tail()
+    code, proc = run_pipeline(driver_processes, pipeline_args(kafka, topics, ck, *formats))
+    assert code == 0, proc.tail()
+    assert_exactly_once(kafka, topics, ck)
+    de = AvroDeserializer(_client(schema_registry))
+    ctx = SerializationContext(dst, MessageField.VALUE)
+    values = {de(r.value, ctx)["id"] for r in kafka.read_all(dst)}
+    assert len(values) == committed
