@@ -173,6 +173,10 @@ class SchemaRegistryError(TxKafkaError):
     The message names the registry's URL (never its credentials) and the request."""
 
 
+class SchemaNotFoundError(SchemaRegistryError):
+    """The registry answered that it has no such schema id, subject or version (HTTP 404)."""
+
+
 class RecordFormatError(TxKafkaError, ValueError):
     """A key or value does not fit its format: no magic byte, an unknown schema id, a payload that
     does not decode (reader), or a struct that does not fit the schema (writer), under mode

@@ -145,6 +145,8 @@ def _require_own_checkpoint(log: SinkCommitLog) -> None:
 class _KafkaWrite:
     """Shared by the streaming and batch writers: config, identity, plan, task-side write."""
 
+    encode = None  # the key/value format plan (keyFormat/valueFormat); None: binary columns
+
     def __init__(self, options, schema: StructType, overwrite: bool, streaming: bool) -> None:
         # Spark creates the writer while it plans the batch, before its tasks start: nothing the
         # batch writes is older (KafkaCommitter's bound on a transaction's age). Spark creates

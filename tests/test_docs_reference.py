@@ -411,7 +411,7 @@ def test_every_error_class_a_page_names_exists():
     classes = _exception_classes(*(REPO / f for f in ("connector", "python_datasource",
                                                        "txkafka")))
     unknown = sorted({f"{doc.relative_to(REPO)}: {name}" for doc in CURRENT_DOCS
-                      for name in re.findall(r"`(\w+(?:Error|Exception))`", doc.read_text())
+                      for name in re.findall(r"`([A-Z]\w*(?:Error|Exception))`", doc.read_text())
                       if name not in classes and name not in FOREIGN_ERRORS})
     assert not unknown, unknown
 

@@ -13,33 +13,18 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from ..errors import KafkaConfigError
+from ..option_names import (
+    _NUMERIC_SETTINGS,
+    _PER_COLUMN,
+    _SHARED,
+    FORMAT_OPTIONS,
+    REGISTRY_PREFIX,
+    REGISTRY_SETTINGS,
+)
 
 FORMATS = ("avro", "protobuf", "json-schema")
 MODES = ("FAILFAST", "PERMISSIVE")
 STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
-REGISTRY_PREFIX = "schema.registry."
-
-# The Confluent Python client's settings (SchemaRegistryClient's conf keys), with our prefix.
-REGISTRY_SETTINGS: tuple[str, ...] = (
-    "url", "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
-    "basic.auth.credentials.source", "basic.auth.user.info",
-    "bearer.auth.credentials.source", "bearer.auth.token", "bearer.auth.logical.cluster",
-    "bearer.auth.identity.pool.id", "bearer.auth.client.id", "bearer.auth.client.secret",
-    "bearer.auth.scope", "bearer.auth.issuer.endpoint.url",
-    "proxy", "timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms",
-)
-_NUMERIC_SETTINGS = ("timeout", "max.retries", "retries.wait.ms", "retries.max.wait.ms")
-_PER_COLUMN = ("Format", "SchemaId", "Subject", "SchemaVersion", "RecordName", "RecordNamespace",
-               "Message")
-_SHARED = ("mode", "auto.register.schemas", "use.latest.version")
-
-FORMAT_OPTIONS: tuple[str, ...] = (
-    *(f"{side}{name}" for side in ("key", "value") for name in _PER_COLUMN),
-    *(f"{side}.subject.name.strategy" for side in ("key", "value")),
-    *_SHARED,
-    *(REGISTRY_PREFIX + s for s in REGISTRY_SETTINGS),
-)
-"""Every format option's documented name (reader and writer alike)."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, TypeVar
 
-from ..errors import SchemaRegistryError
+from ..errors import SchemaNotFoundError, SchemaRegistryError
 from ..secrets_redaction import redact_text, redact_uri
 from .options import RegistryConfig
 
@@ -29,10 +29,6 @@ _BACKOFF_S = 0.5
 
 # Confluent's type names (what the registry stores) by our format names.
 SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
-
-
-class SchemaNotFoundError(SchemaRegistryError):
-    """The registry answered that it has no such schema id, subject or version (HTTP 404)."""
 
 
 @dataclass(frozen=True)
