@@ -11,7 +11,7 @@ import sys
 from typing import Callable, Sequence
 
 from . import exit_codes
-from .cli_options import CommandLineError, CommandParser, add_json_flag
+from .cli_options import CommandLineError, CommandParser, add_json_flag, local_server_actions
 
 def _broker_cluster(args: argparse.Namespace):
     from .embedded_kafka import EmbeddedKafka
@@ -74,14 +74,9 @@ def cmd_broker_logs(args: argparse.Namespace) -> int:
 
 
 def _register_broker(sub: argparse._SubParsersAction) -> None:
-    b = sub.add_parser("broker", help="run a local Apache Kafka (KRaft) for development, from "
-                       "Maven Central's jars")
-    bsub = b.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
-
-    def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--name", default="default", help="cluster name, so several can run at "
-                       "once")
-        return p
+    bsub, named = local_server_actions(
+        sub, "broker", "run a local Apache Kafka (KRaft) for development, from Maven Central's "
+        "jars", "cluster")
 
     st = named(bsub.add_parser("start", help="start it (or find it running) and print its "
                                "bootstrap servers"))

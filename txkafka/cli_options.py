@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
 from . import exit_codes
 from .connector.client.config import check_client_config, kafka_client_config
@@ -68,6 +68,21 @@ def add_yes_flag(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument("--yes", action="store_true",
                         help=f"really {what} (without it: a dry run that prints what it would do "
                              "and changes nothing)")
+
+
+def local_server_actions(sub: argparse._SubParsersAction, command: str, help: str,
+                         what: str) -> tuple[argparse._SubParsersAction, Callable]:
+    """A local development server's command (``broker``, ``registry``): its actions' sub-parsers,
+    and the function that adds ``--name`` (several servers side by side) to an action."""
+    actions = sub.add_parser(command, help=help).add_subparsers(
+        dest="action", required=True, title="actions", metavar="ACTION")
+
+    def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--name", default="default", help=f"{what} name, so several can run at "
+                       "once")
+        return p
+
+    return actions, named
 
 
 def add_json_flag(parser: argparse.ArgumentParser, what: str = "the report") -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import exit_codes
-from .cli_options import add_json_flag
+from .cli_options import add_json_flag, local_server_actions
 from .embedded_kafka import _pid_alive, _port_open, cache_dir, file_lock, free_port
 
 # Apicurio 3.0.x runs on Java 17 (3.1 and later need Java 21).
@@ -271,14 +271,9 @@ def cmd_registry_status(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub: argparse._SubParsersAction) -> None:
-    r = sub.add_parser("registry", help="run a local Schema Registry (Apicurio, Confluent's API) "
-                                        "for development, from Maven Central's jars")
-    rsub = r.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
-
-    def named(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--name", default="default", help="registry name, so several can run at "
-                       "once")
-        return p
+    rsub, named = local_server_actions(
+        sub, "registry", "run a local Schema Registry (Apicurio, Confluent's API) for "
+        "development, from Maven Central's jars", "registry")
 
     st = named(rsub.add_parser("start", help="start it (or find it running) and print its "
                                "schema.registry.url"))
