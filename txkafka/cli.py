@@ -1,6 +1,6 @@
-"""The txkafka command line: a local broker, the demo, the output's verification,
-and for operators the sink's transactions, its commit log, savepoints and the
-Python start-up aids. Commands that change Kafka or a checkpoint show what they
+"""The txkafka command line: a local broker and Schema Registry, the demo, the output's
+verification, and for operators a query's status, the sink's transactions, its commit log,
+savepoints and the Python start-up aids. Commands that change Kafka or a checkpoint show what they
 would do and change nothing without --yes; commands that report take --json."""
 
 from __future__ import annotations
