@@ -180,11 +180,17 @@ def test_exactly_once_on_an_s3_checkpoint_across_a_driver_kill_with_commands_and
     assert proc.wait(300) == 0, proc.tail()
     assert "rolling forward batch 1" in proc.output()
     assert_exactly_once(kafka, topics, ck)
+    # The operator's first look at the S3 checkpoint: healthy, nothing behind, nothing open.
+    st = _cli("status", "--checkpoint", ck, "-b", kafka.bootstrap, "--json")
+    report = json.loads(st.stdout or "{}")
+    assert st.returncode == 0, st.stdout + st.stderr
+    assert report["lag"]["recordsBehindLatest"] == 0 and report["open_transactions"] == []
+    assert report["sink_batches"] and not report["needs_operator"], report
 
     # A savepoint of the stopped query, written to S3, and a new query started from it.
     sp = f"s3a://{bucket}/savepoints/{uuid.uuid4().hex[:6]}.json"
     made = _cli("savepoint", "create", "--checkpoint", ck, "--out", sp, "-b", kafka.bootstrap,
-                "--quiet-period", "2")
+                "--quiet-period", "2", "--yes")
     assert made.returncode == 0, made.stdout + made.stderr
     more = [(f"id-{9_000_000 + i:07d}", f"value-more-{i}") for i in range(100)]
     kafka.produce(topics.source, more, transactional=True)
