@@ -10,6 +10,7 @@ Nothing here skips: if a broker or Spark cannot start, the tests that need them 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -207,6 +208,39 @@ _SHARED_UNITS = {
 }
 
 
+# The units that take longest in CI, costliest first (results/test-units.json of a run lists every
+# unit's seconds); the others follow in xdist's own order.
+_COSTLIEST_FIRST = {unit: rank for rank, unit in enumerate([
+    "integration_tests/test_chaos.py",
+    "integration_tests/test_security_pipeline.py",
+    "integration_tests/test_wire_producer_failover.py",
+    "integration_tests/test_switching.py",
+    "integration_tests/test_bench_command.py",
+    "integration_tests/test_packaging.py",
+    "integration_tests/test_s3_checkpoints.py",
+    "integration_tests/test_formats_avro.py",
+    "integration_tests/test_formats_protobuf_json.py",
+    "integration_tests/test_upgrades.py",
+    "integration_tests/test_writer_exactly_once.py",
+    "integration_tests/test_operator_actions_kafka.py",
+])}
+
+
+def unit_of(nodeid: str) -> str:
+    """The xdist unit (under ``--dist loadfile``) a test runs in: its file, or the unit it joins."""
+    file = nodeid.split("::", 1)[0]
+    return _SHARED_UNITS.get(nodeid, _SHARED_UNITS.get(file, file))
+
+
+_UNIT_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Seconds per unit (setup, call and teardown), summed where the reports arrive: in the
+    controller under xdist."""
+    _UNIT_SECONDS[unit_of(report.nodeid)] = _UNIT_SECONDS.get(unit_of(report.nodeid), 0.0) + report.duration
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "loadfile":
@@ -215,8 +249,14 @@ def pytest_xdist_make_scheduler(config, log):
 
     class SharedResourceScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            file = nodeid.split("::", 1)[0]
-            return _SHARED_UNITS.get(nodeid, _SHARED_UNITS.get(file, file))
+            return unit_of(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            # The costliest unit left goes first (longest-processing-time order): a long unit
+            # started last would run alone at the end while the other workers sit idle.
+            first = min(self.workqueue, key=lambda unit: _COSTLIEST_FIRST.get(unit, len(_COSTLIEST_FIRST)))
+            self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
 
     return SharedResourceScheduling(config, log)
 
@@ -238,7 +278,17 @@ def pytest_testnodedown(node, error) -> None:
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Print the chaos suite's summary (rounds, kills, injection points hit, records verified)."""
+    """Print the chaos suite's summary (rounds, kills, injection points hit, records verified) and
+    the costliest units; every unit's seconds go to results/test-units.json."""
     from integration_tests.chaos.summary import terminal_summary
 
     terminal_summary(terminalreporter)
+    if not _UNIT_SECONDS:
+        return
+    units = dict(sorted(_UNIT_SECONDS.items(), key=lambda kv: -kv[1]))
+    Path("results").mkdir(exist_ok=True)
+    Path("results/test-units.json").write_text(
+        json.dumps({u: round(s, 1) for u, s in units.items()}, indent=1) + "\n")
+    terminalreporter.write_sep("=", "costliest test units (seconds, setup to teardown)")
+    for unit, seconds in list(units.items())[:15]:
+        terminalreporter.write_line(f"{seconds:8.0f}  {unit}")
