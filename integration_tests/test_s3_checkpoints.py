@@ -1,6 +1,7 @@
 """Checkpoints on a real S3 server (SeaweedFS on loopback, signed requests), real Spark (s3a)
-and real Kafka: the exactly-once pipeline across driver kills, the operator's commands, a
-savepoint, a copied checkpoint, two drivers on one checkpoint, and the store's own refusal of a
+and real Kafka: the exactly-once pipeline across driver kills, the operator's commands (with
+the AWS environment, and with Spark's settings as spark-submit takes them), verify through the
+checkpoint, a savepoint, a copied checkpoint, two drivers on one checkpoint, and the store's own refusal of a
 second writer of a commit-log record (conditional writes).
 """
 
@@ -63,9 +64,25 @@ _WRONG_ENV = {"AWS_ACCESS_KEY_ID": "wrong", "AWS_SECRET_ACCESS_KEY": "wrong-secr
               "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``txkafka ARGS``; ``env``: variables over this process's environment."""
     return subprocess.run([sys.executable, "-m", "txkafka", *args], capture_output=True,
-                          text=True, timeout=180)
+                          text=True, timeout=180, env={**os.environ, **(env or {})})
+
+
+def _spark_defaults(s3_server, path) -> list[str]:
+    """A spark-defaults.conf as a Spark user has it (s3a's settings among Spark's others), and
+    the flags that hand it to a command: ``--properties-file FILE``."""
+    conf = {"spark.master": "local[1]", **s3a_settings(s3_server.endpoint, s3_server.access_key,
+                                                       s3_server.secret_key, region=REGION)}
+    path.write_text("# spark-defaults.conf\n" + "".join(f"{k}  {v}\n" for k, v in conf.items()))
+    return ["--properties-file", str(path)]
+
+
+def _conf_flags(s3_server) -> list[str]:
+    """spark-submit's --conf flags for every setting the commands take (keys included)."""
+    return [a for k, v in s3_server.settings().items()
+            for a in ("--conf", f"spark.hadoop.{k}={v}")]
 
 
 # ----------------------------------------------------------- the store itself, no Spark
@@ -167,31 +184,52 @@ def test_exactly_once_on_an_s3_checkpoint_across_a_driver_kill_with_commands_and
     code = proc.wait(300)
     assert marker.exists() and code == -9, proc.tail()
 
-    # The operator's commands on the S3 checkpoint (the AWS environment variables).
+    # The operator's commands on the S3 checkpoint: with the AWS environment variables, and
+    # with Spark's settings (spark-submit's flags) in an environment whose variables are wrong.
     state = SinkCommitLog(ck).latest()
     assert state.batch_id == 1 and state.pending is not None
     shown = _cli("commit-log", "show", "--checkpoint", ck)
     assert "decided, not finished" in shown.stdout, shown.stdout + shown.stderr
-    listed = _cli("transactions", "list", "-b", kafka.bootstrap, "--checkpoint", ck, "--json")
-    rows = json.loads(listed.stdout)
-    assert rows and all(r["decided_pending_commit"] for r in rows), listed.stdout
+    defaults = _spark_defaults(s3_server, tmp_path / "spark-defaults.conf")
+    flagged = _cli("commit-log", "show", "--checkpoint", ck, *_conf_flags(s3_server),
+                   env=_WRONG_ENV)
+    assert flagged.stdout == shown.stdout, flagged.stdout + flagged.stderr
+    listed = _cli("transactions", "list", "-b", kafka.bootstrap, "--checkpoint", ck, "--json",
+                  *defaults, env=_WRONG_ENV)
+    rows = json.loads(listed.stdout or "[]")
+    assert rows and all(r["decided_pending_commit"] for r in rows), listed.stdout + listed.stderr
+    # Without them, the wrong environment is what the command has: it fails, naming no secret.
+    unflagged = _cli("commit-log", "show", "--checkpoint", ck, env=_WRONG_ENV)
+    assert unflagged.returncode == 4, unflagged.stdout + unflagged.stderr
+    assert "wrong-secret" not in unflagged.stderr and s3_server.secret_key not in unflagged.stderr
 
     proc = driver_processes(*args, env=_WRONG_ENV)
     assert proc.wait(300) == 0, proc.tail()
     assert "rolling forward batch 1" in proc.output()
     assert_exactly_once(kafka, topics, ck)
     # The operator's first look at the S3 checkpoint: healthy, nothing behind, nothing open.
-    st = _cli("status", "--checkpoint", ck, "-b", kafka.bootstrap, "--json")
+    st = _cli("status", "--checkpoint", ck, "-b", kafka.bootstrap, "--json", *defaults,
+              env=_WRONG_ENV)
     report = json.loads(st.stdout or "{}")
     assert st.returncode == 0, st.stdout + st.stderr
     assert report["lag"]["recordsBehindLatest"] == 0 and report["open_transactions"] == []
     assert report["sink_batches"] and not report["needs_operator"], report
+    # The output checked through the checkpoint's offsets: what its committed batches read, once.
+    checked = _cli("verify", "-b", kafka.bootstrap, "--input", topics.source, "--output",
+                   topics.sink, "--checkpoint", ck, "--json", *defaults, env=_WRONG_ENV)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    verdict = json.loads(checked.stdout)
+    assert verdict["ok"] and verdict["with_checkpoint"] and verdict["batches"] >= 2, verdict
+    assert (verdict["expected"], verdict["pending_input"], verdict["duplicates"]) == (
+        topics.expected_ids, 0, 0), verdict
 
     # A savepoint of the stopped query, written to S3, and a new query started from it.
     sp = f"s3a://{bucket}/savepoints/{uuid.uuid4().hex[:6]}.json"
     made = _cli("savepoint", "create", "--checkpoint", ck, "--out", sp, "-b", kafka.bootstrap,
-                "--quiet-period", "2", "--yes")
+                "--quiet-period", "2", "--yes", *_conf_flags(s3_server), env=_WRONG_ENV)
     assert made.returncode == 0, made.stdout + made.stderr
+    shown_sp = _cli("savepoint", "show", sp, "--json", *defaults, env=_WRONG_ENV)
+    assert json.loads(shown_sp.stdout)["origin"]["batch_id"] is not None, shown_sp.stderr
     more = [(f"id-{9_000_000 + i:07d}", f"value-more-{i}") for i in range(100)]
     kafka.produce(topics.source, more, transactional=True)
     topics.expected_ids += len(more)

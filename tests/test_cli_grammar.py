@@ -3,7 +3,8 @@ later is held to it too. Commands are sub-commands all the way down (no position
 option and command has help; every command that connects to Kafka takes -b/--bootstrap-servers and
 --command-config (and reads the file: a malformed one stops it before anything starts, without its
 text); every command that changes Kafka or a checkpoint is a dry run without --yes; every command
-that reports takes --json; exit statuses are the table of txkafka/exit_codes.py; nobody spells
+that reports takes --json; every command that reads a checkpoint takes spark-submit's
+--conf spark.hadoop.fs.s3a.* and --properties-file; exit statuses are the table of txkafka/exit_codes.py; nobody spells
 --bootstrap. The developer tooling (python -m txkafka.devtools) is held to the same rules."""
 
 from __future__ import annotations
@@ -206,6 +207,26 @@ def test_connecting_commands_take_bootstrap_servers_and_command_config(name):
     assert opts.get("-b") is opts.get("--bootstrap-servers") is not None, name
     assert opts["-b"].dest == "bootstrap_servers"
     assert opts["--command-config"].dest == "command_config" and opts["--command-config"].nargs is None
+
+
+# Commands that read a checkpoint or a savepoint file, which may be on S3.
+READS_CHECKPOINT = {"transactions list", "transactions abort", "commit-log show",
+                    "commit-log resolve", "commit-log moved", "savepoint create", "savepoint show",
+                    "status", "verify"}
+
+
+@pytest.mark.parametrize("name", sorted(CONNECTING | LOCAL))
+def test_every_checkpoint_command_takes_spark_submits_s3a_flags(name):
+    """--conf spark.hadoop.fs.s3a.KEY=VALUE and --properties-file, as spark-submit takes them."""
+    opts = _options(dict(_all_leaves())[name])
+    if "--checkpoint" in opts:
+        assert name in READS_CHECKPOINT, f"{name} takes --checkpoint: put it in READS_CHECKPOINT"
+    if name in READS_CHECKPOINT:
+        assert opts["--properties-file"].dest == "properties_file", name
+        assert opts["--conf"].dest == "conf" and opts["--conf"].nargs is None, name
+        assert "spark.hadoop.fs.s3a." in opts["--conf"].help, name
+    else:
+        assert "--properties-file" not in opts, name
 
 
 def test_json_is_a_flag_and_nobody_spells_bootstrap():

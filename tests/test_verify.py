@@ -339,3 +339,40 @@ def test_a_checkpoint_without_an_offset_log_is_an_error_not_an_empty_log(monkeyp
         assert err == (f"error: --checkpoint {path}: no Spark offset log there ({missing} does "
                        "not exist). Give the checkpointLocation of the query that wrote "
                        "--output.\n"), err
+
+
+def test_ids_against_a_checkpoint_require_what_its_committed_batches_read(monkeypatch, tmp_path):
+    """Batches 0-1 committed (ending at offset 4), batch 2 planned (to 6): ids 0-3 must be out
+    once, ids 4-5 may be out once (a batch the sink wrote before Spark committed it), not twice."""
+    ck = _checkpoint(tmp_path / "ck", "src", [2, 4, 6], committed=1)
+    _topics(monkeypatch, src=_ids(8), dst=_ids(5))
+    rep = verify({}, "src", "dst", checkpoint=ck)
+    assert rep.ok and (rep.expected, rep.pending_input, rep.batches) == (4, 4, 2), rep.text()
+    assert "read by 2 committed batches" in rep.text()
+
+    _topics(monkeypatch, src=_ids(8), dst=_ids(3))  # id-3 was read by batch 1 and is not out
+    lost = verify({}, "src", "dst", checkpoint=ck)
+    assert not lost.ok and lost.missing == 1 and lost.examples["missing"] == ["id-3"], lost.text()
+
+    _topics(monkeypatch, src=_ids(8), dst=[*_ids(5), FakeMessage(b"id-4", 0, 5)])
+    twice = verify({}, "src", "dst", checkpoint=ck)
+    assert not twice.ok and twice.duplicates == 1, twice.text()
+
+    _topics(monkeypatch, src=_ids(8), dst=_ids(8))  # no checkpoint: every id, once
+    assert verify({}, "src", "dst").expected == 8
+
+
+def test_ids_against_a_checkpoint_with_no_committed_batch_check_nothing(monkeypatch, tmp_path):
+    ck = _checkpoint(tmp_path / "ck", "src", [2], committed=-1)
+    _topics(monkeypatch, src=_ids(3), dst=_ids(2))
+    rep = verify({}, "src", "dst", checkpoint=ck)
+    assert not rep.ok and rep.expected == 0, rep.text()
+    assert "no committed batch of the checkpoint's offset log (0 committed)" in rep.text()
+
+
+def test_cli_checks_ids_through_the_checkpoint(monkeypatch, tmp_path, capsys):
+    ck = _checkpoint(tmp_path / "ck", "src", [2, 4], committed=1)
+    _topics(monkeypatch, src=_ids(6), dst=_ids(4))
+    assert run(["verify", "-b", "127.0.0.1:1", "--input", "src", "--output", "dst",
+                "--checkpoint", ck, "--json"]) == 0
+    assert '"with_checkpoint": true' in capsys.readouterr().out

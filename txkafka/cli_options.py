@@ -1,6 +1,8 @@
 """What every txkafka command line shares: the Kafka connection options (``-b``,
-``--command-config``, ``-X``) read once into a ``KafkaConnection``, the help format (each option's
-default shown), and the error a command line that cannot be acted on stops with.
+``--command-config``, ``-X``) read once into a ``KafkaConnection``, an S3 checkpoint's settings as
+spark-submit takes them (``--conf spark.hadoop.fs.s3a.*``, ``--properties-file``) read once into
+the checkpoint package's ``S3Settings``, the help format (each option's default shown), and the
+error a command line that cannot be acted on stops with.
 
 The client settings are a query's ``kafka.*`` options without the prefix, so they go through the
 same translation (connector/client/config.py): the properties file Kafka's own tools take
@@ -10,10 +12,13 @@ same translation (connector/client/config.py): the properties file Kafka's own t
 from __future__ import annotations
 
 import argparse
+import textwrap
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from . import exit_codes
+from .connector.checkpoint.object_store import (SPARK_S3A_PREFIX, SPARK_S3A_SETTINGS, S3Settings,
+                                                s3_option_of_spark_setting)
 from .connector.client.config import check_client_config, kafka_client_config
 from .connector.errors import KafkaConfigError
 from .connector.option_names import KAFKA_PREFIX
@@ -149,11 +154,14 @@ class KafkaConnection:
         path = getattr(args, "command_config", None)
         if path:
             settings.update(read_command_config(path))
+        store = _takes_checkpoint_store(args)
         for n, item in enumerate(getattr(args, "conf", None) or [], 1):
             k, sep, v = item.partition("=")
             if not sep or not k.strip():
                 # Not echoed: "sasl.password:secret" would print the secret.
                 raise CommandLineError(f"-X setting number {n} is not key=value")
+            if store and k.strip().startswith(_SPARK):
+                continue  # the checkpoint's (checkpoint_store_from_args); no Kafka name is spark.*
             settings[k.strip()] = v.strip()
         bootstrap = getattr(args, "bootstrap_servers", None)
         if bootstrap:
@@ -170,6 +178,98 @@ class KafkaConnection:
         translates them itself, and Spark's built-in connector takes Java names as they are)."""
         return {f"{KAFKA_PREFIX}{k}": v for k, v in
                 {**self.settings, "bootstrap.servers": self.bootstrap}.items()}
+
+
+_SPARK = "spark."
+_STORE_GROUP = "S3 checkpoint (Spark's settings, as spark-submit takes them)"
+
+
+def add_checkpoint_store_options(parser: argparse.ArgumentParser) -> None:
+    """``--conf spark.hadoop.fs.s3a.KEY=VALUE`` and ``--properties-file FILE``, on every command
+    that reads a checkpoint: the endpoint and credentials a Spark user already gives Spark's s3a.
+    A command with ``-X/--conf`` (Kafka settings, added first) shares that ``--conf``: a
+    ``spark.*`` key is the checkpoint's, any other a Kafka client setting."""
+    g = parser.add_argument_group(_STORE_GROUP, textwrap.fill(
+        "What the command's own access to an S3 checkpoint uses; what is unset comes from the "
+        "AWS environment variables and credential chain. A value on the command line shows in "
+        "process lists: keys belong in the file.", 76))
+    names = ", ".join(n[len(SPARK_S3A_PREFIX):] for n in SPARK_S3A_SETTINGS)
+    store_help = f"spark.hadoop.fs.s3a.NAME=VALUE, NAME one of: {names}"
+    kafka_conf = parser._option_string_actions.get("--conf")
+    if kafka_conf is None:
+        g.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                       help=f"one setting, after --properties-file's (repeatable): {store_help}")
+    else:
+        kafka_conf.help = (f"{kafka_conf.help}. With a spark.* KEY: an S3 checkpoint's "
+                           f"setting, {store_help}")
+    g.add_argument("--properties-file", metavar="FILE",
+                   help="Spark properties file (spark-defaults.conf syntax: 'key value' or "
+                        "key=value lines, # comments): its spark.hadoop.fs.s3a.* settings of the "
+                        "names --conf takes are read, every other line is ignored")
+
+
+def _takes_checkpoint_store(args: argparse.Namespace) -> bool:
+    return hasattr(args, "properties_file")
+
+
+def checkpoint_store_from_args(args: argparse.Namespace) -> S3Settings | None:
+    """The S3 settings of ``--properties-file`` then ``--conf spark.hadoop.fs.s3a.*``, checked
+    once; None when neither gives one (the checkpoint package reads the AWS environment then).
+
+    A ``--conf`` the command cannot use is refused (a Spark user who types it expects it to act);
+    a properties file's other lines are ignored (spark-defaults.conf holds many)."""
+    given: dict[str, str] = {}
+    path = getattr(args, "properties_file", None)
+    if path:
+        for key, value in read_spark_properties(path).items():
+            name = s3_option_of_spark_setting(key)
+            if name:
+                given[name] = value
+    kafka_too = hasattr(args, "bootstrap_servers")
+    for n, item in enumerate(getattr(args, "conf", None) or [], 1):
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise CommandLineError(f"--conf setting number {n} is not key=value")
+        if kafka_too and not key.startswith(_SPARK):
+            continue  # a Kafka client setting (KafkaConnection)
+        name = s3_option_of_spark_setting(key)
+        if name is None:
+            accepted = ", ".join(SPARK_S3A_SETTINGS)
+            raise CommandLineError(
+                f"--conf {key}: not a setting this command uses. It takes an S3 checkpoint's "
+                f"{accepted}" + ("" if not kafka_too else ", or a Kafka client setting (-X)")
+                + "; other Spark settings do not apply to it")
+        given[name] = value.strip()
+    if not given:
+        return None
+    try:
+        return S3Settings.from_options(given)
+    except KafkaConfigError as e:
+        raise CommandLineError(
+            "S3 checkpoint settings (--conf / --properties-file; the names below without the "
+            f"'spark.hadoop.' prefix): {e}") from None
+
+
+def read_spark_properties(path: str) -> dict[str, str]:
+    """A Spark properties file (spark-defaults.conf: Java properties, where a key ends at the
+    first ``=``, ``:`` or blank), values trimmed as Spark trims them. Never echoes a line."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise CommandLineError(f"--properties-file {path}: cannot read it ({reason})") from None
+    out: dict[str, str] = {}
+    for _number, line in _logical_lines(text):
+        end = 0
+        while end < len(line) and not (line[end] in "=:" or line[end].isspace()):
+            end += 2 if line[end] == "\\" else 1
+        key, rest = line[:end], line[end:].lstrip()
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:]
+        out[_unescape(key)] = _unescape(rest).strip()
+    return out
 
 
 def read_command_config(path: str) -> dict[str, str]:

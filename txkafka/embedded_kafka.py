@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import fcntl
 import json
 import logging
 import os
@@ -24,7 +23,8 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+
+from .cache import Progress, cache_dir, made_once
 
 # The suite's version matrix: the newest Apache Kafka tested (the default) and the oldest (the
 # sink's exactly_once needs transaction partition verification, Kafka 3.6+). Every test runs on
@@ -39,8 +39,6 @@ SLF4J_VERSION = "1.7.36"
 RELOAD4J_VERSION = "1.2.25"
 SCALA_BINARY = "2.13"
 
-Progress = Callable[[str], None]
-
 # librdkafka logs every refused connection while a broker starts; readiness polling is expected
 # to see those, so its client logs go nowhere.
 _QUIET = logging.getLogger("txkafka.embedded_kafka.librdkafka")
@@ -54,25 +52,6 @@ class EmbeddedKafkaError(RuntimeError):
 
 def _stderr_progress(msg: str) -> None:
     print(f"[txkafka broker] {msg}", file=sys.stderr, flush=True)
-
-
-def cache_dir() -> Path:
-    """Where jars (and by default clusters) live; survives between runs, never committed."""
-    root = os.environ.get("TXKAFKA_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "txkafka"
-    )
-    return Path(root)
-
-
-@contextlib.contextmanager
-def file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -211,12 +190,8 @@ def kafka_jars(progress: Progress = _stderr_progress, version: str = KAFKA_VERSI
     release = KafkaRelease(version)
     home = cache_dir() / f"kafka-{version}"
     lib = home / "lib"
-    done = home / ".complete"
-    if done.exists():
-        return lib
-    with file_lock(cache_dir() / f".fetch-{version}.lock"):
-        if done.exists():
-            return lib
+
+    def fetch() -> None:
         if shutil.which("mvn") is None:
             raise EmbeddedKafkaError(
                 "Maven ('mvn') is needed to fetch Apache Kafka jars from Maven Central; install it "
@@ -244,10 +219,11 @@ def kafka_jars(progress: Progress = _stderr_progress, version: str = KAFKA_VERSI
                     progress(f"  {fetched} jars downloaded ({time.monotonic() - started:.0f}s)")
         if proc.wait() != 0 or not any(lib.glob("kafka_*.jar")):
             raise EmbeddedKafkaError("mvn could not fetch Kafka jars:\n" + "\n".join(tail))
-        done.write_text(version)
         progress(f"Kafka jars ready in {lib} ({time.monotonic() - started:.0f}s)")
-    return lib
 
+    made_once(home / ".complete", cache_dir() / f".fetch-{version}.lock", fetch,
+              what=f"fetching Kafka {version}'s jars", progress=progress, marker=version)
+    return lib
 
 def free_port() -> int:
     return free_ports(1)[0]

@@ -23,11 +23,11 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from . import exit_codes
 from .cli_options import add_json_flag, local_server_actions
-from .embedded_kafka import _pid_alive, _port_open, cache_dir, file_lock, free_port
+from .cache import Progress, cache_dir, made_once
+from .embedded_kafka import _pid_alive, _port_open, free_port
 
 # Apicurio 3.0.x runs on Java 17 (3.1 and later need Java 21).
 APICURIO_VERSION = os.environ.get("TXKAFKA_APICURIO_VERSION") or "3.0.9"
@@ -37,7 +37,6 @@ CCOMPAT_PATH = "/apis/ccompat/v7"
 # Confluent Schema Registry's default: a new version must read what the previous one wrote.
 DEFAULT_COMPATIBILITY = "BACKWARD"
 
-Progress = Callable[[str], None]
 
 
 class EmbeddedRegistryError(RuntimeError):
@@ -51,12 +50,8 @@ def _stderr_progress(msg: str) -> None:
 def registry_home(progress: Progress = _stderr_progress, version: str = APICURIO_VERSION) -> Path:
     """The unpacked distribution's folder, fetched from Maven Central the first time."""
     home = cache_dir() / f"apicurio-registry-{version}"
-    done = home / ".complete"
-    if done.exists():
-        return home
-    with file_lock(cache_dir() / f".fetch-apicurio-{version}.lock"):
-        if done.exists():
-            return home
+
+    def fetch() -> None:
         if shutil.which("mvn") is None:
             raise EmbeddedRegistryError(
                 "Maven ('mvn') is needed to fetch Apicurio Registry from Maven Central; install it "
@@ -74,10 +69,11 @@ def registry_home(progress: Progress = _stderr_progress, version: str = APICURIO
         if proc.returncode != 0 or not (home / _RUNNER.format(version=version)).exists():
             raise EmbeddedRegistryError("mvn could not fetch Apicurio Registry:\n"
                                         + "\n".join(proc.stdout.splitlines()[-40:]))
-        done.write_text(version)
         progress(f"Apicurio Registry ready in {home} ({time.monotonic() - started:.0f}s)")
-    return home
 
+    made_once(home / ".complete", cache_dir() / f".fetch-apicurio-{version}.lock", fetch,
+              what=f"fetching Apicurio Registry {version}", progress=progress, marker=version)
+    return home
 
 @dataclass
 class _State:

@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .embedded_kafka import Progress, cache_dir, file_lock, free_ports
+from .cache import Progress, cache_dir, made_once
+from .embedded_kafka import free_ports
 
 SEAWEEDFS_MODULE = "github.com/seaweedfs/seaweedfs"
 # SeaweedFS 4.53 (its go.mod needs Go 1.26.6). It refuses a second PutObject with
@@ -59,11 +60,8 @@ def weed_binary(progress: Progress = _stderr_progress, version: str = SEAWEEDFS_
     cold; the Go build cache makes a rebuild short)."""
     home = cache_dir() / f"seaweedfs-{version}"
     binary = home / "weed"
-    if binary.is_file():
-        return binary
-    with file_lock(cache_dir() / f".build-seaweedfs-{version}.lock"):
-        if binary.is_file():
-            return binary
+
+    def build() -> None:
         go = _go()
         home.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
@@ -105,6 +103,10 @@ def weed_binary(progress: Progress = _stderr_progress, version: str = SEAWEEDFS_
         partial.rename(binary)
         shutil.rmtree(src, ignore_errors=True)
         progress(f"SeaweedFS built in {time.monotonic() - started:.0f}s: {binary}")
+
+    # The binary is the ready marker: renamed into place as the build's last step.
+    made_once(binary, cache_dir() / f".build-seaweedfs-{version}.lock", build,
+              what=f"building SeaweedFS {version}", progress=progress)
     return binary
 
 

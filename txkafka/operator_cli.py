@@ -6,8 +6,9 @@
     txkafka commit-log resolve --checkpoint DIR --batch N (--committed | --lost) [--id ID ...] [--yes]
     txkafka commit-log moved   --checkpoint DIR [--force] [--yes]
 
-Client settings (security) come from a properties file (``--command-config``) and ``-X key=value``
-(cli_options.py); secret values are never printed.
+Client settings (security) come from a properties file (``--command-config``) and ``-X key=value``,
+an S3 checkpoint's from ``--conf spark.hadoop.fs.s3a.*`` and ``--properties-file`` (cli_options.py);
+secret values are never printed.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import sys
 import time
 
 from . import exit_codes
-from .cli_options import (CommandLineError, KafkaConnection, add_json_flag, add_kafka_options,
-                          add_yes_flag)
+from .cli_options import (CommandLineError, KafkaConnection, add_checkpoint_store_options,
+                          add_json_flag, add_kafka_options, add_yes_flag,
+                          checkpoint_store_from_args)
+from .connector.checkpoint.object_store import S3Settings
 from .connector.errors import TxKafkaError
 from .connector.secrets_redaction import redact_uri
 from .connector.checkpoint.savepoint import resume_option
@@ -27,9 +30,10 @@ from .connector.sink.commit_log import SinkCommitLog, SinkIdentity
 from .connector.sink.transactional_ids import TransactionalIdFactory, prefix_of
 
 
-def _open_log(checkpoint: str) -> tuple[SinkCommitLog, SinkIdentity]:
-    """The sink commit log of an existing txkafka sink under ``checkpoint``, never a new one."""
-    log = SinkCommitLog(checkpoint)
+def _open_log(checkpoint: str, s3: S3Settings | None = None) -> tuple[SinkCommitLog, SinkIdentity]:
+    """The sink commit log of an existing txkafka sink under ``checkpoint``, never a new one.
+    ``s3``: an S3 checkpoint's settings from the command line (default: the AWS environment)."""
+    log = SinkCommitLog(checkpoint, s3)
     ident = log.existing_identity()
     if ident is None:
         raise CommandLineError.unreadable(
@@ -78,16 +82,17 @@ def _prefixes_in_log(log: SinkCommitLog, sink_id: str) -> list[str]:
 def _select(args: argparse.Namespace) -> _Selection:
     """What to act on, and the ids a decided-but-unfinished batch still needs."""
     if args.checkpoint:
-        return sink_selection(args.checkpoint, args.prefix)
+        return sink_selection(args.checkpoint, args.prefix, checkpoint_store_from_args(args))
     if not args.prefix:
         raise CommandLineError("give --checkpoint (the query's checkpointLocation) or --prefix")
     return _Selection([args.prefix], None, set())
 
 
-def sink_selection(checkpoint: str, prefix: str | None = None) -> _Selection:
+def sink_selection(checkpoint: str, prefix: str | None = None,
+                   s3: S3Settings | None = None) -> _Selection:
     """The transactional ids of the sink under ``checkpoint`` (``prefix``: the query's
     transactionalIdPrefix; default: the ones its log used)."""
-    log, ident = _open_log(checkpoint)
+    log, ident = _open_log(checkpoint, s3)
     if prefix:
         names = [prefix]
     else:
@@ -162,7 +167,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
             "transactions belong to a batch that is decided but not yet committed (aborting those "
             "loses the batch). Give --checkpoint, or add --force if the query is abandoned.")
     if args.checkpoint and not args.force:
-        SinkCommitLog(args.checkpoint).refuse_if_elsewhere(
+        SinkCommitLog(args.checkpoint, checkpoint_store_from_args(args)).refuse_if_elsewhere(
             CommandLineError.needs_operator, "the open transactions of these ids may be a query's at {elsewhere}",
             "give --checkpoint {elsewhere}, or add --force")
     named = list(dict.fromkeys(args.id or []))
@@ -222,7 +227,7 @@ def cmd_log(args: argparse.Namespace) -> int:
     Why the offsets: after a rolled-back or partly deleted checkpoint (CheckpointMismatchError),
     a query continues on a new checkpoint from the end offsets of the last complete batch.
     """
-    log, ident = _open_log(args.checkpoint)
+    log, ident = _open_log(args.checkpoint, checkpoint_store_from_args(args))
     listing = log.listing()
     batches = sorted(listing)[-args.last:] if args.last > 0 else []
     out = []
@@ -276,7 +281,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     """
     from .connector.sink.committer import known_verdicts
 
-    log, _ident = _open_log(args.checkpoint)
+    log, _ident = _open_log(args.checkpoint, checkpoint_store_from_args(args))
     state = log.batch_state(args.batch)
     if state is None or state.pending is None:
         shown = "has no records" if state is None else (
@@ -334,11 +339,11 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _holds_sink(place: str, sink_id: str) -> bool | None:
+def _holds_sink(place: str, sink_id: str, s3: S3Settings | None = None) -> bool | None:
     """Whether the checkpoint at ``place`` still has the sink ``sink_id`` (None: cannot tell from
     here: another host's disk, a filesystem this machine cannot open)."""
     try:
-        ident = SinkCommitLog(place).existing_identity()
+        ident = SinkCommitLog(place, s3).existing_identity()
     except (TxKafkaError, OSError):
         return None
     return ident is not None and ident.sink_id == sink_id
@@ -351,13 +356,14 @@ def cmd_moved(args: argparse.Namespace) -> int:
     elsewhere stops (CheckpointMovedError): a copy run beside the original would share its
     transactional ids. A moved checkpoint has no original left, so its new place is recorded here.
     """
-    log, ident = _open_log(args.checkpoint)
+    s3 = checkpoint_store_from_args(args)
+    log, ident = _open_log(args.checkpoint, s3)
     here, recorded = log.place, log.recorded_place()
     if recorded == here:
         print(f"{here} is the recorded place of sink {ident.sink_id} already: nothing to do")
         return 0
     if recorded is not None:
-        held = _holds_sink(recorded, ident.sink_id)
+        held = _holds_sink(recorded, ident.sink_id, s3)
         if held and not args.force:
             raise CommandLineError.needs_operator(
                 f"the checkpoint at {recorded} still holds sink {ident.sink_id}: this one was "
@@ -387,6 +393,7 @@ def register_cli(sub) -> None:
         p.add_argument("--prefix", help="without --checkpoint: the start of the transactional ids "
                        "(e.g. txkafka-1a2b3c4d-); with --checkpoint: the query's "
                        "transactionalIdPrefix option (default: the ones its commit log used)")
+        add_checkpoint_store_options(p)
 
     t = sub.add_parser("transactions", help="list or abort the sink's open transactions")
     tsub = t.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
@@ -410,6 +417,7 @@ def register_cli(sub) -> None:
     cs.add_argument("--checkpoint", required=True, metavar="DIR",
                     help="the query's checkpointLocation")
     cs.add_argument("--last", type=int, default=20, metavar="N", help="how many batches")
+    add_checkpoint_store_options(cs)
     add_json_flag(cs, "the batches")
     cs.set_defaults(func=cmd_log)
     cr = csub.add_parser("resolve", help="record whether a batch's unknown-outcome transactions "
@@ -425,6 +433,7 @@ def register_cli(sub) -> None:
                          help="their records are missing: the restart writes those task partitions again")
     cr.add_argument("--id", action="append", help="only this transactional id (repeatable; default: "
                     "every undetermined one)")
+    add_checkpoint_store_options(cr)
     add_yes_flag(cr, "record the answer in the checkpoint")
     cr.set_defaults(func=cmd_resolve)
     cm = csub.add_parser("moved", help="record a moved checkpoint's new place (a query on a moved "
@@ -433,5 +442,6 @@ def register_cli(sub) -> None:
                     help="the checkpoint's new place: the query's checkpointLocation now")
     cm.add_argument("--force", action="store_true", help="record it even though the old place "
                     "still holds the sink's checkpoint")
+    add_checkpoint_store_options(cm)
     add_yes_flag(cm, "record the new place in the checkpoint")
     cm.set_defaults(func=cmd_moved)

@@ -63,7 +63,7 @@ def installed_spark_home() -> Path:
 
 def default_target(source: Path, kind: str = "spark-home") -> Path:
     """One cached home per installed Spark and Python version (the bytecode is version-bound)."""
-    from .embedded_kafka import cache_dir
+    from .cache import cache_dir
 
     digest = hashlib.sha256(str(source.resolve()).encode()).hexdigest()[:12]
     tag = sys.implementation.cache_tag  # e.g. cpython-311
@@ -124,7 +124,7 @@ def build(source: Optional[Path] = None, target: Optional[Path] = None,
         raise PysparkHomeError(f"{src_zip} not found: SPARK_HOME={source} is not a Spark home "
                                "with Python support")
     target = target or default_target(source)
-    from .embedded_kafka import file_lock
+    from .cache import file_lock
 
     try:
         with file_lock(target.parent / f".{target.name}.lock"):  # two drivers starting at once

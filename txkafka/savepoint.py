@@ -46,6 +46,7 @@ from .connector.checkpoint.savepoint import (
     sources_of,
     write_savepoint,
 )
+from .connector.checkpoint.object_store import S3Settings
 from .connector.secrets_redaction import redact_uri
 from .connector.sink.commit_log import SINK_DIR, SinkCommitLog
 from .connector.sink.options import SinkConfig
@@ -267,9 +268,10 @@ class _Target:
     ids: list[TransactionalIdFactory]
 
 
-def _check(checkpoint: str, out: str, prefix: Optional[str]) -> _Target:
+def _check(checkpoint: str, out: str, prefix: Optional[str],
+           s3: Optional[S3Settings] = None) -> _Target:
     shown = redact_uri(checkpoint)
-    commit_log = SinkCommitLog(checkpoint)
+    commit_log = SinkCommitLog(checkpoint, s3)
     ident = commit_log.existing_identity()
     if ident is None:
         raise SavepointError(
@@ -282,7 +284,7 @@ def _check(checkpoint: str, out: str, prefix: Optional[str]) -> _Target:
     if not spark.has_metadata():
         raise SavepointError(f"--checkpoint {shown}: Spark's checkpoint metadata is not there; "
                              "give the query's checkpointLocation")
-    out_fs, out_path = checkpoint_filesystem(out, error=SavepointError, name="--out")
+    out_fs, out_path = checkpoint_filesystem(out, error=SavepointError, name="--out", s3=s3)
     if out_fs.get_file_info(out_path).type != pafs.FileType.NotFound:
         raise SavepointError(f"--out {redact_uri(out)} exists already; a savepoint is never "
                              "overwritten: give another path (or move the old file away)")
@@ -321,11 +323,12 @@ def _with_client(kafka_conf: Mapping[str, str], client, work: Callable[[Any], An
 def plan(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
          prefix: Optional[str] = None, quiet_period_s: float = DEFAULT_QUIET_PERIOD_S,
          client=None, watermarks: Optional[Watermarks] = None,
-         sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+         sleep: Callable[[float], None] = time.sleep,
+         s3: Optional[S3Settings] = None) -> dict[str, Any]:
     """What ``create`` would do, changing nothing: the same checks (the quiet period included),
     then the decided transactions it would commit, the open ones it would abort and the batch
     whose end offsets it would write. Raises SavepointError as ``create`` does."""
-    t = _check(checkpoint, out, prefix)
+    t = _check(checkpoint, out, prefix, s3)
 
     def look(tc) -> dict[str, Any]:
         if quiet_period_s > 0:
@@ -354,15 +357,16 @@ def plan(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
 def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
            prefix: Optional[str] = None, quiet_period_s: float = DEFAULT_QUIET_PERIOD_S,
            client=None, watermarks: Optional[Watermarks] = None,
-           sleep: Callable[[float], None] = time.sleep) -> str:
+           sleep: Callable[[float], None] = time.sleep, s3: Optional[S3Settings] = None) -> str:
     """Take a savepoint of the stopped query on ``checkpoint`` and write it to ``out``.
 
     ``kafka_conf`` is librdkafka's config of the sink's cluster (``bootstrap.servers`` and any
     security settings). Returns ``out``. Raises SavepointError, with nothing written, when the
     query looks alive, the sink cannot be resolved, or the checkpoint has no txkafka sink or
-    Kafka-shaped source offsets. ``client``/``watermarks``/``sleep`` are for tests.
+    Kafka-shaped source offsets. ``s3``: the settings of a checkpoint and ``out`` on S3 (default:
+    the AWS environment). ``client``/``watermarks``/``sleep`` are for tests.
     """
-    t = _check(checkpoint, out, prefix)
+    t = _check(checkpoint, out, prefix, s3)
     shown, commit_log, ident, spark, ids = t.shown, t.commit_log, t.ident, t.spark, t.ids
 
     def resolve(tc) -> dict[str, Any]:
@@ -409,7 +413,7 @@ def create(checkpoint: str, out: str, kafka_conf: Mapping[str, str], *,
                 "sink_prefix": ids[0].sink_prefix, "batch_id": batch, "basis": basis},
         created_ms=int(time.time() * 1000), txkafka_version=__version__, resolved=resolved,
         notes=tuple(notes))
-    write_savepoint(sp, out)
+    write_savepoint(sp, out, s3)
     return out
 
 
@@ -423,20 +427,21 @@ def _sink_offsets(commit_log: SinkCommitLog, batch: int) -> Optional[tuple[str, 
 # ---------------------------------------------------------------------------------- CLI
 
 def cmd_create(args: argparse.Namespace) -> int:
-    from .cli_options import CommandLineError, KafkaConnection
+    from .cli_options import CommandLineError, KafkaConnection, checkpoint_store_from_args
 
     if args.quiet_period < 0:
         raise CommandLineError("--quiet-period must be >= 0 seconds")
     conf = KafkaConnection.from_args(args).client_conf
+    s3 = checkpoint_store_from_args(args)
     try:
         if not args.yes:
             would = plan(args.checkpoint, args.out, conf, prefix=args.prefix,
-                         quiet_period_s=args.quiet_period)
+                         quiet_period_s=args.quiet_period, s3=s3)
             _print_plan(would, args.json)
             return exit_codes.OK
         out = create(args.checkpoint, args.out, conf, prefix=args.prefix,
-                     quiet_period_s=args.quiet_period)
-        sp = read_savepoint(out)
+                     quiet_period_s=args.quiet_period, s3=s3)
+        sp = read_savepoint(out, s3=s3)
     except SavepointError as e:
         raise CommandLineError(str(e), exit_codes.for_error(e)) from None
     if args.json:
@@ -463,10 +468,11 @@ def _print_plan(would: dict[str, Any], as_json: bool) -> None:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .cli_options import CommandLineError
+    from .cli_options import CommandLineError, checkpoint_store_from_args
 
+    s3 = checkpoint_store_from_args(args)
     try:
-        sp = read_savepoint(args.savepoint)
+        sp = read_savepoint(args.savepoint, s3=s3)
     except SavepointError as e:
         raise CommandLineError.unreadable(str(e)) from None
     print(json.dumps(sp.to_json(), indent=1) if args.json else sp.text(args.savepoint))
@@ -474,7 +480,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
-    from .cli_options import add_json_flag, add_kafka_options, add_yes_flag
+    from .cli_options import (add_checkpoint_store_options, add_json_flag, add_kafka_options,
+                              add_yes_flag)
 
     s = sub.add_parser("savepoint", help="move a stopped pipeline to a new checkpoint or a "
                        "changed query, exactly once")
@@ -493,10 +500,12 @@ def register_cli(sub) -> None:
                    "moving means the query is alive; 0 skips the check")
     add_yes_flag(c, "commit the decided transactions, abort the others and write the savepoint")
     add_json_flag(c, "the savepoint (or, without --yes, the plan)")
+    add_checkpoint_store_options(c)
     c.set_defaults(func=cmd_create)
     sh = ssub.add_parser("show", help="print what a savepoint holds")
     sh.add_argument("savepoint", help="the savepoint file (a path or a pyarrow.fs URI)")
     add_json_flag(sh, "the savepoint")
+    add_checkpoint_store_options(sh)
     sh.set_defaults(func=cmd_show)
 
 

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .embedded_kafka import cache_dir
+from .cache import cache_dir
 
 GROUP = "org.apache.spark"
 CONNECTOR = "spark-sql-kafka-0-10_2.13"

@@ -15,7 +15,7 @@ import json
 import re
 from pathlib import Path
 
-from .embedded_kafka import cache_dir, file_lock
+from .cache import cache_dir, file_lock
 from .spark_kafka_packages import (SparkKafkaPackageError, _artifact_name, _mvn,
                                    spark_shipped_artifacts)
 

@@ -23,7 +23,9 @@ import sys
 import time
 from typing import Any
 
-from .cli_options import CommandLineError, KafkaConnection, add_kafka_options
+from .cli_options import (CommandLineError, KafkaConnection, add_checkpoint_store_options,
+                          add_kafka_options, checkpoint_store_from_args)
+from .connector.checkpoint.object_store import S3Settings
 from .connector.checkpoint.savepoint import merge_sources, sources_of
 from .connector.checkpoint.spark_checkpoint import SparkCheckpoint
 from .connector.errors import TxKafkaError
@@ -62,14 +64,15 @@ def latest_offsets(conn: KafkaConnection, topics: list[str]) -> PartitionOffsets
 
 
 def collect(checkpoint: str, conn: KafkaConnection | None, *, max_lag: int,
-            batches: int) -> dict[str, Any]:
-    """Everything the screen and --json show, and the verdict (``exit_code``)."""
-    spark = SparkCheckpoint(checkpoint)
+            batches: int, s3: S3Settings | None = None) -> dict[str, Any]:
+    """Everything the screen and --json show, and the verdict (``exit_code``). ``s3``: an S3
+    checkpoint's settings from the command line (default: the AWS environment)."""
+    spark = SparkCheckpoint(checkpoint, s3=s3)
     if not spark.has_metadata():
         raise CommandLineError(
             f"--checkpoint {redact_uri(checkpoint)}: no Spark checkpoint there ({spark.metadata_path} "
             "does not exist). Give the checkpointLocation of a query.")
-    log = SinkCommitLog(checkpoint)
+    log = SinkCommitLog(checkpoint, s3)
     ident = log.existing_identity()
     out: dict[str, Any] = {"checkpoint": redact_uri(checkpoint), "query_id": spark.query_id(),
                            "sink_id": ident.sink_id if ident else None,
@@ -109,7 +112,7 @@ def collect(checkpoint: str, conn: KafkaConnection | None, *, max_lag: int,
         rows = [{"topic": t, "partition": p, "committed": positions.get((t, p)),
                  "latest": latest[(t, p)], "lag": lag.partitions[(t, p)]}
                 for t, p in sorted(latest)]
-        out["open_transactions"] = _open(conn, checkpoint) if ident else []
+        out["open_transactions"] = _open(conn, checkpoint, s3) if ident else []
     out["partitions"] = rows
     behind = out["lag"]["recordsBehindLatest"] if out["lag"] else 0
     out["max_lag"] = max_lag
@@ -119,10 +122,10 @@ def collect(checkpoint: str, conn: KafkaConnection | None, *, max_lag: int,
     return out
 
 
-def _open(conn: KafkaConnection, checkpoint: str) -> list[dict]:
+def _open(conn: KafkaConnection, checkpoint: str, s3: S3Settings | None) -> list[dict]:
     from .operator_cli import open_transactions, sink_selection
 
-    return open_transactions(conn, sink_selection(checkpoint))
+    return open_transactions(conn, sink_selection(checkpoint, s3=s3))
 
 
 def _when(ms: int | None) -> str:
@@ -184,10 +187,11 @@ def screen(s: dict[str, Any]) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     # A command line whose client settings cannot be used stops as every command's does.
     conn = KafkaConnection.optional_from_args(args)
+    s3 = checkpoint_store_from_args(args)
     from confluent_kafka import KafkaException
 
     try:
-        s = collect(args.checkpoint, conn, max_lag=args.max_lag, batches=args.batches)
+        s = collect(args.checkpoint, conn, max_lag=args.max_lag, batches=args.batches, s3=s3)
     except (CommandLineError, TxKafkaError, OSError, KafkaException) as e:
         # Its own status, not 1: a script must not read "cannot tell" as "behind".
         text = str(e.code if isinstance(e, CommandLineError) else f"error: {e}")
@@ -206,6 +210,7 @@ def register_cli(sub) -> None:
                    help="the query's checkpointLocation")
     add_kafka_options(p, required=False, cluster="the cluster the query reads and writes "
                       "(default: none; then no latest offsets, lag or open transactions)")
+    add_checkpoint_store_options(p)
     p.add_argument("--max-lag", type=int, default=0, metavar="RECORDS",
                    help="records behind latest (every partition together) above which the "
                         "query is behind (exit status 1)")

@@ -4,6 +4,9 @@ Both topics are read with read_committed consumers from the start to their last 
 Each record must carry a unique id (its key, a header, or its value); the verifier reports how many
 ids were expected, found, duplicated, missing and unexpected, plus order violations: within one
 output partition, records that came from the same input partition must keep their input order.
+With ``--checkpoint`` (the query's checkpointLocation) the ids the query's committed batches read
+(Spark's offset log) must be out exactly once, and later input at most once: a running query or
+one stopped mid-batch can be checked.
 The exit code is non-zero on any duplicate, missing or unexpected record (an output record without
 an id is unexpected), so it can gate a deployment.
 
@@ -40,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 from .connector.errors import TxKafkaError
+from .connector.checkpoint.object_store import S3Settings
 from .connector.checkpoint.spark_checkpoint import SparkCheckpoint
 from .connector.secrets_redaction import redact_uri
 from .kafka_admin import scan_topic
@@ -106,6 +110,11 @@ class VerifyReport(_Verdict):
     order_violations: int = 0
     input_partitions: int = 0
     output_partitions: int = 0
+    # With a checkpoint: only input the query's committed batches read must be out; the rest
+    # (read by a batch Spark has not committed, or not read yet) may be out once.
+    with_checkpoint: bool = False
+    batches: int = 0           # committed batches of the offset log
+    pending_input: int = 0     # input ids after the last committed batch's end offsets
     seconds: float = 0.0
     examples: dict[str, list[str]] = field(default_factory=dict)
 
@@ -114,9 +123,14 @@ class VerifyReport(_Verdict):
                 + self.input_without_id + self.input_repeated)
 
     def _nothing_reasons(self) -> list[str]:
-        """A misspelt --id, or the wrong or an empty input or output topic."""
+        """A misspelt --id, the wrong or an empty input or output topic, or a checkpoint whose
+        committed batches read none of the input."""
         out = []
-        if self.expected == 0:
+        if self.expected == 0 and self.with_checkpoint and self.pending_input:
+            out.append(f"no committed batch of the checkpoint's offset log ({self.batches} "
+                       f"committed) read any of the {self.pending_input} input ids of "
+                       f"{self.input_topic} (is --checkpoint the query's checkpointLocation?)")
+        elif self.expected == 0:
             out.append(f"the input topic {self.input_topic} holds no committed record"
                        if self.input_records == 0 else
                        f"none of the {self.input_records} input records carries an id under the "
@@ -129,7 +143,10 @@ class VerifyReport(_Verdict):
         lines = [f"txkafka verify: {self.input_topic} -> {self.output_topic}: {self.verdict}"]
         lines += self._evidence_lines()
         lines += [
-            f"  expected ids       {self.expected}",
+            f"  expected ids       {self.expected}"
+            + (f" (read by {self.batches} committed batches of the checkpoint; "
+               f"{self.pending_input} later input ids may be out once)"
+               if self.with_checkpoint else ""),
             f"  input without id   {self.input_without_id} (their output cannot be told apart: "
             f"every input record needs an id under {self.id_in!r})" if self.input_without_id
             else None,
@@ -168,19 +185,29 @@ def id_extractor(spec: str) -> IdExtractor:
 def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key",
            id_out: str = "key", check_order: bool = True,
            input_records: Iterable | None = None, allow_empty: bool = False,
-           whole: bool = True) -> VerifyReport:
+           whole: bool = True, checkpoint: str | None = None,
+           s3: S3Settings | None = None) -> VerifyReport:
     """Check every input id is in the output exactly once (and in order).
 
     An input without any id fails unless ``allow_empty``: otherwise a misspelt ``id_in`` or the
     wrong input topic would check nothing and still pass. An output record without an id counts
     as unexpected: no input record can have produced it. ``whole=False`` reads what is committed
     now, without waiting for open transactions (a look at a pipeline still running: no verdict).
+    ``checkpoint``: the query's; then the input its committed batches read (Spark's offset log)
+    must be out exactly once, later input at most once (a running query can be checked).
     """
     started = time.monotonic()
     rep = VerifyReport(input_topic, output_topic, id_in=id_in, id_out=id_out,
-                       allow_empty=allow_empty)
+                       allow_empty=allow_empty, with_checkpoint=bool(checkpoint))
+    read_until: dict[int, int] | None = None
+    if checkpoint:
+        batches, committed, _marks = _offset_log(checkpoint, input_topic, s3)
+        done = [ends for b, ends in sorted(batches, key=lambda x: x[0]) if b in committed]
+        rep.batches = len(committed)
+        read_until = done[-1] if done else {}
     get_in, get_out = id_extractor(id_in), id_extractor(id_out)
     origin: dict[bytes, tuple[int, int]] = {}
+    pending: set[bytes] = set()  # after read_until: not required, at most once
     repeated: list[str] = []
     in_parts: set[int] = set()
     for m in (input_records if input_records is not None
@@ -198,7 +225,10 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
                                 f"[{m.partition()}]@{m.offset()}")
         origin.setdefault(rid, (m.partition(), m.offset()))
         in_parts.add(m.partition())
-    rep.expected = len(origin)
+        if read_until is not None and m.offset() >= read_until.get(m.partition(), 0):
+            pending.add(rid)
+    rep.expected = len(origin) - len(pending)
+    rep.pending_input = len(pending)
     rep.input_partitions = len(in_parts)
 
     counts: Counter[bytes] = Counter()
@@ -229,7 +259,7 @@ def verify(conf: dict, input_topic: str, output_topic: str, *, id_in: str = "key
     rep.distinct_found = len(counts)
     dups = [rid for rid, n in counts.items() if n > 1]
     rep.duplicates = sum(counts[rid] - 1 for rid in dups)
-    missing = [rid for rid in origin if rid not in counts]
+    missing = [rid for rid in origin if rid not in counts and rid not in pending]
     unexpected = [rid for rid in counts if rid not in origin]
     rep.missing, rep.unexpected = len(missing), len(unexpected) + rep.output_without_id
     rep.output_partitions = len(out_parts)
@@ -330,17 +360,19 @@ class CheckpointError(TxKafkaError):
     """The query's checkpoint location (Spark's offset log) cannot be opened, or is not there."""
 
 
-def read_offset_log(checkpoint: str, topic: str) -> tuple[list[tuple[int, dict[int, int]]], set[int]]:
+def read_offset_log(checkpoint: str, topic: str, s3: S3Settings | None = None
+                    ) -> tuple[list[tuple[int, dict[int, int]]], set[int]]:
     """Spark's offset log for one Kafka topic: [(batch, {partition: end offset})] and the batches
-    that have a commit entry. The end offsets of batch N-1 are the start offsets of batch N."""
-    batches, committed, _marks = _offset_log(checkpoint, topic)
+    that have a commit entry. The end offsets of batch N-1 are the start offsets of batch N.
+    ``s3``: an S3 checkpoint's settings (default: the AWS environment)."""
+    batches, committed, _marks = _offset_log(checkpoint, topic, s3)
     return batches, committed
 
 
-def _open_offset_log(checkpoint: str) -> SparkCheckpoint:
+def _open_offset_log(checkpoint: str, s3: S3Settings | None = None) -> SparkCheckpoint:
     """The query's checkpoint, refused when its offset log is not there: a mistyped path would
     read as an empty log and verify nothing."""
-    ck = SparkCheckpoint(checkpoint, error=CheckpointError, name="--checkpoint")
+    ck = SparkCheckpoint(checkpoint, error=CheckpointError, name="--checkpoint", s3=s3)
     missing = ck.missing_offset_log()
     if missing is not None:
         raise CheckpointError(
@@ -349,9 +381,9 @@ def _open_offset_log(checkpoint: str) -> SparkCheckpoint:
     return ck
 
 
-def _offset_log(checkpoint: str, topic: str):
+def _offset_log(checkpoint: str, topic: str, s3: S3Settings | None = None):
     """(batches with end offsets, committed batch ids, {batch: batchWatermarkMs})."""
-    ck = _open_offset_log(checkpoint)
+    ck = _open_offset_log(checkpoint, s3)
     batches: list[tuple[int, dict[int, int]]] = []
     marks: dict[int, int] = {}
     for b in ck.offsets_batch_ids():
@@ -372,7 +404,8 @@ def _parse_count(raw: bytes | None) -> int | None:
 
 def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
                   checkpoint: str | None = None, input_records: Iterable | None = None,
-                  output_records: Iterable | None = None, allow_empty: bool = False) -> CountReport:
+                  output_records: Iterable | None = None, allow_empty: bool = False,
+                  s3: S3Settings | None = None) -> CountReport:
     """Check a streaming count's output; exact per batch when the query's checkpoint is given.
 
     A run that checked nothing (no keyed input, no committed batch, no output) fails unless
@@ -380,7 +413,7 @@ def verify_counts(conf: dict, input_topic: str, output_topic: str, *,
     started = time.monotonic()
     rep = CountReport(input_topic, output_topic, allow_empty=allow_empty,
                       with_checkpoint=bool(checkpoint))
-    batches, committed = read_offset_log(checkpoint, input_topic) if checkpoint else ([], set())
+    batches, committed = read_offset_log(checkpoint, input_topic, s3) if checkpoint else ([], set())
     # Per partition, the end offset of every batch (a batch whose end lacks the partition ends
     # where it started; Spark's offsets only grow).
     bounds = {p: _running_max([e.get(p, -1) for _b, e in batches])
@@ -570,7 +603,8 @@ def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, wind
                            checkpoint: str | None = None, watermark_delay_ms: int | None = None,
                            input_records: Iterable | None = None,
                            output_records: Iterable | None = None,
-                           allow_empty: bool = False) -> WindowCountReport:
+                           allow_empty: bool = False,
+                           s3: S3Settings | None = None) -> WindowCountReport:
     """Check a windowed count's output (key ``<key>@<window start ms>``, value the count).
 
     The windows that must be out: with a checkpoint, those ending at or before the watermark Spark
@@ -581,7 +615,7 @@ def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, wind
     """
     started = time.monotonic()
     if checkpoint:
-        _open_offset_log(checkpoint)  # a wrong path fails now, not after the topics are read
+        _open_offset_log(checkpoint, s3)  # a wrong path fails now, not after the topics are read
     rep = WindowCountReport(input_topic, output_topic, window_ms, allow_empty=allow_empty)
     counts: Counter[tuple[bytes, int]] = Counter()
     newest = None
@@ -597,7 +631,7 @@ def verify_windowed_counts(conf: dict, input_topic: str, output_topic: str, wind
         newest = ts if newest is None else max(newest, ts)
     may_close = None
     if checkpoint:
-        _batches, committed, marks = _offset_log(checkpoint, input_topic)
+        _batches, committed, marks = _offset_log(checkpoint, input_topic, s3)
         done = [b for b in marks if b in committed]
         rep.watermark_ms = marks[max(done)] if done else 0
         may_close = max(marks.values(), default=0)
@@ -673,13 +707,14 @@ def _show(rid: bytes) -> str:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from . import exit_codes
-    from .cli_options import CommandLineError, KafkaConnection
+    from .cli_options import CommandLineError, KafkaConnection, checkpoint_store_from_args
 
     conf = dict(KafkaConnection.from_args(args).client_conf)
+    s3 = checkpoint_store_from_args(args)
     if args.check == "windowed-counts" and not args.checkpoint and args.watermark_ms is None:
         raise CommandLineError("--check windowed-counts needs --checkpoint or --watermark-ms")
     try:
-        rep = _run_check(conf, args)
+        rep = _run_check(conf, args, s3)
     except CheckpointError as e:
         raise CommandLineError.unreadable(str(e)) from None
     payload = {**asdict(rep), "ok": rep.ok, "nothing_checked": rep.nothing_checked}
@@ -690,23 +725,23 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return exit_codes.OK if rep.ok else exit_codes.FINDINGS
 
 
-def _run_check(conf: dict, args: argparse.Namespace
+def _run_check(conf: dict, args: argparse.Namespace, s3: S3Settings | None
                ) -> VerifyReport | CountReport | WindowCountReport:
     if args.check == "counts":
         return verify_counts(conf, args.input, args.output, checkpoint=args.checkpoint,
-                             allow_empty=args.allow_empty)
+                             allow_empty=args.allow_empty, s3=s3)
     if args.check == "windowed-counts":
         return verify_windowed_counts(conf, args.input, args.output, args.window_ms,
                                       checkpoint=args.checkpoint,
                                       watermark_delay_ms=args.watermark_ms,
-                                      allow_empty=args.allow_empty)
+                                      allow_empty=args.allow_empty, s3=s3)
     return verify(conf, args.input, args.output, id_in=args.id_in or args.id,
                   id_out=args.id_out or args.id, check_order=not args.no_order,
-                  allow_empty=args.allow_empty)
+                  allow_empty=args.allow_empty, checkpoint=args.checkpoint, s3=s3)
 
 
 def register_cli(sub) -> None:
-    from .cli_options import add_kafka_options
+    from .cli_options import add_checkpoint_store_options, add_kafka_options
 
     p = sub.add_parser("verify", help="check an output topic holds each input record exactly once")
     add_kafka_options(p, cluster="the cluster of both topics")
@@ -727,8 +762,9 @@ def register_cli(sub) -> None:
                    "differs (default: --id)")
     p.add_argument("--no-order", action="store_true", help="ids: skip the per-partition order check")
     p.add_argument("--checkpoint", metavar="DIR",
-                   help="counts and windowed-counts: the query's checkpointLocation (Spark's "
-                        "offset log makes the check exact)")
+                   help="the query's checkpointLocation: Spark's offset log makes the check "
+                        "exact (ids: the input its committed batches read must be out once, "
+                        "later input at most once)")
     p.add_argument("--window-ms", type=int, default=2000, metavar="MS",
                    help="windowed-counts: the window length")
     p.add_argument("--watermark-ms", type=int, default=None, metavar="MS",
@@ -740,6 +776,7 @@ def register_cli(sub) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the report as JSON instead of text")
     p.add_argument("--json-out", metavar="FILE", help="also write the report as JSON to FILE")
+    add_checkpoint_store_options(p)
     p.set_defaults(func=cmd_verify)
 
 

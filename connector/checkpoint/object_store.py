@@ -38,6 +38,9 @@ SESSION_TOKEN = "fs.s3a.session.token"
 PATH_STYLE = "fs.s3a.path.style.access"
 S3_OPTIONS: tuple[str, ...] = (ENDPOINT, REGION, ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, PATH_STYLE)
 SPARK_HADOOP = "spark.hadoop."
+# A Spark user's spelling of the same settings (spark-submit --conf, spark-defaults.conf).
+SPARK_S3A_PREFIX = SPARK_HADOOP + "fs.s3a."
+SPARK_S3A_SETTINGS: tuple[str, ...] = tuple(SPARK_HADOOP + n for n in S3_OPTIONS)
 _EXTRA = "txkafka[s3]"
 _PROBE_DIR = ".txkafka-probe"
 # A store's answers to a conditional create that lost: 412 (the name exists) and 409 (a
@@ -165,6 +168,13 @@ def s3_options(spark: Any) -> dict[str, str]:
         if value:
             out[name] = value
     return out
+
+
+def s3_option_of_spark_setting(key: str) -> str | None:
+    """The writer option (``fs.s3a.endpoint``) of a Spark setting (``spark.hadoop.fs.s3a.endpoint``,
+    case-insensitive), None for a setting the sink's own access does not use."""
+    low = key.strip().lower()
+    return next((n for n in S3_OPTIONS if low == SPARK_HADOOP + n), None)
 
 
 def is_s3(location: str) -> bool:

@@ -57,6 +57,7 @@ from .spark_checkpoint import OffsetLogEntry, checkpoint_filesystem
 
 if TYPE_CHECKING:
     from ..source.offset_reader import KafkaOffsetReader
+    from .object_store import S3Settings
 
 log = logging.getLogger("txkafka.reader")
 
@@ -326,10 +327,10 @@ def committed_batch(spark_committed: Optional[int], sink_complete: Optional[int]
 
 # --------------------------------------------------------------------------------- the file
 
-def write_savepoint(sp: Savepoint, location: str) -> str:
+def write_savepoint(sp: Savepoint, location: str, s3: "S3Settings | None" = None) -> str:
     """Write ``sp`` to ``location`` (a path or a pyarrow.fs URI) atomically, never overwriting an
-    existing file. Returns the path on its filesystem."""
-    fs, path = checkpoint_filesystem(location, error=SavepointError, name="--out")
+    existing file. Returns the path on its filesystem. ``s3``: as ``checkpoint_filesystem``."""
+    fs, path = checkpoint_filesystem(location, error=SavepointError, name="--out", s3=s3)
     shown = redact_uri(location)
     data = (json.dumps(sp.to_json(), indent=1, sort_keys=False) + "\n").encode()
     parent = path.rsplit("/", 1)[0] if "/" in path else ""
@@ -388,10 +389,11 @@ def _create_local(path: str, data: bytes, shown: str) -> None:
 
 
 def read_savepoint(location: str, *, error: type[Exception] = SavepointError,
-                   name: str = "savepoint") -> Savepoint:
-    """Read and parse a savepoint file; problems raise ``error`` naming ``name`` and the file."""
+                   name: str = "savepoint", s3: "S3Settings | None" = None) -> Savepoint:
+    """Read and parse a savepoint file; problems raise ``error`` naming ``name`` and the file.
+    ``s3``: as ``checkpoint_filesystem``."""
     shown = redact_uri(location)
-    fs, path = checkpoint_filesystem(location, error=error, name=name)
+    fs, path = checkpoint_filesystem(location, error=error, name=name, s3=s3)
     try:
         with fs.open_input_stream(path) as f:
             raw = f.read()

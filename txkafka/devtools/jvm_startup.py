@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..embedded_kafka import cache_dir, file_lock
+from ..cache import cache_dir, file_lock
 
 # A mismatched or unreadable archive only logs a warning, on stdout: keep drivers' output clean.
 _QUIET_CDS = "-Xlog:cds=off -Xlog:cds+dynamic=off"
