@@ -256,18 +256,16 @@ def resolve_writer_schema(options: FormatOptions, fmt: ColumnFormat, topic: Opti
     elif fmt.version is not None or options.use_latest_version:
         schema = reg.version(fmt.subject_for(topic, fullname), fmt.version)
     else:
-        if fmt.format != "avro":
-            raise KafkaConfigError(
-                f"{fmt.column}Format {fmt.format}: a schema is derived from the DataFrame for "
-                f"Avro only; register the {fmt.format} schema and pin it ('{fmt.column}Subject', "
-                f"'{fmt.column}SchemaId') or write with use.latest.version=true")
-        text = format_module("avro").schema_from_arrow(arrow_type, fmt.record_name,
-                                                       fmt.record_namespace)
+        # Each format derives its schema from the column's Arrow type (a type without a form
+        # in the format is refused there, naming the field).
+        text = format_module(fmt.format).schema_from_arrow(arrow_type, fmt.record_name,
+                                                           fmt.record_namespace)
         subject = fmt.subject_for(topic, fullname)
+        schema_type = SCHEMA_TYPES[fmt.format]
         if options.auto_register:
-            schema = reg.by_id(reg.register(subject, SCHEMA_TYPES["avro"], text))
+            schema = reg.by_id(reg.register(subject, schema_type, text))
         else:
-            schema = reg.lookup(subject, SCHEMA_TYPES["avro"], text)
+            schema = reg.lookup(subject, schema_type, text)
     problem = check_schema_type(fmt, schema, f"schema id {schema.schema_id}")
     if problem:
         raise KafkaConfigError(problem)

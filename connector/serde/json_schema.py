@@ -635,3 +635,69 @@ def _to_json(arr: pa.Array, node: _Node, owner: np.ndarray, bad: dict[int, str])
         text = arr.fill_null(0).cast(pa.string())
     return pc.if_else(columns.mask(valid), text, pa.scalar("null", pa.string())) if n and \
         not valid.all() else text
+
+
+# --------------------------------------------------------------------------- derived schemas
+
+def schema_from_arrow(t: pa.DataType, record_name: str = "topLevelRecord",
+                      namespace: str = "") -> str:
+    """The JSON Schema (draft-07 text) for writing a struct column of Arrow type ``t``: an
+    object with a property per field, ``required`` listing the fields that are not nullable,
+    and ``"null"`` among a nullable field's types. ``title`` is the record's full name (what
+    Confluent's RecordNameStrategy names the subject after). A type with no JSON Schema form
+    that this codec reads back raises SchemaFormatError naming the field."""
+    if not pa.types.is_struct(t):
+        raise SchemaFormatError(f"a JSON Schema is derived from a struct column, not {t}")
+    title = f"{namespace}.{record_name}" if namespace else record_name
+    doc = {"$schema": "http://json-schema.org/draft-07/schema#", "title": title,
+           **_json_of(t, "", False)}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _json_of(t: pa.DataType, path: str, nullable: bool) -> dict:
+    where = path or "$"
+    if pa.types.is_struct(t):
+        out: dict = {"type": "object", "properties": {
+            f.name: _json_of(f.type, f"{path}.{f.name}" if path else f.name, f.nullable)
+            for f in t}}
+        required = [f.name for f in t if not f.nullable]
+        if required:
+            out["required"] = required
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        out = {"type": "array", "items": _json_of(t.value_type, f"{path}[]",
+                                                  t.value_field.nullable)}
+    elif pa.types.is_map(t):
+        if not (pa.types.is_string(t.key_type) or pa.types.is_large_string(t.key_type)):
+            raise SchemaFormatError(
+                f"field {where!r}: a map with {t.key_type} keys; JSON object keys are strings "
+                "(cast the keys to string)")
+        value = _json_of(t.item_type, f"{path}{{}}", t.item_field.nullable)
+        kinds = value["type"] if isinstance(value["type"], list) else [value["type"]]
+        if value.get("format") or {"object", "array"} & set(kinds):
+            raise SchemaFormatError(
+                f"field {where!r}: a map's values must be strings, numbers, integers or "
+                f"booleans to be read back, not {t.item_type}; use an array of structs")
+        out = {"type": "object", "additionalProperties": value}
+    elif pa.types.is_date(t):
+        out = {"type": "string", "format": "date"}
+    elif pa.types.is_timestamp(t):
+        out = {"type": "string", "format": "date-time"}
+    elif pa.types.is_signed_integer(t) or t in (pa.uint8(), pa.uint16(), pa.uint32()):
+        out = {"type": "integer"}
+    elif pa.types.is_floating(t):
+        out = {"type": "number"}
+    elif pa.types.is_boolean(t):
+        out = {"type": "boolean"}
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        out = {"type": "string"}
+    else:
+        hint = ""
+        if pa.types.is_decimal(t):
+            hint = "; cast it to a double or a string"
+        elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            hint = "; encode it as a string (base64() or hex())"
+        raise SchemaFormatError(
+            f"field {where!r}: the type {t} has no JSON Schema type txkafka derives{hint}")
+    if nullable:
+        out["type"] = [out["type"], "null"]
+    return out
