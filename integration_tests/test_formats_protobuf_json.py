@@ -80,3 +80,54 @@ def test_json_schema_both_ways_with_confluents_serializer(spark, kafka, schema_r
     dctx = SerializationContext(dst, MessageField.VALUE)
     back = sorted((de(r.value, dctx) for r in kafka.read_all(dst)), key=lambda d: d["id"])
     assert back == docs
+
+
+def _auto_write(df, kafka, topic: str, url: str, fmt: str) -> None:
+    (df.write.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+     .option("topic", topic).option("valueFormat", fmt).option("schema.registry.url", url)
+     .option("auto.register.schemas", "true").option("valueRecordName", "Item")
+     .option("valueRecordNamespace", "shop").mode("append").save())
+
+
+def test_auto_register_derives_protobuf_and_json_schemas(spark, kafka, schema_registry):
+    """The DataFrame's struct registered as a proto3 message and as a JSON Schema (twice: the
+    same schema keeps its id and version), read back by confluent_kafka and by txkafka."""
+    pb_topic, js_topic = kafka.create_topic(), kafka.create_topic()
+    df = spark.createDataFrame(
+        [(i, None if i % 3 == 0 else f"n{i}", [f"t{j}" for j in range(i % 3)], i * 0.5)
+         for i in range(20)],
+        "id bigint not null, name string, tags array<string>, w double")
+    df = df.selectExpr("CAST(id AS STRING) AS key",
+                       "named_struct('id', id, 'name', name, 'tags', tags, "
+                       "'part', named_struct('w', w)) AS value")
+    expected = {i: {"id": i, "name": None if i % 3 == 0 else f"n{i}",
+                    "tags": [f"t{j}" for j in range(i % 3)], "part": {"w": i * 0.5}}
+                for i in range(20)}
+    client = SchemaRegistryClient({"url": schema_registry})
+    for topic, fmt in ((pb_topic, "protobuf"), (js_topic, "json-schema")):
+        _auto_write(df, kafka, topic, schema_registry, fmt)
+        _auto_write(df.limit(1), kafka, topic, schema_registry, fmt)  # registered again: no-op
+        assert client.get_versions(f"{topic}-value") == [1]
+        back = _fmt_read(spark, kafka, topic, schema_registry, fmt).select("value").collect()
+        assert len(back) == 21
+        assert {r.value.id: r.value.asDict(recursive=True) for r in back} == expected
+
+    latest = client.get_latest_version(f"{pb_topic}-value").schema.schema_str
+    assert "message Item" in latest and "optional string name = 2;" in latest
+    Item = message_factory.GetMessageClass(protobuf.codec(latest).descriptor)
+    de = ProtobufDeserializer(Item, {"use.deprecated.format": False})
+    ctx = SerializationContext(pb_topic, MessageField.VALUE)
+    for r in kafka.read_all(pb_topic)[:20]:
+        m = de(r.value, ctx)
+        want = expected[m.id]
+        assert m.HasField("name") == (want["name"] is not None)  # proto3 optional: null kept
+        assert (m.name if m.HasField("name") else None, list(m.tags), m.part.w) == (
+            want["name"], want["tags"], want["part"]["w"])
+
+    doc = json.loads(client.get_latest_version(f"{js_topic}-value").schema.schema_str)
+    assert doc["title"] == "shop.Item" and doc["required"] == ["id", "part"]  # not nullable
+    jde = JSONDeserializer(json.dumps(doc))
+    jctx = SerializationContext(js_topic, MessageField.VALUE)
+    for r in kafka.read_all(js_topic)[:20]:
+        d = jde(r.value, jctx)
+        assert {"name": None, **d} == expected[d["id"]]  # null properties are left out
