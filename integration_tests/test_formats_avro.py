@@ -107,6 +107,39 @@ def test_auto_register_derives_the_schema_from_the_dataframe(spark, kafka, schem
     assert sorted((r.n, r.s) for r in back) == [(i, f"name{i}") for i in range(20)]
 
 
+KEY = {"type": "record", "name": "OrderKey", "namespace": "shop",
+       "fields": [{"name": "id", "type": "long"}, {"name": "region", "type": "string"}]}
+
+
+def test_key_format_alone_reads_and_writes_with_the_topics_key_subject(spark, kafka,
+                                                                        schema_registry):
+    """keyFormat only: the key is Avro under subject <topic>-key, the value stays binary."""
+    src, dst = kafka.create_topic(), kafka.create_topic()
+    ser = _serializer(schema_registry, KEY)
+    keys = [{"id": i, "region": f"r{i % 4}"} for i in range(25)]
+    framed = [ser(k, SerializationContext(src, MessageField.KEY)) for k in keys]
+    kafka.produce(src, [(k, f"v{i}".encode()) for i, k in enumerate(framed)])
+
+    df = (spark.read.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+          .option("subscribe", src).option("startingOffsets", "earliest")
+          .option("keyFormat", "avro").option("schema.registry.url", schema_registry).load())
+    assert df.schema["key"].dataType.simpleString() == "struct<id:bigint,region:string>"
+    assert df.schema["value"].dataType.simpleString() == "binary"
+    got = {r.key.id: (r.key.region, r.value) for r in df.select("key", "value").collect()}
+    assert got == {k["id"]: (k["region"], f"v{k['id']}".encode()) for k in keys}
+
+    (df.select("key", "value").write.format("txkafka")
+     .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", dst)
+     .option("keyFormat", "avro").option("schema.registry.url", schema_registry)
+     .option("auto.register.schemas", "true").option("keyRecordName", "OrderKey")
+     .option("keyRecordNamespace", "shop").mode("append").save())
+    assert _client(schema_registry).get_versions(f"{dst}-key") == [1]
+    de = AvroDeserializer(_client(schema_registry))
+    ctx = SerializationContext(dst, MessageField.KEY)
+    out = {de(r.key, ctx)["id"]: (de(r.key, ctx), r.value) for r in kafka.read_all(dst)}
+    assert out == {k["id"]: (k, f"v{k['id']}".encode()) for k in keys}
+
+
 def test_evolution_reads_every_version_with_the_latest_schema(spark, kafka, schema_registry):
     """v1 records, then v2 records (a field added with a default, one removed), read with v2."""
     topic = kafka.create_topic()
