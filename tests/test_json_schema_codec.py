@@ -306,3 +306,31 @@ def test_schema_from_arrow_requires_the_fields_that_are_not_nullable():
 def test_schema_from_arrow_refuses_types_without_a_json_form(t, match):
     with pytest.raises(SchemaFormatError, match=match):
         json_schema.schema_from_arrow(t)
+
+
+def test_refs_to_referenced_documents_by_their_registered_names():
+    address = {"$defs": {"Zip": {"type": "string"}}, "type": "object", "properties": {
+        "street": {"type": "string"}, "zip": {"$ref": "#/$defs/Zip"}}, "required": ["street"]}
+    order = {"type": "object", "properties": {
+        "id": {"type": "integer"}, "ship": {"$ref": "address.json"},
+        "zips": {"type": "array", "items": {"$ref": "address.json#/$defs/Zip"}}}}
+    codec = json_schema.codec(json.dumps(order), references={"address.json": json.dumps(address)})
+    assert codec.arrow_type == pa.struct([
+        ("id", pa.int64()), ("ship", pa.struct([("street", pa.string()), ("zip", pa.string())])),
+        ("zips", pa.list_(pa.field("element", pa.string())))])
+    res = codec.decode(pa.array([b'{"id": 1, "ship": {"street": "a", "zip": "12"}, "zips": ["9"]}',
+                                 b'{"id": 2, "ship": {"zip": "12"}}'], pa.binary()))
+    assert res.values.to_pylist()[0] == {"id": 1, "ship": {"street": "a", "zip": "12"},
+                                         "zips": ["9"]}
+    assert list(res.errors) == [1] and "street" in res.errors[1]
+    pickle.loads(pickle.dumps(codec))  # shipped to executors self-contained
+    with pytest.raises(SchemaFormatError, match="'other.json', which is not among the schema's "
+                                                "references \\(address.json\\)"):
+        json_schema.codec(json.dumps({**order, "properties": {"x": {"$ref": "other.json"}}}),
+                          references={"address.json": json.dumps(address)})
+    with pytest.raises(SchemaFormatError, match="schema has no references"):
+        json_schema.codec(json.dumps(order))
+    loop = {"type": "object", "properties": {"me": {"$ref": "loop.json"}}}
+    with pytest.raises(SchemaFormatError, match="recursive"):
+        json_schema.codec(json.dumps({"type": "object", "properties": {"a": {"$ref": "loop.json"}}}),
+                          references={"loop.json": json.dumps(loop)})

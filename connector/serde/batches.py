@@ -43,21 +43,26 @@ def _references(schema: RegisteredSchema) -> Optional[dict[str, str]]:
 
 
 def make_codec(fmt: ColumnFormat, writer: RegisteredSchema, reader: RegisteredSchema):
-    """The codec reading ``writer``'s records as ``reader``'s type (cached per process).
+    """The codec reading ``writer``'s records as ``reader``'s type (cached per process), each
+    schema with the schemas its registry references name (fetched and cached by the registry
+    client).
 
     Avro resolves a writer schema to the reader schema (its evolution rules); Protobuf and JSON
     Schema payloads carry field numbers and names, so the reader schema decodes every version."""
-    key = (fmt.format, fmt.message, writer.schema_id, writer.text, reader.schema_id, reader.text)
+    key = (fmt.format, fmt.message, writer.schema_id, writer.text, writer.references,
+           reader.schema_id, reader.text, reader.references)
     codec = _CODECS.get(key)
     if codec is not None:
         return codec
     mod = format_module(fmt.format)
     if fmt.format == "avro":
-        codec = mod.codec(writer.text, reader.text)
+        codec = mod.codec(writer.text, reader.text,
+                          writer_references=[text for _, text in writer.references],
+                          reader_references=[text for _, text in reader.references])
     elif fmt.format == "protobuf":
         codec = mod.codec(reader.text, references=_references(reader), message=fmt.message)
     else:
-        codec = mod.codec(reader.text)
+        codec = mod.codec(reader.text, references=_references(reader))
     with _CODECS_LOCK:
         _CODECS[key] = codec
     return codec

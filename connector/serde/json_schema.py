@@ -73,8 +73,9 @@ class _Converter:
             ref = schema["$ref"]
             if not isinstance(ref, str) or not ref.startswith("#"):
                 raise SchemaFormatError(
-                    f"JSON Schema at {path}: $ref {ref!r} points outside the document; only "
-                    "references within it (#/$defs/..., #/definitions/...) are followed")
+                    f"JSON Schema at {path}: $ref {ref!r} points outside the document, and the "
+                    "schema has no references; register the document it names as a reference "
+                    "of this schema, with that name")
             if ref in seen:
                 raise SchemaFormatError(
                     f"JSON Schema at {path}: $ref {ref!r} is recursive; an Arrow (Spark) type "
@@ -209,14 +210,63 @@ def _json_type(v: Any) -> str:
     return _JSON_TYPES.get(type(v), type(v).__name__)
 
 
-def codec(schema: str, validate: bool = False) -> "JsonSchemaCodec":
-    """A codec for one JSON Schema document (draft-07 or 2020-12). ``validate=True`` also runs
-    the ``jsonschema`` library on every decoded row (every keyword, per row, slowly)."""
-    try:
-        document = json.loads(schema)
-    except (TypeError, ValueError) as e:
-        raise SchemaFormatError(f"the JSON Schema is not JSON: {e}") from e
+def codec(schema: str, validate: bool = False,
+          references: Mapping[str, str] | None = None) -> "JsonSchemaCodec":
+    """A codec for one JSON Schema document (draft-07 or 2020-12). ``references`` maps the
+    names its ``$ref``s use for other documents (a registry's references) to their texts.
+    ``validate=True`` also runs the ``jsonschema`` library on every decoded row (every
+    keyword, per row, slowly)."""
+    document = _loads(schema, "the JSON Schema")
+    if references:
+        docs = {name: _loads(text, f"the referenced JSON Schema {name!r}")
+                for name, text in references.items()}
+        document = _inlined(document, document, docs, ())
     return JsonSchemaCodec(document, validate)
+
+
+def _loads(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as e:
+        raise SchemaFormatError(f"{what} is not JSON: {e}") from e
+
+
+def _inlined(node: Any, root: Any, docs: Mapping[str, Any], seen: tuple) -> Any:
+    """``node`` with every ``$ref`` replaced by what it points to: in ``root`` (``#...``) or in
+    the referenced document it names (``name`` or ``name#/pointer``, the name as registered), so
+    the codec sees one self-contained document."""
+    if isinstance(node, list):
+        return [_inlined(x, root, docs, seen) for x in node]
+    if not isinstance(node, Mapping):
+        return node
+    ref = node.get("$ref")
+    if not isinstance(ref, str):
+        # Definitions are reached through the $refs that name them (from the original
+        # documents), so they are left as they are: one that is never used is never followed.
+        return {k: v if k in ("$defs", "definitions") else _inlined(v, root, docs, seen)
+                for k, v in node.items()}
+    name, _, pointer = ref.partition("#")
+    target_root = root
+    if name:
+        if name not in docs:
+            raise SchemaFormatError(
+                f"JSON Schema $ref {ref!r} names {name!r}, which is not among the schema's "
+                f"references ({', '.join(sorted(docs)) or 'none'}); register it as a reference "
+                "with that name")
+        target_root = docs[name]
+    key = (id(target_root), pointer)
+    if key in seen:
+        raise SchemaFormatError(f"JSON Schema $ref {ref!r} is recursive; an Arrow (Spark) type "
+                                "cannot hold it")
+    target = target_root
+    for part in pointer.split("/")[1:] if pointer else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(target, Mapping) or part not in target:
+            raise SchemaFormatError(f"JSON Schema $ref {ref!r} is not found")
+        target = target[part]
+    resolved = _inlined(target, target_root, docs, seen + (key,))
+    extra = {k: _inlined(v, root, docs, seen) for k, v in node.items() if k != "$ref"}
+    return {**resolved, **extra} if extra and isinstance(resolved, Mapping) else resolved
 
 
 # --------------------------------------------------------------------------- Arrow helpers
