@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -138,6 +138,42 @@ def test_key_format_alone_reads_and_writes_with_the_topics_key_subject(spark, ka
     ctx = SerializationContext(dst, MessageField.KEY)
     out = {de(r.key, ctx)["id"]: (de(r.key, ctx), r.value) for r in kafka.read_all(dst)}
     assert out == {k["id"]: (k, f"v{k['id']}".encode()) for k in keys}
+
+
+ADDRESS = {"type": "record", "name": "Address", "namespace": "shop",
+           "fields": [{"name": "street", "type": "string"}, {"name": "zip", "type": "int"}]}
+CUSTOMER = {"type": "record", "name": "Customer", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "home", "type": "shop.Address"},
+    {"name": "work", "type": ["null", "shop.Address"], "default": None}]}
+
+
+def test_schema_references_to_another_subject_read_and_written(spark, kafka, schema_registry):
+    """A schema whose named type is registered in another subject (a reference): read, and
+    written with the pinned subject, byte for byte as confluent_kafka's serializer writes."""
+    src, dst = kafka.create_topic(), kafka.create_topic()
+    client = _client(schema_registry)
+    client.register_schema(f"{src}-address", Schema(json.dumps(ADDRESS), "AVRO"))
+    refs = [SchemaReference("shop.Address", f"{src}-address", 1)]
+    client.register_schema(f"{src}-value", Schema(json.dumps(CUSTOMER), "AVRO", refs))
+    rows = [{"id": i, "home": {"street": f"s{i}", "zip": i}, "work": None if i % 2 else
+             {"street": "w", "zip": 7}} for i in range(20)]
+    ser = AvroSerializer(client, Schema(json.dumps(CUSTOMER), "AVRO", refs),
+                         conf={"auto.register.schemas": False, "use.latest.version": True})
+    written = [ser(r, SerializationContext(src, MessageField.VALUE)) for r in rows]
+    kafka.produce(src, [(str(r["id"]).encode(), v) for r, v in zip(rows, written)])
+
+    df = _read(spark, kafka, src, schema_registry)
+    got = sorted((r.value.asDict(recursive=True) for r in df.select("value").collect()),
+                 key=lambda d: d["id"])
+    assert got == rows
+    (df.select("key", "value").write.format("txkafka")
+     .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", dst)
+     .option("valueFormat", "avro").option("schema.registry.url", schema_registry)
+     .option("valueSubject", f"{src}-value").mode("append").save())
+    out = {r.key: r.value for r in kafka.read_all(dst)}
+    assert [out[str(r["id"]).encode()] for r in rows] == written
+    de = AvroDeserializer(client)
+    assert de(out[b"4"], SerializationContext(dst, MessageField.VALUE)) == rows[4]
 
 
 def test_evolution_reads_every_version_with_the_latest_schema(spark, kafka, schema_registry):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -131,3 +131,81 @@ def test_auto_register_derives_protobuf_and_json_schemas(spark, kafka, schema_re
     for r in kafka.read_all(js_topic)[:20]:
         d = jde(r.value, jctx)
         assert {"name": None, **d} == expected[d["id"]]  # null properties are left out
+
+
+COMMON = """
+syntax = "proto3";
+package shop.v1;
+message Address { string street = 1; int32 zip = 2; }
+"""
+CUSTOMER = """
+syntax = "proto3";
+package shop.v1;
+import "shop/common.proto";
+message Customer { int64 id = 1; Address home = 2; repeated Address others = 3; }
+"""
+
+
+def _framed(schema_id: int, body: bytes) -> bytes:
+    return b"\x00" + schema_id.to_bytes(4, "big") + body
+
+
+def test_protobuf_import_of_another_registered_file(spark, kafka, schema_registry):
+    """A .proto importing another registered file (a reference named by its import path):
+    read, and written with the pinned subject, as confluent_kafka frames it."""
+    src, dst = kafka.create_topic(), kafka.create_topic()
+    client = SchemaRegistryClient({"url": schema_registry})
+    client.register_schema(f"{src}-common", Schema(COMMON, "PROTOBUF"))
+    refs = [SchemaReference("shop/common.proto", f"{src}-common", 1)]
+    sid = client.register_schema(f"{src}-value", Schema(CUSTOMER, "PROTOBUF", refs))
+    Customer = message_factory.GetMessageClass(
+        protobuf.codec(CUSTOMER, {"shop/common.proto": COMMON}).descriptor)
+    msgs = [Customer(id=i, home={"street": f"s{i}", "zip": i},
+                     others=[{"street": "o", "zip": j} for j in range(i % 3)]) for i in range(20)]
+    framed = [_framed(sid, b"\x00" + m.SerializeToString()) for m in msgs]
+    kafka.produce(src, [(str(m.id).encode(), v) for m, v in zip(msgs, framed)])
+
+    df = _fmt_read(spark, kafka, src, schema_registry, "protobuf")
+    got = {r.value.id: r.value.asDict(recursive=True) for r in df.select("value").collect()}
+    assert got[7] == {"id": 7, "home": {"street": "s7", "zip": 7},
+                      "others": [{"street": "o", "zip": 0}]} and len(got) == 20
+    _fmt_write(df.select("key", "value"), kafka, dst, schema_registry, "protobuf", f"{src}-value")
+    out = {r.key: r.value for r in kafka.read_all(dst)}
+    assert [out[str(m.id).encode()] for m in msgs] == framed
+    de = ProtobufDeserializer(Customer, {"use.deprecated.format": False})
+    assert de(out[b"5"], SerializationContext(dst, MessageField.VALUE)) == msgs[5]
+
+
+ADDRESS_JSON = {"type": "object", "properties": {"street": {"type": "string"},
+                                                 "zip": {"type": "integer"}},
+                "required": ["street"]}
+CUSTOMER_JSON = {"type": "object", "properties": {
+    "id": {"type": "integer"}, "home": {"$ref": "address.json"},
+    "others": {"type": "array", "items": {"$ref": "address.json"}}}, "required": ["id"]}
+
+
+def test_json_schema_ref_to_another_subject(spark, kafka, schema_registry):
+    """A JSON Schema whose $ref names a document registered in another subject."""
+    src, dst = kafka.create_topic(), kafka.create_topic()
+    client = SchemaRegistryClient({"url": schema_registry})
+    client.register_schema(f"{src}-address", Schema(json.dumps(ADDRESS_JSON), "JSON"))
+    refs = [SchemaReference("address.json", f"{src}-address", 1)]
+    schema = Schema(json.dumps(CUSTOMER_JSON), "JSON", refs)
+    client.register_schema(f"{src}-value", schema)
+    ser = JSONSerializer(schema, client, conf={"auto.register.schemas": False,
+                                               "use.latest.version": True})
+    docs = [{"id": i, "home": {"street": f"s{i}", "zip": i},
+             "others": [{"street": "o", "zip": j} for j in range(i % 3)]} for i in range(20)]
+    ctx = SerializationContext(src, MessageField.VALUE)
+    kafka.produce(src, [(str(d["id"]).encode(), ser(d, ctx)) for d in docs])
+
+    df = _fmt_read(spark, kafka, src, schema_registry, "json-schema")
+    got = sorted((r.value.asDict(recursive=True) for r in df.select("value").collect()),
+                 key=lambda d: d["id"])
+    assert got == docs
+    _fmt_write(df.select("key", "value"), kafka, dst, schema_registry, "json-schema",
+               f"{src}-value")
+    de = JSONDeserializer(schema, schema_registry_client=client)
+    dctx = SerializationContext(dst, MessageField.VALUE)
+    back = sorted((de(r.value, dctx) for r in kafka.read_all(dst)), key=lambda d: d["id"])
+    assert back == docs
