@@ -4,6 +4,7 @@ writes (Protobuf byte for byte)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
@@ -82,6 +83,9 @@ def test_json_schema_both_ways_with_confluents_serializer(spark, kafka, schema_r
     assert back == docs
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
 def _auto_write(df, kafka, topic: str, url: str, fmt: str) -> None:
     (df.write.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
      .option("topic", topic).option("valueFormat", fmt).option("schema.registry.url", url)
@@ -97,12 +101,13 @@ def test_auto_register_derives_protobuf_and_json_schemas(spark, kafka, schema_re
         [(i, None if i % 3 == 0 else f"n{i}", [f"t{j}" for j in range(i % 3)], i * 0.5)
          for i in range(20)],
         "id bigint not null, name string, tags array<string>, w double")
+    # ts: a well-known type import (google/protobuf/timestamp.proto) the registry must accept.
     df = df.selectExpr("CAST(id AS STRING) AS key",
                        "named_struct('id', id, 'name', name, 'tags', tags, "
-                       "'part', named_struct('w', w)) AS value")
-    expected = {i: {"id": i, "name": None if i % 3 == 0 else f"n{i}",
-                    "tags": [f"t{j}" for j in range(i % 3)], "part": {"w": i * 0.5}}
-                for i in range(20)}
+                       "'part', named_struct('w', w), "
+                       "'ts', IF(id % 4 = 0, NULL, timestamp_micros(id * 1000001))) AS value")
+    expected = {r.value.id: r.value.asDict(recursive=True) for r in df.select("value").collect()}
+    assert expected[4]["name"] == "n4" and expected[4]["ts"] is None and len(expected) == 20
     client = SchemaRegistryClient({"url": schema_registry})
     for topic, fmt in ((pb_topic, "protobuf"), (js_topic, "json-schema")):
         _auto_write(df, kafka, topic, schema_registry, fmt)
@@ -123,6 +128,8 @@ def test_auto_register_derives_protobuf_and_json_schemas(spark, kafka, schema_re
         assert m.HasField("name") == (want["name"] is not None)  # proto3 optional: null kept
         assert (m.name if m.HasField("name") else None, list(m.tags), m.part.w) == (
             want["name"], want["tags"], want["part"]["w"])
+        assert m.HasField("ts") == (m.id % 4 != 0)
+        assert not m.HasField("ts") or m.ts.ToMicroseconds() == m.id * 1000001
 
     doc = json.loads(client.get_latest_version(f"{js_topic}-value").schema.schema_str)
     assert doc["title"] == "shop.Item" and doc["required"] == ["id", "part"]  # not nullable
@@ -130,7 +137,12 @@ def test_auto_register_derives_protobuf_and_json_schemas(spark, kafka, schema_re
     jctx = SerializationContext(js_topic, MessageField.VALUE)
     for r in kafka.read_all(js_topic)[:20]:
         d = jde(r.value, jctx)
-        assert {"name": None, **d} == expected[d["id"]]  # null properties are left out
+        want = expected[d["id"]]
+        ts = d.pop("ts", None)
+        assert (ts is None) == (d["id"] % 4 == 0)  # null properties are left out
+        assert ts is None or dt.datetime.fromisoformat(ts) == _EPOCH + dt.timedelta(
+            microseconds=d["id"] * 1000001)
+        assert {"name": None, **d} == {k: v for k, v in want.items() if k != "ts"}
 
 
 COMMON = """

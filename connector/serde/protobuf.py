@@ -526,8 +526,8 @@ def _nulls_without_presence(field, col: pa.Array, parent: np.ndarray, rows: np.n
     null array or map as empty, a null element as 0 or an empty message, a null proto3 field
     without ``optional`` as its default; read back, the null would be gone."""
     repeated = _repeated(field)
-    if repeated or not field.has_presence:
-        nulls = parent & ~columns.bools(col.is_valid()) if len(col) else parent[:0]
+    if (repeated or not field.has_presence) and col.null_count:
+        nulls = parent & ~columns.bools(col.is_valid())
         what = "an empty list" if repeated else f"its default {field.default_value!r}"
         for j in np.flatnonzero(nulls):
             bad.setdefault(int(rows[j]), (
@@ -542,8 +542,8 @@ def _nulls_without_presence(field, col: pa.Array, parent: np.ndarray, rows: np.n
             [col.type.key_field, col.type.item_field]), False)))
     flat = pc.list_flatten(col)
     items = pc.struct_field(flat, "value") if is_map else flat
-    null_items = ~columns.bools(items.is_valid()) if len(items) else np.zeros(0, dtype=bool)
-    if null_items.any():
+    if items.null_count:
+        null_items = ~columns.bools(items.is_valid())
         owner = rows[np.asarray(pc.list_parent_indices(col), dtype=np.int64)]
         what = "a map value" if is_map else "an element"
         for j in np.flatnonzero(null_items):
