@@ -80,6 +80,10 @@ def _full(name: str, namespace: str) -> str:
     return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
+class _Undefined(AvroSchemaError):
+    """A type name the schema uses and no schema parsed so far defines."""
+
+
 class _Parser:
     def __init__(self) -> None:
         self.names: dict[str, _S] = {}
@@ -91,7 +95,7 @@ class _Parser:
             for candidate in (_full(obj, ns), obj):
                 if candidate in self.names:
                     return self.names[candidate]
-            raise AvroSchemaError(f"the Avro schema refers to type {obj!r}, which it does not "
+            raise _Undefined(f"the Avro schema refers to type {obj!r}, which it does not "
                                   "define (define a named type before using its name, or "
                                   "register the schema that defines it as a reference)")
         if isinstance(obj, list):
@@ -179,9 +183,7 @@ def _parse(text: str, references: Sequence[str] = ()) -> _S:
             attempt.names = dict(parser.names)
             try:
                 _parse_obj(attempt, obj)
-            except AvroSchemaError as e:
-                if "does not define" not in str(e):
-                    raise
+            except _Undefined:  # uses a type of a reference not parsed yet: next round
                 left.append(obj)
                 continue
             # A reference's types may be in the others too (shared imports): keep the first.
