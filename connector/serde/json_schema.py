@@ -13,7 +13,8 @@ properties' order), ``object`` with only an ``additionalProperties`` schema a ma
 ``array`` a list of its ``items``, ``string`` a string (``format: date`` date32,
 ``format: date-time`` timestamp[us, UTC]), ``integer`` int64, ``number`` float64, ``boolean``
 bool. ``"null"`` in a type list, ``anyOf``/``oneOf`` of one schema and ``{"type": "null"}``,
-``$ref`` to ``#/$defs/...`` or ``#/definitions/...`` (draft-07 and 2020-12) are followed.
+``$ref`` to ``#/$defs/...`` or ``#/definitions/...`` (draft-07 and 2020-12) are followed, and
+``$ref`` to another document by the name the registry gives it as a reference (inlined first).
 
 What decoding checks: each value's JSON type against the schema's (a string where an integer is
 expected, a fraction in an integer), ``required`` properties present and not null, ``enum``
