@@ -18,7 +18,10 @@ maps, enums their names as strings, oneof members nullable fields of the struct;
 nullable scalars; unsigned 32/64-bit integers keep their bits in int32/int64 as Spark's defaults
 do. Every field is nullable in the Arrow type, as in Spark's; a field absent from a payload reads
 as its default (protobuf's own rule). Unknown fields are skipped, so a payload written with a
-schema that added or removed fields decodes with the reader's.
+schema that added or removed fields decodes with the reader's. Writing refuses a row with a null
+where the field has no presence (it would read back as 0 or empty, not null).
+
+``schema_from_arrow`` derives a proto3 schema from a column's Arrow type (auto-registration).
 """
 
 from __future__ import annotations
