@@ -354,6 +354,10 @@ message Item {
     (pa.struct([pa.field("xs", pa.list_(pa.list_(pa.int32())))]), "field 'xs\\[\\]'.*wrap"),
     (pa.struct([pa.field("m", pa.map_(pa.float64(), pa.int32()))]), "field 'm'.*map keys"),
     (pa.struct([pa.field("bad name", pa.int32())]), "not a Protobuf identifier"),
+    (pa.struct([pa.field("a_b", pa.int32()), pa.field("aB", pa.int32())]),
+     "fields 'a_b' and 'aB' have the same Protobuf JSON name"),
+    (pa.struct([pa.field("p", pa.struct([pa.field("s", pa.int32()), pa.field("S", pa.int32())]))]),
+     "fields 'p.s' and 'p.S'"),
     (pa.int32(), "struct column"),
 ])
 def test_schema_from_arrow_refuses_types_without_a_protobuf_form(t, match):

@@ -668,9 +668,16 @@ def _message_lines(t: pa.DataType, name: str, path: str, imports: set[str]) -> l
         raise SchemaFormatError(
             f"field {where!r}: the type {sub} has no Protobuf type txkafka derives{hint}")
 
+    json_names: dict[str, str] = {}
     for number, f in enumerate(t, start=1):
         where = f"{path}{f.name}"
         _identifier(f.name, f"field {where!r}")
+        # protoc and ptars refuse two fields whose camelCase JSON names differ only in case.
+        other = json_names.setdefault(_json_name(f.name).lower(), f.name)
+        if other != f.name:
+            raise SchemaFormatError(
+                f"fields {path + other!r} and {where!r} have the same Protobuf JSON name "
+                "(camelCase, ignoring case), which Protobuf refuses; rename one")
         ft = f.type
         if _repeated_type(ft):
             decl = f"repeated {single(ft.value_type, f.name, where + '[]')}"
@@ -688,6 +695,12 @@ def _message_lines(t: pa.DataType, name: str, path: str, imports: set[str]) -> l
             decl = f"optional {proto}" if f.nullable and scalar else proto
         fields.append(f"  {decl} {f.name} = {number};")
     return [f"message {name} {{", *fields, *nested, "}"]
+
+
+def _json_name(name: str) -> str:
+    """protoc's JSON name of a field: underscores dropped, the letter after each upper-cased."""
+    parts = name.split("_")
+    return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
 
 
 def _repeated_type(t: pa.DataType) -> bool:
