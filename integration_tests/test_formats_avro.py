@@ -140,8 +140,9 @@ def test_key_format_alone_reads_and_writes_with_the_topics_key_subject(spark, ka
     assert out == {k["id"]: (k, f"v{k['id']}".encode()) for k in keys}
 
 
+ZIP = {"type": "fixed", "name": "Zip", "namespace": "shop", "size": 5}
 ADDRESS = {"type": "record", "name": "Address", "namespace": "shop",
-           "fields": [{"name": "street", "type": "string"}, {"name": "zip", "type": "int"}]}
+           "fields": [{"name": "street", "type": "string"}, {"name": "zip", "type": "shop.Zip"}]}
 CUSTOMER = {"type": "record", "name": "Customer", "namespace": "shop", "fields": [
     {"name": "id", "type": "long"}, {"name": "home", "type": "shop.Address"},
     {"name": "work", "type": ["null", "shop.Address"], "default": None}]}
@@ -152,11 +153,14 @@ def test_schema_references_to_another_subject_read_and_written(spark, kafka, sch
     written with the pinned subject, byte for byte as confluent_kafka's serializer writes."""
     src, dst = kafka.create_topic(), kafka.create_topic()
     client = _client(schema_registry)
-    client.register_schema(f"{src}-address", Schema(json.dumps(ADDRESS), "AVRO"))
+    # Customer -> Address -> Zip: the references' own references are followed too.
+    client.register_schema(f"{src}-zip", Schema(json.dumps(ZIP), "AVRO"))
+    client.register_schema(f"{src}-address", Schema(json.dumps(ADDRESS), "AVRO", [
+        SchemaReference("shop.Zip", f"{src}-zip", 1)]))
     refs = [SchemaReference("shop.Address", f"{src}-address", 1)]
     client.register_schema(f"{src}-value", Schema(json.dumps(CUSTOMER), "AVRO", refs))
-    rows = [{"id": i, "home": {"street": f"s{i}", "zip": i}, "work": None if i % 2 else
-             {"street": "w", "zip": 7}} for i in range(20)]
+    rows = [{"id": i, "home": {"street": f"s{i}", "zip": f"{i:05}".encode()},
+             "work": None if i % 2 else {"street": "w", "zip": b"00007"}} for i in range(20)]
     ser = AvroSerializer(client, Schema(json.dumps(CUSTOMER), "AVRO", refs),
                          conf={"auto.register.schemas": False, "use.latest.version": True})
     written = [ser(r, SerializationContext(src, MessageField.VALUE)) for r in rows]
