@@ -363,3 +363,18 @@ message Item {
 def test_schema_from_arrow_refuses_types_without_a_protobuf_form(t, match):
     with pytest.raises(SchemaFormatError, match=match):
         protobuf.schema_from_arrow(t)
+
+
+def test_map_values_are_checked_as_fields_are():
+    """An unknown enum name or a null without presence inside a map's values is a bad row."""
+    codec = protobuf.codec('syntax = "proto3"; enum C { RED = 0; GREEN = 1; } message R { '
+                           'map<string, C> colors = 1; map<string, I> items = 2; '
+                           'message I { int32 k = 1; optional int32 o = 2; } }')
+    full = {"colors": [("a", "GREEN")], "items": [("x", {"k": 1, "o": None})]}
+    rows = [full, {**full, "colors": [("a", "PURPLE")]},
+            {**full, "items": [("x", {"k": None, "o": 1})]}]
+    res = codec.encode(pa.array(rows, codec.arrow_type))
+    assert sorted(res.errors) == [1, 2]
+    assert "'PURPLE' is not a value of enum C" in res.errors[1]
+    assert "field 'items.value.k' is null" in res.errors[2]
+    assert codec.decode(res.payloads.slice(0, 1)).values.to_pylist() == [full]

@@ -503,11 +503,14 @@ def _misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str, enums: bool
                 bad.setdefault(int(rows[j]), f"required field {name!r} is missing")
         elif enums:
             _nulls_without_presence(field, col, parent, rows, name, bad)
-        if (enum is None or not enums) and (msg is None or msg.GetOptions().map_entry
-                                            or msg.full_name.startswith("google.protobuf.")):
+        if (enum is None or not enums) and (msg is None
+                                            or msg.full_name.startswith("google.protobuf.")
+                                            or _scalar_map(msg)):
             continue
         where = rows
         if _repeated(field):
+            if pa.types.is_map(col.type):  # its entries, as messages of the entry type
+                col = _entries(col)
             where = rows[np.asarray(pc.list_parent_indices(col), dtype=np.int64)]
             col = pc.list_flatten(col)
         if enum is not None:
@@ -540,9 +543,8 @@ def _nulls_without_presence(field, col: pa.Array, parent: np.ndarray, rows: np.n
     if not repeated or not len(col):
         return
     is_map = pa.types.is_map(col.type)
-    if is_map:  # as a list of its entries: the list kernels take no maps
-        col = col.cast(pa.list_(pa.field("entries", pa.struct(
-            [col.type.key_field, col.type.item_field]), False)))
+    if is_map:
+        col = _entries(col)
     flat = pc.list_flatten(col)
     items = pc.struct_field(flat, "value") if is_map else flat
     if items.null_count:
@@ -556,6 +558,21 @@ def _nulls_without_presence(field, col: pa.Array, parent: np.ndarray, rows: np.n
                 "before the write"))
 
 
+def _scalar_map(msg) -> bool:
+    """Whether ``msg`` is a map's entry with scalar values: nothing in it to look into (its
+    null values are found with the map field)."""
+    if not msg.GetOptions().map_entry:
+        return False
+    value = msg.fields_by_name["value"]
+    return value.enum_type is None and value.message_type is None
+
+
+def _entries(col: pa.Array) -> pa.Array:
+    """A map column as a list of its (key, value) entries: the list kernels take no maps."""
+    return col.cast(pa.list_(pa.field("entries", pa.struct(
+        [col.type.key_field, col.type.item_field]), False)))
+
+
 def _checked(descriptor, enums: bool, seen: frozenset[str] = frozenset()) -> bool:
     """Whether ``_misfits`` has anything to look for under ``descriptor`` (when encoding:
     always, for nulls in places without presence)."""
@@ -565,7 +582,7 @@ def _checked(descriptor, enums: bool, seen: frozenset[str] = frozenset()) -> boo
         if _required(field) or (enums and field.enum_type is not None):
             return True
         msg = field.message_type
-        if msg is not None and msg.full_name not in seen and not msg.GetOptions().map_entry \
+        if msg is not None and msg.full_name not in seen \
                 and not msg.full_name.startswith("google.protobuf.") \
                 and _checked(msg, enums, seen | {msg.full_name}):
             return True
