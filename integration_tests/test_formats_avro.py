@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
@@ -105,6 +105,79 @@ def test_auto_register_derives_the_schema_from_the_dataframe(spark, kafka, schem
     assert got == [{"n": i, "s": f"name{i}"} for i in range(20)]
     back = _read(spark, kafka, dst, schema_registry).select("value.n", "value.s").collect()
     assert sorted((r.n, r.s) for r in back) == [(i, f"name{i}") for i in range(20)]
+
+
+KEY = {"type": "record", "name": "OrderKey", "namespace": "shop",
+       "fields": [{"name": "id", "type": "long"}, {"name": "region", "type": "string"}]}
+
+
+def test_key_format_alone_reads_and_writes_with_the_topics_key_subject(spark, kafka,
+                                                                        schema_registry):
+    """keyFormat only: the key is Avro under subject <topic>-key, the value stays binary."""
+    src, dst = kafka.create_topic(), kafka.create_topic()
+    ser = _serializer(schema_registry, KEY)
+    keys = [{"id": i, "region": f"r{i % 4}"} for i in range(25)]
+    framed = [ser(k, SerializationContext(src, MessageField.KEY)) for k in keys]
+    kafka.produce(src, [(k, f"v{i}".encode()) for i, k in enumerate(framed)])
+
+    df = (spark.read.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+          .option("subscribe", src).option("startingOffsets", "earliest")
+          .option("keyFormat", "avro").option("schema.registry.url", schema_registry).load())
+    assert df.schema["key"].dataType.simpleString() == "struct<id:bigint,region:string>"
+    assert df.schema["value"].dataType.simpleString() == "binary"
+    got = {r.key.id: (r.key.region, r.value) for r in df.select("key", "value").collect()}
+    assert got == {k["id"]: (k["region"], f"v{k['id']}".encode()) for k in keys}
+
+    (df.select("key", "value").write.format("txkafka")
+     .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", dst)
+     .option("keyFormat", "avro").option("schema.registry.url", schema_registry)
+     .option("auto.register.schemas", "true").option("keyRecordName", "OrderKey")
+     .option("keyRecordNamespace", "shop").mode("append").save())
+    assert _client(schema_registry).get_versions(f"{dst}-key") == [1]
+    de = AvroDeserializer(_client(schema_registry))
+    ctx = SerializationContext(dst, MessageField.KEY)
+    out = {de(r.key, ctx)["id"]: (de(r.key, ctx), r.value) for r in kafka.read_all(dst)}
+    assert out == {k["id"]: (k, f"v{k['id']}".encode()) for k in keys}
+
+
+ZIP = {"type": "fixed", "name": "Zip", "namespace": "shop", "size": 5}
+ADDRESS = {"type": "record", "name": "Address", "namespace": "shop",
+           "fields": [{"name": "street", "type": "string"}, {"name": "zip", "type": "shop.Zip"}]}
+CUSTOMER = {"type": "record", "name": "Customer", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "home", "type": "shop.Address"},
+    {"name": "work", "type": ["null", "shop.Address"], "default": None}]}
+
+
+def test_schema_references_to_another_subject_read_and_written(spark, kafka, schema_registry):
+    """A schema whose named type is registered in another subject (a reference): read, and
+    written with the pinned subject, byte for byte as confluent_kafka's serializer writes."""
+    src, dst = kafka.create_topic(), kafka.create_topic()
+    client = _client(schema_registry)
+    # Customer -> Address -> Zip: the references' own references are followed too.
+    client.register_schema(f"{src}-zip", Schema(json.dumps(ZIP), "AVRO"))
+    client.register_schema(f"{src}-address", Schema(json.dumps(ADDRESS), "AVRO", [
+        SchemaReference("shop.Zip", f"{src}-zip", 1)]))
+    refs = [SchemaReference("shop.Address", f"{src}-address", 1)]
+    client.register_schema(f"{src}-value", Schema(json.dumps(CUSTOMER), "AVRO", refs))
+    rows = [{"id": i, "home": {"street": f"s{i}", "zip": f"{i:05}".encode()},
+             "work": None if i % 2 else {"street": "w", "zip": b"00007"}} for i in range(20)]
+    ser = AvroSerializer(client, Schema(json.dumps(CUSTOMER), "AVRO", refs),
+                         conf={"auto.register.schemas": False, "use.latest.version": True})
+    written = [ser(r, SerializationContext(src, MessageField.VALUE)) for r in rows]
+    kafka.produce(src, [(str(r["id"]).encode(), v) for r, v in zip(rows, written)])
+
+    df = _read(spark, kafka, src, schema_registry)
+    got = sorted((r.value.asDict(recursive=True) for r in df.select("value").collect()),
+                 key=lambda d: d["id"])
+    assert got == rows
+    (df.select("key", "value").write.format("txkafka")
+     .option("kafka.bootstrap.servers", kafka.bootstrap).option("topic", dst)
+     .option("valueFormat", "avro").option("schema.registry.url", schema_registry)
+     .option("valueSubject", f"{src}-value").mode("append").save())
+    out = {r.key: r.value for r in kafka.read_all(dst)}
+    assert [out[str(r["id"]).encode()] for r in rows] == written
+    de = AvroDeserializer(client)
+    assert de(out[b"4"], SerializationContext(dst, MessageField.VALUE)) == rows[4]
 
 
 def test_evolution_reads_every_version_with_the_latest_schema(spark, kafka, schema_registry):

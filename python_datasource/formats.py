@@ -59,6 +59,8 @@ def encode_plan(formats: Optional[FormatOptions], schema: StructType,
                 f"option '{col.column}Format' {col.format} encodes a struct column "
                 f"'{col.column}', but the DataFrame has {got}; build it with "
                 f"struct(...).alias('{col.column}')")
-        arrow_type = to_arrow_type(f.dataType)
+        # A timestamp column's Arrow type needs a zone; any names the same derived schema
+        # (instants), and the written batches bring their own.
+        arrow_type = to_arrow_type(f.dataType, timezone="UTC")
         plans[col.column] = ColumnPlan(col, resolve_writer_schema(formats, col, topic, arrow_type))
     return EncodePlan(plans.get("key"), plans.get("value"))

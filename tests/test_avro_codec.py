@@ -1006,3 +1006,22 @@ def test_decimal_resolution_keeps_the_scale() -> None:
     assert res.values.type == pa.decimal128(20, 2) and res.values.to_pylist() == [Decimal("1.25")]
     with pytest.raises(AvroSchemaError, match="scale 2 .* reader's 3"):
         avro.codec(json.dumps(w), json.dumps(dict(w, scale=3)))
+
+
+def test_named_types_from_referenced_schemas_in_any_order() -> None:
+    """A registry's references: the texts of the schemas whose named types this one uses."""
+    zip_code = json.dumps({"type": "fixed", "name": "Zip", "namespace": "shop", "size": 2})
+    address = json.dumps({"type": "record", "name": "Address", "namespace": "shop", "fields": [
+        {"name": "street", "type": "string"}, {"name": "zip", "type": "shop.Zip"}]})
+    order = json.dumps({"type": "record", "name": "Order", "namespace": "shop", "fields": [
+        {"name": "id", "type": "long"}, {"name": "ship", "type": "Address"},
+        {"name": "bill", "type": ["null", "shop.Address"], "default": None}]})
+    c = avro.codec(order, writer_references=[address, zip_code])  # Address needs Zip: retried
+    values = pa.array([{"id": 1, "ship": {"street": "a", "zip": b"12"}, "bill": None}],
+                      c.arrow_type)
+    enc = c.encode(values)
+    assert not enc.errors and c.decode(enc.payloads).values.to_pylist() == values.to_pylist()
+    with pytest.raises(AvroSchemaError, match="'Address'.*register the schema that defines it"):
+        avro.codec(order)
+    with pytest.raises(AvroSchemaError, match="'shop.Zip'"):
+        avro.codec(order, writer_references=[address])

@@ -257,3 +257,80 @@ def test_bad_schemas_are_refused_clearly(schema, match):
     text = schema if isinstance(schema, str) else json.dumps(schema)
     with pytest.raises(SchemaFormatError, match=match):
         json_schema.codec(text)
+
+
+DERIVED = pa.struct([
+    pa.field("id", pa.int64(), False), pa.field("name", pa.string()),
+    pa.field("part", pa.struct([pa.field("sku", pa.string(), False),
+                                pa.field("w", pa.float64())])),
+    pa.field("tags", pa.list_(pa.string())), pa.field("m", pa.map_(pa.string(), pa.int32())),
+    pa.field("ts", pa.timestamp("us", "UTC")), pa.field("d", pa.date32()),
+    pa.field("ok", pa.bool_())])
+
+
+def test_schema_from_arrow_requires_the_fields_that_are_not_nullable():
+    doc = json.loads(json_schema.schema_from_arrow(DERIVED, "Item", "shop"))
+    assert doc["title"] == "shop.Item" and doc["type"] == "object"
+    assert doc["required"] == ["id"] and doc["properties"]["id"] == {"type": "integer"}
+    assert doc["properties"]["part"] == {
+        "type": ["object", "null"], "required": ["sku"],
+        "properties": {"sku": {"type": "string"}, "w": {"type": ["number", "null"]}}}
+    assert doc["properties"]["m"] == {"type": ["object", "null"],
+                                      "additionalProperties": {"type": ["integer", "null"]}}
+    assert doc["properties"]["ts"] == {"type": ["string", "null"], "format": "date-time"}
+    codec = json_schema.codec(json.dumps(doc))
+    values = pa.array([
+        {"id": 1, "name": None, "part": {"sku": "a", "w": 1.5}, "tags": ["x", None],
+         "m": [("k", 2)], "ts": dt.datetime(2024, 1, 1, 0, 0, 0, 123456), "d": dt.date(2024, 2, 3),
+         "ok": True},
+        {"id": 2, "name": "n", "part": None, "tags": None, "m": None, "ts": None, "d": None,
+         "ok": None}], DERIVED)
+    enc = codec.encode(values)
+    assert not enc.errors
+    assert codec.decode(enc.payloads).values.to_pylist() == values.cast(
+        codec.arrow_type).to_pylist()
+    import jsonschema
+    for payload in enc.payloads.to_pylist():
+        jsonschema.validate(json.loads(payload), doc)
+
+
+@pytest.mark.parametrize("t, match", [
+    (pa.struct([pa.field("b", pa.binary())]), "field 'b'.*base64"),
+    (pa.struct([pa.field("p", pa.struct([pa.field("n", pa.decimal128(10, 2))]))]),
+     "field 'p.n'.*cast it to a double"),
+    (pa.struct([pa.field("m", pa.map_(pa.int32(), pa.int32()))]), "field 'm'.*keys"),
+    (pa.struct([pa.field("m", pa.map_(pa.string(), pa.list_(pa.int32())))]),
+     "field 'm'.*map's values"),
+    (pa.int32(), "struct column"),
+])
+def test_schema_from_arrow_refuses_types_without_a_json_form(t, match):
+    with pytest.raises(SchemaFormatError, match=match):
+        json_schema.schema_from_arrow(t)
+
+
+def test_refs_to_referenced_documents_by_their_registered_names():
+    address = {"$defs": {"Zip": {"type": "string"}}, "type": "object", "properties": {
+        "street": {"type": "string"}, "zip": {"$ref": "#/$defs/Zip"}}, "required": ["street"]}
+    order = {"type": "object", "properties": {
+        "id": {"type": "integer"}, "ship": {"$ref": "address.json"},
+        "zips": {"type": "array", "items": {"$ref": "address.json#/$defs/Zip"}}}}
+    codec = json_schema.codec(json.dumps(order), references={"address.json": json.dumps(address)})
+    assert codec.arrow_type == pa.struct([
+        ("id", pa.int64()), ("ship", pa.struct([("street", pa.string()), ("zip", pa.string())])),
+        ("zips", pa.list_(pa.field("element", pa.string())))])
+    res = codec.decode(pa.array([b'{"id": 1, "ship": {"street": "a", "zip": "12"}, "zips": ["9"]}',
+                                 b'{"id": 2, "ship": {"zip": "12"}}'], pa.binary()))
+    assert res.values.to_pylist()[0] == {"id": 1, "ship": {"street": "a", "zip": "12"},
+                                         "zips": ["9"]}
+    assert list(res.errors) == [1] and "street" in res.errors[1]
+    pickle.loads(pickle.dumps(codec))  # shipped to executors self-contained
+    with pytest.raises(SchemaFormatError, match="'other.json', which is not among the schema's "
+                                                "references \\(address.json\\)"):
+        json_schema.codec(json.dumps({**order, "properties": {"x": {"$ref": "other.json"}}}),
+                          references={"address.json": json.dumps(address)})
+    with pytest.raises(SchemaFormatError, match="schema has no references"):
+        json_schema.codec(json.dumps(order))
+    loop = {"type": "object", "properties": {"me": {"$ref": "loop.json"}}}
+    with pytest.raises(SchemaFormatError, match="recursive"):
+        json_schema.codec(json.dumps({"type": "object", "properties": {"a": {"$ref": "loop.json"}}}),
+                          references={"loop.json": json.dumps(loop)})

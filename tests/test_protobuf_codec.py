@@ -255,16 +255,34 @@ def test_proto2_required_fields_are_checked_both_ways():
         {"s": "b", "x": 1, "in": {"k": 2}}]
 
 
-def test_encode_null_rows_and_misfits(order_codec):
-    t = order_codec.arrow_type
-    res = order_codec.encode(pa.array([{"id": 1, "color": "GREEN"}, None,
-                                       {"id": 2, "color": "PURPLE"}], t))
+def test_encode_null_rows_and_misfits():
+    codec = protobuf.codec('syntax = "proto3"; package shop.v1; enum Color { RED = 0; '
+                           'GREEN = 1; } message O { int64 id = 1; Color color = 2; }')
+    res = codec.encode(pa.array([{"id": 1, "color": "GREEN"}, None,
+                                 {"id": 2, "color": "PURPLE"}], codec.arrow_type))
     assert res.payloads[1].as_py() is None
     assert list(res.errors) == [2] and "'PURPLE' is not a value of enum shop.v1.Color" \
         in res.errors[2]
-    assert order_codec.decode(res.payloads.slice(0, 1)).values[0]["color"].as_py() == "GREEN"
+    assert codec.decode(res.payloads.slice(0, 1)).values[0]["color"].as_py() == "GREEN"
     with pytest.raises(SchemaFormatError, match="cannot be written"):
-        order_codec.encode(pa.array([1, 2]))
+        codec.encode(pa.array([1, 2]))
+
+
+def test_encode_refuses_nulls_that_protobuf_would_write_as_defaults():
+    """A null where the field has no presence would read back as 0 or empty: refused per row."""
+    codec = protobuf.codec('syntax = "proto3"; message R { int32 plain = 1; optional int32 opt '
+                           '= 2; repeated int32 xs = 3; map<string, int32> m = 4; '
+                           'repeated I ins = 5; message I { int32 k = 1; } }')
+    full = {"plain": 1, "opt": None, "xs": [1], "m": [("a", 1)], "ins": [{"k": 1}]}
+    rows = [full, {**full, "plain": None}, {**full, "xs": None}, {**full, "xs": [1, None]},
+            {**full, "m": [("a", None)]}, {**full, "ins": [None]}, {**full, "m": None}]
+    res = codec.encode(pa.array(rows, codec.arrow_type))
+    assert sorted(res.errors) == [1, 2, 3, 4, 5, 6]
+    assert "field 'plain' is null" in res.errors[1] and "default 0" in res.errors[1]
+    assert "field 'xs' is null" in res.errors[2] and "empty list" in res.errors[2]
+    assert "null as an element" in res.errors[3] and "null as a map value" in res.errors[4]
+    assert "null as an element" in res.errors[5] and "field 'm' is null" in res.errors[6]
+    assert codec.decode(res.payloads.slice(0, 1)).values.to_pylist() == [full]
 
 
 @pytest.mark.parametrize("schema, refs, message, match", [
@@ -281,3 +299,82 @@ def test_encode_null_rows_and_misfits(order_codec):
 def test_bad_schemas_are_refused_clearly(schema, refs, message, match):
     with pytest.raises(SchemaFormatError, match=match):
         protobuf.codec(schema, refs, message)
+
+
+DERIVED = pa.struct([
+    pa.field("id", pa.int64(), False), pa.field("name", pa.string()),
+    pa.field("part", pa.struct([pa.field("sku", pa.string()), pa.field("Part", pa.float64())])),
+    pa.field("tags", pa.list_(pa.string())), pa.field("m", pa.map_(pa.string(), pa.struct(
+        [pa.field("x", pa.int32())]))), pa.field("ts", pa.timestamp("us", "UTC")),
+    pa.field("wait", pa.duration("us")), pa.field("blob", pa.binary())])
+
+
+def test_schema_from_arrow_is_proto3_with_optional_for_nullable_scalars():
+    text = protobuf.schema_from_arrow(DERIVED, "Item", "shop.v1")
+    assert text == """syntax = "proto3";
+package shop.v1;
+import "google/protobuf/duration.proto";
+import "google/protobuf/timestamp.proto";
+
+message Item {
+  int64 id = 1;
+  optional string name = 2;
+  Part part = 3;
+  repeated string tags = 4;
+  map<string, MValue> m = 5;
+  google.protobuf.Timestamp ts = 6;
+  google.protobuf.Duration wait = 7;
+  optional bytes blob = 8;
+  message Part {
+    optional string sku = 1;
+    optional double Part = 2;
+  }
+  message MValue {
+    optional int32 x = 1;
+  }
+}
+"""
+    codec = protobuf.codec(text)
+    rows = [{"id": 1, "name": None, "part": {"sku": "a", "Part": None}, "tags": ["t"],
+             "m": [("k", {"x": None})], "ts": None, "wait": None, "blob": b"\x00"},
+            {"id": 2, "name": "", "part": None, "tags": [], "m": [], "ts": None,
+             "wait": None, "blob": None}]
+    values = pa.array(rows, DERIVED)
+    enc = codec.encode(values)
+    assert not enc.errors
+    # Nulls stay nulls (presence), "" stays "": nothing is read back as another value.
+    assert codec.decode(enc.payloads).values.to_pylist() == values.cast(
+        codec.arrow_type).to_pylist()
+
+
+@pytest.mark.parametrize("t, match", [
+    (pa.struct([pa.field("d", pa.date32())]), "field 'd'.*cast it to a timestamp"),
+    (pa.struct([pa.field("p", pa.struct([pa.field("n", pa.decimal128(10, 2))]))]),
+     "field 'p.n'.*cast it to a double"),
+    (pa.struct([pa.field("xs", pa.list_(pa.list_(pa.int32())))]), "field 'xs\\[\\]'.*wrap"),
+    (pa.struct([pa.field("m", pa.map_(pa.float64(), pa.int32()))]), "field 'm'.*map keys"),
+    (pa.struct([pa.field("bad name", pa.int32())]), "not a Protobuf identifier"),
+    (pa.struct([pa.field("a_b", pa.int32()), pa.field("aB", pa.int32())]),
+     "fields 'a_b' and 'aB' have the same Protobuf JSON name"),
+    (pa.struct([pa.field("p", pa.struct([pa.field("s", pa.int32()), pa.field("S", pa.int32())]))]),
+     "fields 'p.s' and 'p.S'"),
+    (pa.int32(), "struct column"),
+])
+def test_schema_from_arrow_refuses_types_without_a_protobuf_form(t, match):
+    with pytest.raises(SchemaFormatError, match=match):
+        protobuf.schema_from_arrow(t)
+
+
+def test_map_values_are_checked_as_fields_are():
+    """An unknown enum name or a null without presence inside a map's values is a bad row."""
+    codec = protobuf.codec('syntax = "proto3"; enum C { RED = 0; GREEN = 1; } message R { '
+                           'map<string, C> colors = 1; map<string, I> items = 2; '
+                           'message I { int32 k = 1; optional int32 o = 2; } }')
+    full = {"colors": [("a", "GREEN")], "items": [("x", {"k": 1, "o": None})]}
+    rows = [full, {**full, "colors": [("a", "PURPLE")]},
+            {**full, "items": [("x", {"k": None, "o": 1})]}]
+    res = codec.encode(pa.array(rows, codec.arrow_type))
+    assert sorted(res.errors) == [1, 2]
+    assert "'PURPLE' is not a value of enum C" in res.errors[1]
+    assert "field 'items.value.k' is null" in res.errors[2]
+    assert codec.decode(res.payloads.slice(0, 1)).values.to_pylist() == [full]

@@ -140,3 +140,27 @@ def test_permissive_keeps_raw_bytes_and_the_error_beside_a_null_value():
     assert [r["valueRaw"] for r in rows] == [None, b"raw", None, None]
     assert rows[1]["valueError"].startswith("no wire-format header")
     assert rows[2]["valueError"] is None  # a null value (tombstone) is not an error
+
+
+def test_the_writers_plan_takes_timestamp_fields_of_a_struct(monkeypatch):
+    """A struct with a timestamp field reaches the schema's resolution as Arrow (Spark's
+    to_arrow_type needs a zone for it), nullability kept."""
+    from pyspark.sql.types import LongType, StructField, StructType, TimestampType
+
+    from txkafka.python_datasource import formats as spark_formats
+
+    seen = {}
+
+    def resolve(options, fmt, topic, arrow_type):
+        seen["type"] = arrow_type
+        return RegisteredSchema(1, "PROTOBUF", "")
+
+    monkeypatch.setattr(spark_formats, "resolve_writer_schema", resolve)
+    opts = parse_format_options(_opts(valueFormat="protobuf",
+                                      **{"schema.registry.url": "http://127.0.0.1:9",
+                                         "auto.register.schemas": "true"}))
+    value = StructType([StructField("id", LongType(), False), StructField("ts", TimestampType())])
+    plan = spark_formats.encode_plan(opts, StructType([StructField("value", value)]), "t")
+    assert plan.value.schema.schema_id == 1
+    assert seen["type"] == pa.struct([pa.field("id", pa.int64(), False),
+                                      pa.field("ts", pa.timestamp("us", "UTC"))])

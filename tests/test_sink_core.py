@@ -109,6 +109,16 @@ def test_bad_options_name_the_option(extra, match):
         SinkConfig.from_options({**BASE, **extra}, streaming=True)
 
 
+@pytest.mark.parametrize("mode", ["PERMISSIVE", "dropmalformed", "anything"])
+def test_writer_mode_other_than_failfast_fails_at_start_saying_why(mode):
+    formats = {"valueFormat": "avro", "schema.registry.url": "http://registry:8081"}
+    with pytest.raises(KafkaConfigError, match=f"option 'mode' is '{mode}', but the writer has "
+                                               "FAILFAST only.*lost.*filter or fix"):
+        SinkConfig.from_options({**BASE, **formats, "mode": mode}, streaming=True)
+    cfg = SinkConfig.from_options({**BASE, **formats, "mode": "failfast"}, streaming=True)
+    assert cfg.formats is not None and cfg.formats.mode == "FAILFAST"
+
+
 def test_a_commit_timeout_python_cannot_wait_for_fails_at_start():
     # 10**13 ms passed before and ended, at the first commit, in a bare OverflowError of the
     # commit client's lock wait ("timestamp out of range for platform time_t").

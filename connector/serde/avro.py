@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -80,6 +80,10 @@ def _full(name: str, namespace: str) -> str:
     return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
+class _Undefined(AvroSchemaError):
+    """A type name the schema uses and no schema parsed so far defines."""
+
+
 class _Parser:
     def __init__(self) -> None:
         self.names: dict[str, _S] = {}
@@ -91,8 +95,9 @@ class _Parser:
             for candidate in (_full(obj, ns), obj):
                 if candidate in self.names:
                     return self.names[candidate]
-            raise AvroSchemaError(f"the Avro schema refers to type {obj!r}, which it does not "
-                                  "define (define a named type before using its name)")
+            raise _Undefined(f"the Avro schema refers to type {obj!r}, which it does not "
+                                  "define (define a named type before using its name, or "
+                                  "register the schema that defines it as a reference)")
         if isinstance(obj, list):
             branches = [self.parse(b, ns) for b in obj]
             if any(b.kind == "union" for b in branches):
@@ -166,13 +171,39 @@ def _max_digits(size: int) -> int:
     return len(str(2 ** (8 * size - 1) - 1)) - 1
 
 
-def _parse(text: str) -> _S:
+def _parse(text: str, references: Sequence[str] = ()) -> _S:
+    """The schema of ``text``; ``references`` are the texts of the schemas whose named types
+    it uses (a registry's references, in any order: each is parsed once the types it uses are)."""
+    parser = _Parser()
+    pending = [_loads(t) for t in references]
+    while pending:
+        left = []
+        for obj in pending:
+            attempt = _Parser()
+            attempt.names = dict(parser.names)
+            try:
+                _parse_obj(attempt, obj)
+            except _Undefined:  # uses a type of a reference not parsed yet: next round
+                left.append(obj)
+                continue
+            # A reference's types may be in the others too (shared imports): keep the first.
+            parser.names = {**attempt.names, **parser.names}
+        if len(left) == len(pending):
+            _parse_obj(parser, left[0])  # raises: a name none of the references defines
+        pending = left
+    return _parse_obj(parser, _loads(text))
+
+
+def _loads(text: str) -> Any:
     try:
-        obj = json.loads(text)
+        return json.loads(text)
     except (TypeError, json.JSONDecodeError) as e:
         raise AvroSchemaError(f"an Avro schema is not valid JSON ({e})") from None
+
+
+def _parse_obj(parser: _Parser, obj: Any) -> _S:
     try:
-        return _Parser().parse(obj, "")
+        return parser.parse(obj, "")
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, AvroSchemaError):
             raise
@@ -245,14 +276,14 @@ def _arrow(s: _S, seen: tuple[str, ...] = ()) -> tuple[pa.DataType, bool]:
                       for i, b in enumerate(nn)]), nullable
 
 
-def arrow_type(schema: str) -> pa.DataType:
+def arrow_type(schema: str, references: Sequence[str] = ()) -> pa.DataType:
     """The Arrow type Spark's from_avro gives an Avro schema (JSON text): record -> struct,
     array -> list, map -> map<string, V>, enum and uuid -> string, [null, T] -> nullable T,
     [int, long] -> int64, [float, double] -> float64, other unions -> struct<member0..>,
     bytes and fixed -> binary, decimal -> decimal128, date -> date32, timestamp-* ->
     timestamp[us, UTC], local-timestamp-* -> timestamp[us], time-millis -> int32,
     time-micros -> int64."""
-    return _arrow(_parse(schema))[0]
+    return _arrow(_parse(schema, references))[0]
 
 
 # --------------------------------------------------------------------------- decoding
@@ -1754,9 +1785,11 @@ def _union_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc
 class AvroCodec:
     """Avro for one (writer schema, reader schema) pair: :class:`Codec`'s shape."""
 
-    def __init__(self, writer_schema: str, reader_schema: str | None = None):
-        self.writer = _parse(writer_schema)
-        self.reader = self.writer if reader_schema is None else _parse(reader_schema)
+    def __init__(self, writer_schema: str, reader_schema: str | None = None,
+                 writer_references: Sequence[str] = (), reader_references: Sequence[str] = ()):
+        self.writer = _parse(writer_schema, writer_references)
+        self.reader = self.writer if reader_schema is None else _parse(reader_schema,
+                                                                       reader_references)
         self.arrow_type: pa.DataType = _arrow(self.reader)[0]
         _arrow(self.writer)  # a recursive writer schema fails here, not in decode
         self._decoder = _resolve(self.writer, self.reader, "")
@@ -1878,11 +1911,20 @@ class AvroCodec:
         return EncodeResult(payloads, errors)
 
 
-@lru_cache(maxsize=256)
-def codec(writer_schema: str, reader_schema: str | None = None) -> AvroCodec:
-    """The codec of a (writer, reader) schema pair, as Avro JSON text; compiled once (a
+def codec(writer_schema: str, reader_schema: str | None = None, *,
+          writer_references: Sequence[str] = (),
+          reader_references: Sequence[str] = ()) -> AvroCodec:
+    """The codec of a (writer, reader) schema pair, as Avro JSON text, each with the texts of
+    the schemas it references (named types defined in other subjects); compiled once (a
     registry client hands out the same text for the same schema id)."""
-    return AvroCodec(writer_schema, reader_schema)
+    return _codec(writer_schema, reader_schema, tuple(writer_references),
+                  tuple(reader_references))
+
+
+@lru_cache(maxsize=256)
+def _codec(writer_schema: str, reader_schema: str | None, writer_references: tuple[str, ...],
+           reader_references: tuple[str, ...]) -> AvroCodec:
+    return AvroCodec(writer_schema, reader_schema, writer_references, reader_references)
 
 
 # --------------------------------------------------------------------------- Arrow -> Avro

@@ -43,21 +43,26 @@ def _references(schema: RegisteredSchema) -> Optional[dict[str, str]]:
 
 
 def make_codec(fmt: ColumnFormat, writer: RegisteredSchema, reader: RegisteredSchema):
-    """The codec reading ``writer``'s records as ``reader``'s type (cached per process).
+    """The codec reading ``writer``'s records as ``reader``'s type (cached per process), each
+    schema with the schemas its registry references name (fetched and cached by the registry
+    client).
 
     Avro resolves a writer schema to the reader schema (its evolution rules); Protobuf and JSON
     Schema payloads carry field numbers and names, so the reader schema decodes every version."""
-    key = (fmt.format, fmt.message, writer.schema_id, writer.text, reader.schema_id, reader.text)
+    key = (fmt.format, fmt.message, writer.schema_id, writer.text, writer.references,
+           reader.schema_id, reader.text, reader.references)
     codec = _CODECS.get(key)
     if codec is not None:
         return codec
     mod = format_module(fmt.format)
     if fmt.format == "avro":
-        codec = mod.codec(writer.text, reader.text)
+        codec = mod.codec(writer.text, reader.text,
+                          writer_references=[text for _, text in writer.references],
+                          reader_references=[text for _, text in reader.references])
     elif fmt.format == "protobuf":
         codec = mod.codec(reader.text, references=_references(reader), message=fmt.message)
     else:
-        codec = mod.codec(reader.text)
+        codec = mod.codec(reader.text, references=_references(reader))
     with _CODECS_LOCK:
         _CODECS[key] = codec
     return codec
@@ -256,18 +261,16 @@ def resolve_writer_schema(options: FormatOptions, fmt: ColumnFormat, topic: Opti
     elif fmt.version is not None or options.use_latest_version:
         schema = reg.version(fmt.subject_for(topic, fullname), fmt.version)
     else:
-        if fmt.format != "avro":
-            raise KafkaConfigError(
-                f"{fmt.column}Format {fmt.format}: a schema is derived from the DataFrame for "
-                f"Avro only; register the {fmt.format} schema and pin it ('{fmt.column}Subject', "
-                f"'{fmt.column}SchemaId') or write with use.latest.version=true")
-        text = format_module("avro").schema_from_arrow(arrow_type, fmt.record_name,
-                                                       fmt.record_namespace)
+        # Each format derives its schema from the column's Arrow type (a type without a form
+        # in the format is refused there, naming the field).
+        text = format_module(fmt.format).schema_from_arrow(arrow_type, fmt.record_name,
+                                                           fmt.record_namespace)
         subject = fmt.subject_for(topic, fullname)
+        schema_type = SCHEMA_TYPES[fmt.format]
         if options.auto_register:
-            schema = reg.by_id(reg.register(subject, SCHEMA_TYPES["avro"], text))
+            schema = reg.by_id(reg.register(subject, schema_type, text))
         else:
-            schema = reg.lookup(subject, SCHEMA_TYPES["avro"], text)
+            schema = reg.lookup(subject, schema_type, text)
     problem = check_schema_type(fmt, schema, f"schema id {schema.schema_id}")
     if problem:
         raise KafkaConfigError(problem)

@@ -13,7 +13,8 @@ properties' order), ``object`` with only an ``additionalProperties`` schema a ma
 ``array`` a list of its ``items``, ``string`` a string (``format: date`` date32,
 ``format: date-time`` timestamp[us, UTC]), ``integer`` int64, ``number`` float64, ``boolean``
 bool. ``"null"`` in a type list, ``anyOf``/``oneOf`` of one schema and ``{"type": "null"}``,
-``$ref`` to ``#/$defs/...`` or ``#/definitions/...`` (draft-07 and 2020-12) are followed.
+``$ref`` to ``#/$defs/...`` or ``#/definitions/...`` (draft-07 and 2020-12) are followed, and
+``$ref`` to another document by the name the registry gives it as a reference (inlined first).
 
 What decoding checks: each value's JSON type against the schema's (a string where an integer is
 expected, a fraction in an integer), ``required`` properties present and not null, ``enum``
@@ -73,8 +74,9 @@ class _Converter:
             ref = schema["$ref"]
             if not isinstance(ref, str) or not ref.startswith("#"):
                 raise SchemaFormatError(
-                    f"JSON Schema at {path}: $ref {ref!r} points outside the document; only "
-                    "references within it (#/$defs/..., #/definitions/...) are followed")
+                    f"JSON Schema at {path}: $ref {ref!r} points outside the document, and the "
+                    "schema has no references; register the document it names as a reference "
+                    "of this schema, with that name")
             if ref in seen:
                 raise SchemaFormatError(
                     f"JSON Schema at {path}: $ref {ref!r} is recursive; an Arrow (Spark) type "
@@ -209,14 +211,63 @@ def _json_type(v: Any) -> str:
     return _JSON_TYPES.get(type(v), type(v).__name__)
 
 
-def codec(schema: str, validate: bool = False) -> "JsonSchemaCodec":
-    """A codec for one JSON Schema document (draft-07 or 2020-12). ``validate=True`` also runs
-    the ``jsonschema`` library on every decoded row (every keyword, per row, slowly)."""
-    try:
-        document = json.loads(schema)
-    except (TypeError, ValueError) as e:
-        raise SchemaFormatError(f"the JSON Schema is not JSON: {e}") from e
+def codec(schema: str, validate: bool = False,
+          references: Mapping[str, str] | None = None) -> "JsonSchemaCodec":
+    """A codec for one JSON Schema document (draft-07 or 2020-12). ``references`` maps the
+    names its ``$ref``s use for other documents (a registry's references) to their texts.
+    ``validate=True`` also runs the ``jsonschema`` library on every decoded row (every
+    keyword, per row, slowly)."""
+    document = _loads(schema, "the JSON Schema")
+    if references:
+        docs = {name: _loads(text, f"the referenced JSON Schema {name!r}")
+                for name, text in references.items()}
+        document = _inlined(document, document, docs, ())
     return JsonSchemaCodec(document, validate)
+
+
+def _loads(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError) as e:
+        raise SchemaFormatError(f"{what} is not JSON: {e}") from e
+
+
+def _inlined(node: Any, root: Any, docs: Mapping[str, Any], seen: tuple) -> Any:
+    """``node`` with every ``$ref`` replaced by what it points to: in ``root`` (``#...``) or in
+    the referenced document it names (``name`` or ``name#/pointer``, the name as registered), so
+    the codec sees one self-contained document."""
+    if isinstance(node, list):
+        return [_inlined(x, root, docs, seen) for x in node]
+    if not isinstance(node, Mapping):
+        return node
+    ref = node.get("$ref")
+    if not isinstance(ref, str):
+        # Definitions are reached through the $refs that name them (from the original
+        # documents), so they are left as they are: one that is never used is never followed.
+        return {k: v if k in ("$defs", "definitions") else _inlined(v, root, docs, seen)
+                for k, v in node.items()}
+    name, _, pointer = ref.partition("#")
+    target_root = root
+    if name:
+        if name not in docs:
+            raise SchemaFormatError(
+                f"JSON Schema $ref {ref!r} names {name!r}, which is not among the schema's "
+                f"references ({', '.join(sorted(docs)) or 'none'}); register it as a reference "
+                "with that name")
+        target_root = docs[name]
+    key = (id(target_root), pointer)
+    if key in seen:
+        raise SchemaFormatError(f"JSON Schema $ref {ref!r} is recursive; an Arrow (Spark) type "
+                                "cannot hold it")
+    target = target_root
+    for part in pointer.split("/")[1:] if pointer else []:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not isinstance(target, Mapping) or part not in target:
+            raise SchemaFormatError(f"JSON Schema $ref {ref!r} is not found")
+        target = target[part]
+    resolved = _inlined(target, target_root, docs, seen + (key,))
+    extra = {k: _inlined(v, root, docs, seen) for k, v in node.items() if k != "$ref"}
+    return {**resolved, **extra} if extra and isinstance(resolved, Mapping) else resolved
 
 
 # --------------------------------------------------------------------------- Arrow helpers
@@ -635,3 +686,69 @@ def _to_json(arr: pa.Array, node: _Node, owner: np.ndarray, bad: dict[int, str])
         text = arr.fill_null(0).cast(pa.string())
     return pc.if_else(columns.mask(valid), text, pa.scalar("null", pa.string())) if n and \
         not valid.all() else text
+
+
+# --------------------------------------------------------------------------- derived schemas
+
+def schema_from_arrow(t: pa.DataType, record_name: str = "topLevelRecord",
+                      namespace: str = "") -> str:
+    """The JSON Schema (draft-07 text) for writing a struct column of Arrow type ``t``: an
+    object with a property per field, ``required`` listing the fields that are not nullable,
+    and ``"null"`` among a nullable field's types. ``title`` is the record's full name (what
+    Confluent's RecordNameStrategy names the subject after). A type with no JSON Schema form
+    that this codec reads back raises SchemaFormatError naming the field."""
+    if not pa.types.is_struct(t):
+        raise SchemaFormatError(f"a JSON Schema is derived from a struct column, not {t}")
+    title = f"{namespace}.{record_name}" if namespace else record_name
+    doc = {"$schema": "http://json-schema.org/draft-07/schema#", "title": title,
+           **_json_of(t, "", False)}
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _json_of(t: pa.DataType, path: str, nullable: bool) -> dict:
+    where = path or "$"
+    if pa.types.is_struct(t):
+        out: dict = {"type": "object", "properties": {
+            f.name: _json_of(f.type, f"{path}.{f.name}" if path else f.name, f.nullable)
+            for f in t}}
+        required = [f.name for f in t if not f.nullable]
+        if required:
+            out["required"] = required
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        out = {"type": "array", "items": _json_of(t.value_type, f"{path}[]",
+                                                  t.value_field.nullable)}
+    elif pa.types.is_map(t):
+        if not (pa.types.is_string(t.key_type) or pa.types.is_large_string(t.key_type)):
+            raise SchemaFormatError(
+                f"field {where!r}: a map with {t.key_type} keys; JSON object keys are strings "
+                "(cast the keys to string)")
+        value = _json_of(t.item_type, f"{path}{{}}", t.item_field.nullable)
+        kinds = value["type"] if isinstance(value["type"], list) else [value["type"]]
+        if value.get("format") or {"object", "array"} & set(kinds):
+            raise SchemaFormatError(
+                f"field {where!r}: a map's values must be strings, numbers, integers or "
+                f"booleans to be read back, not {t.item_type}; use an array of structs")
+        out = {"type": "object", "additionalProperties": value}
+    elif pa.types.is_date(t):
+        out = {"type": "string", "format": "date"}
+    elif pa.types.is_timestamp(t):
+        out = {"type": "string", "format": "date-time"}
+    elif pa.types.is_signed_integer(t) or t in (pa.uint8(), pa.uint16(), pa.uint32()):
+        out = {"type": "integer"}
+    elif pa.types.is_floating(t):
+        out = {"type": "number"}
+    elif pa.types.is_boolean(t):
+        out = {"type": "boolean"}
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        out = {"type": "string"}
+    else:
+        hint = ""
+        if pa.types.is_decimal(t):
+            hint = "; cast it to a double or a string"
+        elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            hint = "; encode it as a string (base64() or hex())"
+        raise SchemaFormatError(
+            f"field {where!r}: the type {t} has no JSON Schema type txkafka derives{hint}")
+    if nullable:
+        out["type"] = [out["type"], "null"]
+    return out

@@ -18,7 +18,10 @@ maps, enums their names as strings, oneof members nullable fields of the struct;
 nullable scalars; unsigned 32/64-bit integers keep their bits in int32/int64 as Spark's defaults
 do. Every field is nullable in the Arrow type, as in Spark's; a field absent from a payload reads
 as its default (protobuf's own rule). Unknown fields are skipped, so a payload written with a
-schema that added or removed fields decodes with the reader's.
+schema that added or removed fields decodes with the reader's. Writing refuses a row with a null
+where the field has no presence (it would read back as 0 or empty, not null).
+
+``schema_from_arrow`` derives a proto3 schema from a column's Arrow type (auto-registration).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import base64
 import binascii
 import functools
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -497,11 +501,16 @@ def _misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str, enums: bool
         if _required(field):
             for j in np.flatnonzero(parent & ~columns.bools(col.is_valid())):
                 bad.setdefault(int(rows[j]), f"required field {name!r} is missing")
-        if (enum is None or not enums) and (msg is None or msg.GetOptions().map_entry
-                                            or msg.full_name.startswith("google.protobuf.")):
+        elif enums:
+            _nulls_without_presence(field, col, parent, rows, name, bad)
+        if (enum is None or not enums) and (msg is None
+                                            or msg.full_name.startswith("google.protobuf.")
+                                            or _scalar_map(msg)):
             continue
         where = rows
         if _repeated(field):
+            if pa.types.is_map(col.type):  # its entries, as messages of the entry type
+                col = _entries(col)
             where = rows[np.asarray(pc.list_parent_indices(col), dtype=np.int64)]
             col = pc.list_flatten(col)
         if enum is not None:
@@ -517,13 +526,63 @@ def _misfits(arr: pa.Array, descriptor, rows: np.ndarray, path: str, enums: bool
     return bad
 
 
+def _nulls_without_presence(field, col: pa.Array, parent: np.ndarray, rows: np.ndarray,
+                            name: str, bad: dict[int, str]) -> None:
+    """Rows where a null sits in a place Protobuf cannot mark as absent: ptars would write a
+    null array or map as empty, a null element as 0 or an empty message, a null proto3 field
+    without ``optional`` as its default; read back, the null would be gone."""
+    repeated = _repeated(field)
+    if (repeated or not field.has_presence) and col.null_count:
+        nulls = parent & ~columns.bools(col.is_valid())
+        what = "an empty list" if repeated else f"its default {field.default_value!r}"
+        for j in np.flatnonzero(nulls):
+            bad.setdefault(int(rows[j]), (
+                f"field {name!r} is null, which Protobuf would write as {what} (the field has "
+                "no presence: repeated, a map, or proto3 without 'optional'); fill it with "
+                "coalesce() or filter such rows before the write"))
+    if not repeated or not len(col):
+        return
+    is_map = pa.types.is_map(col.type)
+    if is_map:
+        col = _entries(col)
+    flat = pc.list_flatten(col)
+    items = pc.struct_field(flat, "value") if is_map else flat
+    if items.null_count:
+        null_items = ~columns.bools(items.is_valid())
+        owner = rows[np.asarray(pc.list_parent_indices(col), dtype=np.int64)]
+        what = "a map value" if is_map else "an element"
+        for j in np.flatnonzero(null_items):
+            bad.setdefault(int(owner[j]), (
+                f"field {name!r} holds a null as {what}, which Protobuf cannot hold (it would "
+                "be written as 0 or empty); drop the nulls (array_compact()) or fill them "
+                "before the write"))
+
+
+def _scalar_map(msg) -> bool:
+    """Whether ``msg`` is a map's entry with scalar values: nothing in it to look into (its
+    null values are found with the map field)."""
+    if not msg.GetOptions().map_entry:
+        return False
+    value = msg.fields_by_name["value"]
+    return value.enum_type is None and value.message_type is None
+
+
+def _entries(col: pa.Array) -> pa.Array:
+    """A map column as a list of its (key, value) entries: the list kernels take no maps."""
+    return col.cast(pa.list_(pa.field("entries", pa.struct(
+        [col.type.key_field, col.type.item_field]), False)))
+
+
 def _checked(descriptor, enums: bool, seen: frozenset[str] = frozenset()) -> bool:
-    """Whether ``_misfits`` has anything to look for under ``descriptor``."""
+    """Whether ``_misfits`` has anything to look for under ``descriptor`` (when encoding:
+    always, for nulls in places without presence)."""
+    if enums and descriptor.fields:
+        return True
     for field in descriptor.fields:
         if _required(field) or (enums and field.enum_type is not None):
             return True
         msg = field.message_type
-        if msg is not None and msg.full_name not in seen and not msg.GetOptions().map_entry \
+        if msg is not None and msg.full_name not in seen \
                 and not msg.full_name.startswith("google.protobuf.") \
                 and _checked(msg, enums, seen | {msg.full_name}):
             return True
@@ -539,3 +598,127 @@ def _repeated(field) -> bool:
     """Whether a field is repeated (protobuf 7 dropped ``label`` for ``is_repeated``)."""
     flag = getattr(field, "is_repeated", None)
     return bool(flag) if flag is not None else field.label == field.LABEL_REPEATED
+
+
+# --------------------------------------------------------------------------- derived schemas
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TIMESTAMP = "google/protobuf/timestamp.proto"
+_DURATION = "google/protobuf/duration.proto"
+_PROTO_SCALARS = (
+    (pa.types.is_int8, "int32"), (pa.types.is_int16, "int32"), (pa.types.is_int32, "int32"),
+    (pa.types.is_int64, "int64"), (pa.types.is_float32, "float"),
+    (pa.types.is_float64, "double"), (pa.types.is_boolean, "bool"),
+    (pa.types.is_string, "string"), (pa.types.is_large_string, "string"),
+    (pa.types.is_binary, "bytes"), (pa.types.is_large_binary, "bytes"))
+_MAP_KEYS = {pa.int8(): "int32", pa.int16(): "int32", pa.int32(): "int32",
+             pa.int64(): "int64", pa.bool_(): "bool", pa.string(): "string",
+             pa.large_string(): "string"}
+
+
+def schema_from_arrow(t: pa.DataType, record_name: str = "topLevelRecord",
+                      namespace: str = "") -> str:
+    """The proto3 schema (``.proto`` text) for writing a struct column of Arrow type ``t``:
+    one message named ``record_name`` in package ``namespace``, fields numbered in column order.
+
+    Structs are nested messages (named after their field), arrays ``repeated``, maps ``map<>``,
+    timestamps ``google.protobuf.Timestamp``, day-time intervals ``google.protobuf.Duration``;
+    a nullable scalar is a proto3 ``optional`` field, so a null reads back as null, not as 0.
+    A type with no Protobuf form raises SchemaFormatError naming the field."""
+    if not pa.types.is_struct(t):
+        raise SchemaFormatError(f"a Protobuf schema is derived from a struct column, not {t}")
+    _identifier(record_name, "the message name (option valueRecordName/keyRecordName)")
+    if namespace:
+        for part in namespace.split("."):
+            _identifier(part, f"the package {namespace!r} (option valueRecordNamespace/"
+                              "keyRecordNamespace)")
+    imports: set[str] = set()
+    body = _message_lines(t, record_name, "", imports)
+    head = ['syntax = "proto3";']
+    if namespace:
+        head.append(f"package {namespace};")
+    head += [f'import "{name}";' for name in sorted(imports)]
+    return "\n".join(head + [""] + body) + "\n"
+
+
+def _identifier(name: str, what: str) -> None:
+    if not _IDENT.match(name):
+        raise SchemaFormatError(
+            f"{what}: {name!r} is not a Protobuf identifier (letters, digits and _, not "
+            "starting with a digit); rename it")
+
+
+def _message_lines(t: pa.DataType, name: str, path: str, imports: set[str]) -> list[str]:
+    taken = {f.name for f in t} | {name}
+    fields: list[str] = []
+    nested: list[str] = []
+
+    def message_for(sub: pa.DataType, field_name: str, where: str) -> str:
+        base = "".join(p[:1].upper() + p[1:] for p in field_name.split("_") if p) or "Message"
+        msg, k = base, 2
+        while msg in taken:
+            msg, k = f"{base}{k}", k + 1
+        taken.add(msg)
+        nested.extend("  " + line for line in _message_lines(sub, msg, where + ".", imports))
+        return msg
+
+    def single(sub: pa.DataType, field_name: str, where: str) -> str:
+        if pa.types.is_struct(sub):
+            return message_for(sub, field_name, where)
+        if pa.types.is_timestamp(sub):
+            imports.add(_TIMESTAMP)
+            return "google.protobuf.Timestamp"
+        if pa.types.is_duration(sub):
+            imports.add(_DURATION)
+            return "google.protobuf.Duration"
+        for test, proto in _PROTO_SCALARS:
+            if test(sub):
+                return proto
+        hint = ""
+        if pa.types.is_date(sub):
+            hint = "; cast it to a timestamp or a string"
+        elif pa.types.is_decimal(sub):
+            hint = "; cast it to a double or a string"
+        elif _repeated_type(sub) or pa.types.is_map(sub):
+            hint = ("; Protobuf has no array or map directly inside an array or a map's value: "
+                    "wrap the inner one in a struct")
+        raise SchemaFormatError(
+            f"field {where!r}: the type {sub} has no Protobuf type txkafka derives{hint}")
+
+    json_names: dict[str, str] = {}
+    for number, f in enumerate(t, start=1):
+        where = f"{path}{f.name}"
+        _identifier(f.name, f"field {where!r}")
+        # protoc and ptars refuse two fields whose camelCase JSON names differ only in case.
+        other = json_names.setdefault(_json_name(f.name).lower(), f.name)
+        if other != f.name:
+            raise SchemaFormatError(
+                f"fields {path + other!r} and {where!r} have the same Protobuf JSON name "
+                "(camelCase, ignoring case), which Protobuf refuses; rename one")
+        ft = f.type
+        if _repeated_type(ft):
+            decl = f"repeated {single(ft.value_type, f.name, where + '[]')}"
+        elif pa.types.is_map(ft):
+            key = _MAP_KEYS.get(ft.key_type)
+            if key is None:
+                raise SchemaFormatError(
+                    f"field {where!r}: a map with {ft.key_type} keys; Protobuf map keys are "
+                    "integers, booleans or strings")
+            decl = f"map<{key}, {single(ft.item_type, f.name + '_value', where + '{}')}>"
+        else:
+            proto = single(ft, f.name, where)
+            scalar = not (pa.types.is_struct(ft) or pa.types.is_timestamp(ft)
+                          or pa.types.is_duration(ft))
+            decl = f"optional {proto}" if f.nullable and scalar else proto
+        fields.append(f"  {decl} {f.name} = {number};")
+    return [f"message {name} {{", *fields, *nested, "}"]
+
+
+def _json_name(name: str) -> str:
+    """protoc's JSON name of a field: underscores dropped, the letter after each upper-cased."""
+    parts = name.split("_")
+    return parts[0] + "".join(p[:1].upper() + p[1:] for p in parts[1:])
+
+
+def _repeated_type(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)

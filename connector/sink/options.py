@@ -156,6 +156,7 @@ class SinkConfig:
                 "spark.sql.streaming.checkpointLocation setting to a Python data source)"
             )
 
+        _check_writer_mode(options)
         return cls(
             kafka=kafka,
             topic=topic.strip() if topic else None,
@@ -173,6 +174,18 @@ class SinkConfig:
                     _get(options, name) is not None for name in S3_OPTIONS) else None),
             formats=parse_format_options({str(k).lower(): str(v) for k, v in options.items()}),
         )
+
+
+def _check_writer_mode(options: Mapping[str, str]) -> None:
+    """The writer has FAILFAST only: a row that does not fit its schema cannot be written as a
+    null (as PERMISSIVE reads one) without losing the row, so any other mode is refused at start."""
+    raw = _get(options, "mode")
+    if raw is not None and raw.strip().upper() != "FAILFAST":
+        raise KafkaConfigError(
+            f"option 'mode' is {raw!r}, but the writer has FAILFAST only: a key or value that "
+            "does not fit its schema would be lost if written as null (or skipped), so it fails "
+            "the task instead; drop the option (or set FAILFAST), and filter or fix such rows "
+            "upstream (for example write them to another topic as binary)")
 
 
 def _flag(options: Mapping[str, str], name: str) -> bool:
