@@ -1025,3 +1025,41 @@ def test_named_types_from_referenced_schemas_in_any_order() -> None:
         avro.codec(order)
     with pytest.raises(AvroSchemaError, match="'shop.Zip'"):
         avro.codec(order, writer_references=[address])
+
+
+def test_arrays_of_one_store_items_anywhere_in_a_row_encode_fastavro_s_bytes() -> None:
+    """Items of int, long, enum, boolean and double arrays may spill over the next items (the
+    same store writes those after them); the array as a row's last field, beside others and
+    inside array items must still come out byte for byte."""
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "a", "type": {"type": "array", "items": "long"}},
+        {"name": "s", "type": "string"},
+        {"name": "b", "type": {"type": "array", "items": "boolean"}},
+        {"name": "items", "type": {"type": "array", "items": {"type": "record", "name": "I",
+                                                              "fields": [
+            {"name": "z", "type": "int"},
+            {"name": "xs", "type": {"type": "array", "items": "int"}}]}}},
+        {"name": "e", "type": {"type": "array", "items": {"type": "enum", "name": "E",
+                                                          "symbols": ["A", "BB", "C"]}}},
+        {"name": "f", "type": {"type": "array", "items": "double"}},
+        {"name": "last", "type": {"type": "array", "items": "long"}}]}
+    rnd = random.Random(7)
+    edges = [0, 1, -1, 63, 64, 2**20, -2**40, 2**56, 2**62, -2**63, 2**63 - 1]
+
+    def big() -> int:
+        return rnd.choice(edges + [rnd.randrange(-2**63, 2**63)])
+
+    rows = [{"a": [big() for _ in range(rnd.randrange(5))], "s": "x" * rnd.randrange(20),
+             "b": [rnd.random() < .5 for _ in range(rnd.randrange(4))],
+             "items": [{"z": rnd.randrange(-2**31, 2**31),
+                        "xs": [rnd.randrange(-2**31, 2**31) for _ in range(rnd.randrange(4))]}
+                       for _ in range(rnd.randrange(3))],
+             "e": [rnd.choice(["A", "BB", "C"]) for _ in range(rnd.randrange(3))],
+             "f": [rnd.random() for _ in range(rnd.randrange(3))],
+             "last": [big() for _ in range(rnd.randrange(4))]} for _ in range(3000)]
+    c = avro.codec(json.dumps(schema))
+    values = pa.array(rows, c.arrow_type)
+    for start, n in ((0, 3000), (3, 500), (17, 1)):
+        out = c.encode(values.slice(start, n))
+        assert not out.errors
+        assert out.payloads.to_pylist() == write(schema, rows[start:start + n])

@@ -13,8 +13,9 @@ import pytest
 
 from txkafka.connector.errors import KafkaConfigError, RecordFormatError, SchemaRegistryError
 from txkafka.connector.serde import avro
-from txkafka.connector.serde.batches import (ColumnPlan, DecodePlan, _in_row_order,
-                                             decode_record_batch, decoded_schema)
+from txkafka.connector.serde.batches import (ColumnPlan, DecodePlan, EncodePlan, _in_row_order,
+                                             coalesced, decode_record_batch, decoded_schema,
+                                             encode_record_batches)
 from txkafka.connector.serde.options import RegistryConfig, parse_format_options
 from txkafka.connector.serde.registry import RegisteredSchema, Registry
 from txkafka.connector.serde.wire import frame_column, split_column
@@ -164,3 +165,58 @@ def test_the_writers_plan_takes_timestamp_fields_of_a_struct(monkeypatch):
     assert plan.value.schema.schema_id == 1
     assert seen["type"] == pa.struct([pa.field("id", pa.int64(), False),
                                       pa.field("ts", pa.timestamp("us", "UTC"))])
+
+
+NESTED_TEXT = json.dumps({"type": "record", "name": "N", "fields": [
+    {"name": "a", "type": "int"},
+    {"name": "xs", "type": {"type": "array", "items": "string"}}]})
+
+
+def _value_batches(text: str, rows: list[dict], sizes: list[int]) -> list[pa.RecordBatch]:
+    values = pa.array(rows, avro.arrow_type(text))
+    keys = pa.array([f"k{i}".encode() for i in range(len(rows))], pa.binary())
+    out, at = [], 0
+    for n in sizes:
+        out.append(pa.RecordBatch.from_arrays([keys.slice(at, n), values.slice(at, n)],
+                                              ["key", "value"]))
+        at += n
+    return out
+
+
+def _encode_plan(text: str) -> EncodePlan:
+    opts = parse_format_options(_opts(valueFormat="avro",
+                                      **{"schema.registry.url": "http://127.0.0.1:9"}))
+    return EncodePlan(None, ColumnPlan(opts.value, RegisteredSchema(5, "AVRO", text)))
+
+
+def test_nested_batches_are_joined_before_encoding_rows_and_order_kept():
+    rows = [{"a": i, "xs": [str(j) for j in range(i % 4)]} for i in range(50)]
+    batches = _value_batches(NESTED_TEXT, rows, [7, 0, 13, 30])
+    out = list(encode_record_batches(iter(batches), _encode_plan(NESTED_TEXT), "t"))
+    assert len(out) == 1  # Spark's small batches become one encode call
+    whole = frame_column(5, avro.codec(NESTED_TEXT).encode(
+        pa.array(rows, avro.arrow_type(NESTED_TEXT))).payloads)
+    assert out[0].column(1).to_pylist() == whole.to_pylist()
+    assert out[0].column(0).to_pylist() == [f"k{i}".encode() for i in range(50)]
+    bounded = list(coalesced(iter(batches), rows=20))  # a bound closes a group before it
+    assert [b.num_rows for b in bounded] == [20, 30]
+    assert pa.Table.from_batches(bounded).to_pylist() == pa.Table.from_batches(batches).to_pylist()
+
+
+def test_flat_batches_are_encoded_as_they_come():
+    rows = [{"a": i, "s": str(i)} for i in range(10)]
+    out = list(encode_record_batches(iter(_value_batches(SCHEMA_TEXT, rows, [4, 6])),
+                                     _encode_plan(SCHEMA_TEXT), "t"))
+    assert [b.num_rows for b in out] == [4, 6]
+    assert list(encode_record_batches(iter([]), _encode_plan(SCHEMA_TEXT), "t")) == []
+
+
+def test_a_value_that_does_not_fit_is_named_by_its_row_in_the_task_input():
+    text = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"},
+                                                                 {"name": "s", "type": "string"}]})
+    t = pa.struct([("a", pa.int64()), ("s", pa.string())])
+    good = pa.array([{"a": i, "s": "x"} for i in range(4)], t)
+    bad = pa.array([{"a": 1, "s": "x"}] * 3 + [{"a": 2**40, "s": "x"}], t)
+    batches = [pa.RecordBatch.from_arrays([v], ["value"]) for v in (good, bad)]
+    with pytest.raises(RecordFormatError, match=r"row 7 of the task's input: .*32 bits"):
+        list(encode_record_batches(iter(batches), _encode_plan(text), "t"))

@@ -1680,6 +1680,11 @@ def _list_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Array]:
     return offsets - offsets[0], values
 
 
+# Item kinds whose values are each written by one numpy store (a varint word, or exact bytes),
+# all items in one assignment: the rule of :class:`_Out` then holds between an array's items.
+_ONE_STORE = frozenset({"null", "boolean", "int", "long", "float", "double", "enum"})
+
+
 def _list_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc,
                path: str) -> _Plan:
     """One block per non-empty array or map (count, items), then the 0 that ends it: as
@@ -1710,11 +1715,19 @@ def _list_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc:
     count_varints = _Varints(zigzag(lens))
     present_idx = np.flatnonzero(present)
 
+    counts = offsets[1:] - offsets[:-1]
+    one_store = not is_map and s.items.kind in _ONE_STORE
+
     def write(out, at, limit):
         count_varints.write(out, at, idx, limit)
-        item_at = np.repeat(at + count_sizes - cum[offsets[:-1]], offsets[1:] - offsets[:-1]) \
-            + cum[:-1]
-        item_limit = item_at + item_sizes  # an item's later fields are written after it
+        item_at = np.repeat(at + count_sizes - cum[offsets[:-1]], counts) + cum[:-1]
+        if one_store:
+            # Items written by one store each (in memory order, in one assignment): an item's
+            # word may run over the next items, which are stored after it, up to the end of
+            # what encloses the array. Most then take the plain store, not the merge.
+            item_limit = np.repeat(limit, counts)
+        else:
+            item_limit = item_at + item_sizes  # an item's later fields are written after it
         if is_map:
             kp.write(out, item_at, item_limit)
             item_at = item_at + kp.sizes

@@ -13,6 +13,7 @@ running query asks the registry only for schema ids it has not seen.
 from __future__ import annotations
 
 import importlib
+import itertools
 import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -277,21 +278,72 @@ def resolve_writer_schema(options: FormatOptions, fmt: ColumnFormat, topic: Opti
     return schema
 
 
-def encode_record_batches(batches, plan: EncodePlan, topic: Optional[str]):
-    """The write task's input with its struct key and/or value encoded and framed."""
+# A nested column's encode is many numpy passes per call (per field, per list level), so Spark's
+# Arrow batches of 10,000 rows (spark.sql.execution.arrow.maxRecordsPerBatch) pay that fixed
+# cost ten times per 100,000 rows: such batches are joined first (bounded by rows and bytes).
+_COALESCE_ROWS = 1 << 17
+_COALESCE_BYTES = 32 << 20
+
+
+def _is_nested(t: pa.DataType) -> bool:
+    """A struct with a struct, list or map inside (at any depth)."""
+    return any(pa.types.is_struct(f.type) or pa.types.is_list(f.type)
+               or pa.types.is_large_list(f.type) or pa.types.is_map(f.type)
+               for f in t) if pa.types.is_struct(t) else False
+
+
+def _joined(group: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(group) == 1:
+        return group[0]
+    return pa.RecordBatch.from_arrays(
+        [pa.concat_arrays([b.column(i) for b in group]) for i in range(group[0].num_columns)],
+        schema=group[0].schema)
+
+
+def coalesced(batches, rows: int = _COALESCE_ROWS, nbytes: int = _COALESCE_BYTES):
+    """The batches joined, in order, into batches of up to about ``rows`` rows or ``nbytes``
+    bytes (a batch over either bound passes alone): the same rows in the same order."""
+    group: list[pa.RecordBatch] = []
+    n = size = 0
     for batch in batches:
+        if group and (n + batch.num_rows > rows or size + batch.nbytes > nbytes
+                      or batch.schema != group[0].schema):
+            yield _joined(group)
+            group, n, size = [], 0, 0
+        group.append(batch)
+        n += batch.num_rows
+        size += batch.nbytes
+    if group:
+        yield _joined(group)
+
+
+def encode_record_batches(batches, plan: EncodePlan, topic: Optional[str]):
+    """The write task's input with its struct key and/or value encoded and framed; batches with
+    a nested formatted column are joined first (:func:`coalesced`)."""
+    cols = [c for c in (plan.key, plan.value) if c is not None]
+    names = {c.fmt.column for c in cols}
+    it = iter(batches)
+    head = next(it, None)
+    if head is None:
+        return
+    stream = itertools.chain([head], it)
+    if any(_is_nested(f.type) for f in head.schema if f.name.lower() in names):
+        stream = coalesced(stream)
+    seen = 0  # rows of the task's input before this batch: errors count from its start
+    for batch in stream:
         arrays, fields = list(batch.columns), list(batch.schema)
-        for col in (plan.key, plan.value):
-            if col is None:
-                continue
+        for col in cols:
             i = batch.schema.get_field_index(col.fmt.column)
-            arrays[i] = encode_column(col, batch.column(i), topic or "(topic column)")
+            arrays[i] = encode_column(col, batch.column(i), topic or "(topic column)", seen)
             fields[i] = pa.field(col.fmt.column, pa.binary())
+        seen += batch.num_rows
         yield pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def encode_column(plan: ColumnPlan, values: pa.Array, topic: str) -> pa.Array:
-    """A struct column to framed payloads; a value that does not fit the schema fails the task."""
+def encode_column(plan: ColumnPlan, values: pa.Array, topic: str, first_row: int = 0
+                  ) -> pa.Array:
+    """A struct column to framed payloads; a value that does not fit the schema fails the task
+    (rows are numbered from ``first_row``, the task's rows before this column)."""
     codec = make_codec(plan.fmt, plan.schema, plan.schema)
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
@@ -300,8 +352,8 @@ def encode_column(plan: ColumnPlan, values: pa.Array, topic: str) -> pa.Array:
         first = sorted(result.errors)[:_SHOWN_ERRORS]
         raise RecordFormatError(
             f"{plan.fmt.column} does not fit schema id {plan.schema.schema_id} (topic "
-            f"{topic!r}): " + "; ".join(f"row {i} of the task's batch: {result.errors[i]}"
-                                        for i in first)
+            f"{topic!r}): " + "; ".join(f"row {first_row + i} of the task's input: "
+                                        f"{result.errors[i]}" for i in first)
             + (f" (and {len(result.errors) - len(first)} more)"
                if len(result.errors) > len(first) else ""))
     return frame_column(plan.schema.schema_id, result.payloads)

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from ..connector.serde import avro
 from .bench import save_result, say
+from .bench_tables import Panel, grouped_bars, markdown_table
 
 FLAT = {"type": "record", "name": "Flat", "namespace": "bench", "fields": [
     {"name": "id", "type": "long"},
@@ -184,45 +185,30 @@ def field_split(values: pa.Array, repeats: int) -> dict[str, float]:
 
 
 def charts(result: dict[str, Any], out: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    labels, ours, theirs = [], [], []
-    for shape in ("flat", "nested"):
-        r = result[shape]
-        for op in ("decode", "encode"):
-            labels.append(f"{shape}\n{op}")
-            ours.append(r[f"{op}_rows_s"] / 1e6)
-            theirs.append((r["fastavro"] or {}).get(f"{op}_rows_s", 0) / 1e6)
-    xs = np.arange(len(labels))
-    ax.bar(xs - 0.2, ours, width=0.4, label="txkafka (column-wise numpy)")
-    ax.bar(xs + 0.2, theirs, width=0.4, label="fastavro (per record)")
-    ax.set_xticks(xs, labels)
-    ax.set_ylabel("million rows/s, one core (CPU time)")
-    ax.set_title("Avro codec")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "avro.png"), dpi=110)
-    plt.close(fig)
+    labels = [f"{shape}\n{op}" for shape in ("flat", "nested") for op in ("decode", "encode")]
+    ours = [result[shape][f"{op}_rows_s"] / 1e6 for shape in ("flat", "nested")
+            for op in ("decode", "encode")]
+    theirs = [(result[shape]["fastavro"] or {}).get(f"{op}_rows_s", 0) / 1e6
+              for shape in ("flat", "nested") for op in ("decode", "encode")]
+    grouped_bars([Panel("Avro codec", labels, {"txkafka (column-wise numpy)": ours,
+                                               "fastavro (per record)": theirs},
+                        "million rows/s, one core (CPU time)")],
+                 os.path.join(out, "avro.png"), width=8)
 
 
 def report_markdown(result: dict[str, Any]) -> str:
-    lines = ["| record | bytes/row | decode rows/s | encode rows/s | fastavro decode | "
-             "fastavro encode |", "|---|---|---|---|---|---|"]
+    rows = []
     for shape in ("flat", "nested"):
         r = result[shape]
         fa = r["fastavro"] or {}
-        lines.append(f"| {shape} | {r['payload_bytes_per_row']} | {r['decode_rows_s']:,.0f} | "
-                     f"{r['encode_rows_s']:,.0f} | {fa.get('decode_rows_s', 0):,.0f} | "
-                     f"{fa.get('encode_rows_s', 0):,.0f} |")
+        rows.append([shape, r["payload_bytes_per_row"], r["decode_rows_s"], r["encode_rows_s"],
+                     fa.get("decode_rows_s", 0), fa.get("encode_rows_s", 0)])
+    text = markdown_table(["record", "bytes/row", "decode rows/s", "encode rows/s",
+                           "fastavro decode", "fastavro encode"], rows)
     split = result.get("flat_decode_ms_by_field") or {}
     if split:
-        lines += ["", "| flat field | decode CPU ms |", "|---|---|"]
-        lines += [f"| {k} | {v} |" for k, v in split.items()]
-    return "\n".join(lines)
+        text += "\n\n" + markdown_table(["flat field", "decode CPU ms"], list(split.items()))
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ import pyarrow as pa
 from ..cli_options import CommandParser
 from .bench import (_available_now_into_noop, machine, save_result, say, spark_conf_pairs,
                     spark_session)
+from .bench_tables import Panel, grouped_bars, markdown_table
 
 FLAT = {"type": "record", "name": "Flat", "namespace": "bench", "fields": [
     {"name": "id", "type": "long"}, {"name": "name", "type": "string"},
@@ -107,18 +108,58 @@ class _Loader:
         return self.make()
 
 
-def codec_alone(text: str, values: pa.Array, framed: pa.Array, repeats: int) -> dict[str, int]:
+FORMATS = ("avro", "protobuf", "json-schema")
+_SCHEMA_TYPES = {"avro": "AVRO", "protobuf": "PROTOBUF", "json-schema": "JSON"}
+
+
+def _key(fmt: str) -> str:
+    """A format's name in result keys (``json-schema`` -> ``json_schema``)."""
+    return fmt.replace("-", "_")
+
+
+def schema_text(fmt: str, shape: str) -> str:
+    """The registered schema of a format and shape (the same fields in each format)."""
+    from .bench_serde import JSON_FLAT, JSON_NESTED, PROTO
+
+    if fmt == "avro":
+        return json.dumps(SHAPES[shape])
+    if fmt == "protobuf":
+        return PROTO
+    return json.dumps(JSON_FLAT if shape == "flat" else JSON_NESTED)
+
+
+def message(fmt: str, shape: str) -> dict[str, str]:
+    """The option naming the Protobuf message of the shape (the schema holds both)."""
+    return {"valueMessage": f"bench.{shape.capitalize()}"} if fmt == "protobuf" else {}
+
+
+def format_codec(fmt: str, shape: str):
+    from ..connector.serde import avro, json_schema, protobuf
+
+    text = schema_text(fmt, shape)
+    if fmt == "avro":
+        return avro.codec(text)
+    if fmt == "protobuf":
+        return protobuf.codec(text, message=message(fmt, shape)["valueMessage"])
+    return json_schema.codec(text)
+
+
+def codec_alone(codecs: dict[str, Any], values: pa.Array, repeats: int) -> dict[str, int]:
     """Rows/s of the steps a read or write task adds, in this process without Spark: the header
-    split, the Avro decode, the Avro encode and the header join (where the formats' time goes)."""
-    from ..connector.serde import avro
+    split and join (of the first format's payloads), and each format's decode and encode (where
+    the formats' time goes)."""
     from ..connector.serde.wire import frame_column, split_column
 
-    codec = avro.codec(text)
-    payloads = split_column(framed).payloads
-    steps = {"split_header": lambda: split_column(framed),
-             "avro_decode": lambda: codec.decode(payloads),
-             "avro_encode": lambda: codec.encode(values),
-             "frame_header": lambda: frame_column(1, payloads)}
+    steps: dict[str, Callable[[], Any]] = {}
+    for fmt, codec in codecs.items():
+        typed = values.cast(codec.arrow_type)
+        encoded = codec.encode(typed).payloads
+        if not steps:
+            framed = frame_column(1, encoded)
+            steps["split_header"] = lambda f=framed: split_column(f)
+            steps["frame_header"] = lambda p=encoded: frame_column(1, p)
+        steps[f"{_key(fmt)}_decode"] = lambda c=codec, p=encoded: c.decode(p)
+        steps[f"{_key(fmt)}_encode"] = lambda c=codec, v=typed: c.encode(v)
     out = {}
     for name, step in steps.items():
         times = []
@@ -134,17 +175,39 @@ def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else float("nan")
 
 
+def _rounds(what: str, runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, int]:
+    """Each system once per round, one untimed warm-up round first; the medians of rows/s."""
+    rates: dict[str, list[float]] = {k: [] for k in runs}
+    for i in range(repeats + 1):
+        for name, run in runs.items():
+            rate = run()
+            if i:
+                rates[name].append(rate)
+                say(f"  {what} {name}: {rate:,.0f} rows/s")
+    return {k: round(_median(v)) for k, v in rates.items()}
+
+
+def parse_formats(text: str) -> list[str]:
+    """``--formats``: a comma-separated subset of FORMATS, in FORMATS' order."""
+    picked = {f.strip().lower() for f in text.split(",") if f.strip()}
+    unknown = sorted(picked - set(FORMATS))
+    if unknown or not picked:
+        raise argparse.ArgumentTypeError(
+            f"--formats takes a comma-separated list of {', '.join(FORMATS)}; got {text!r}")
+    return [f for f in FORMATS if f in picked]
+
+
 def run(ns: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro, to_avro
 
-    from ..connector.serde import avro
     from ..connector.serde.wire import frame_column
     from ..embedded_kafka import EmbeddedKafka
     from ..embedded_registry import EmbeddedRegistry
     from ..kafka_admin import create_topic
     from ..spark_kafka_packages import builtin_kafka_and_avro_conf
 
+    formats = ns.formats
     os.makedirs(ns.out, exist_ok=True)
     workdir = tempfile.mkdtemp(prefix="txkafka-bench-formats-")
     say("starting the local Apache Kafka broker and Schema Registry")
@@ -154,8 +217,9 @@ def run(ns: argparse.Namespace) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "command": ["txkafka bench-formats", *sys.argv[2:]],
         "machine": machine(external_kafka=False),
-        "params": {"rows": ns.rows, "repeats": ns.repeats, "partitions": PARTITIONS},
-        "read": {}, "write": {}, "bytes_per_row": {},
+        "params": {"rows": ns.rows, "repeats": ns.repeats, "partitions": PARTITIONS,
+                   "formats": formats},
+        "read": {}, "write": {}, "bytes_per_row": {}, "codec_alone": {},
     }
     try:
         bootstrap = cluster.start()
@@ -163,85 +227,80 @@ def run(ns: argparse.Namespace) -> int:
         from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
         client = SchemaRegistryClient({"url": url})
-        spark = spark_session(False, ns.master, {**builtin_kafka_and_avro_conf(),
-                                                 **spark_conf_pairs(ns.spark_conf or [])})
+        spark = spark_session(False, ns.master, {
+            **(builtin_kafka_and_avro_conf() if "avro" in formats else {}),
+            **spark_conf_pairs(ns.spark_conf or [])})
         kafka = {"kafka.bootstrap.servers": bootstrap}
-        for shape, schema in SHAPES.items():
-            text = json.dumps(schema)
-            topic = create_topic({"bootstrap.servers": bootstrap}, f"bench-{shape}",
-                                 PARTITIONS, 1)
-            sid = client.register_schema(f"{topic}-value", Schema(text, "AVRO"))
+        for shape in SHAPES:
+            read, write = result["read"].setdefault(shape, {}), result["write"].setdefault(shape, {})
+            sizes = result["bytes_per_row"].setdefault(shape, {})
             values = records(shape, ns.rows)
-            framed = frame_column(sid, avro.codec(text).encode(values).payloads)
-            result["bytes_per_row"][shape] = round(framed.nbytes / ns.rows, 1)
-            result.setdefault("codec_alone", {})[shape] = codec_alone(text, values, framed,
-                                                                      ns.repeats)
-            say(f"{shape}: producing {ns.rows:,} records of {result['bytes_per_row'][shape]} B")
-            fill(bootstrap, topic, framed)
-            del values, framed
-            txkafka_src = (spark.readStream.format("txkafka").options(**kafka)
-                           .option("subscribe", topic).option("startingOffsets", "earliest"))
-            builtin_src = (spark.readStream.format("kafka").options(**kafka)
-                           .option("subscribe", topic).option("startingOffsets", "earliest"))
-            readers = {
-                "txkafka_binary": _Loader(lambda s=txkafka_src: s.load()),
-                "txkafka_avro": _Loader(lambda s=txkafka_src: s.option("valueFormat", "avro")
-                                        .option("schema.registry.url", url).load()),
-                "spark_from_avro": _Loader(lambda s=builtin_src, t=text: s.load().select(
-                    "key", from_avro(F.expr("substring(value, 6)"), t).alias("value"))),
-            }
-            runs: dict[str, list[float]] = {k: [] for k in readers}
-            for i in range(ns.repeats + 1):  # the first round warms up, not counted
-                for name, loader in readers.items():
-                    rate = _available_now_into_noop(f"read {shape} {name}", loader, ns.rows,
-                                                    workdir)[0]
-                    if i:
-                        runs[name].append(rate)
-                        say(f"  read {shape} {name}: {rate:,.0f} rows/s")
-            result["read"][shape] = {k: round(_median(v)) for k, v in runs.items()}
+            codecs = {fmt: format_codec(fmt, shape) for fmt in formats}
+            for fmt in formats:
+                text, key = schema_text(fmt, shape), _key(fmt)
+                topic = create_topic({"bootstrap.servers": bootstrap}, f"bench-{shape}-{fmt}",
+                                     PARTITIONS, 1)
+                subject = f"{topic}-value"
+                sid = client.register_schema(subject, Schema(text, _SCHEMA_TYPES[fmt]))
+                encoded = codecs[fmt].encode(values.cast(codecs[fmt].arrow_type))
+                if encoded.errors:
+                    raise RuntimeError(f"the bench's {shape} records do not encode as {fmt}: "
+                                       f"{next(iter(encoded.errors.values()))}")
+                framed = frame_column(sid, encoded.payloads)
+                sizes[key] = round(framed.nbytes / ns.rows, 1)
+                say(f"{shape} {fmt}: producing {ns.rows:,} records of {sizes[key]} B")
+                fill(bootstrap, topic, framed)
+                del framed, encoded
+                opts = {"valueFormat": fmt, "schema.registry.url": url, **message(fmt, shape)}
+                # A new reader per run: a DataStreamReader's option() changes the reader itself,
+                # so a shared one would decode in the binary run once the decoded run set it.
+                def source(name: str, t: str = topic) -> Any:
+                    return (spark.readStream.format(name).options(**kafka)
+                            .option("subscribe", t).option("startingOffsets", "earliest"))
 
-            df = (spark.read.format("txkafka").options(**kafka).option("subscribe", topic)
-                  .option("valueFormat", "avro").option("schema.registry.url", url).load()
-                  .select("key", "value").cache())
-            assert df.count() == ns.rows
-            header = F.lit(b"\x00" + int(sid).to_bytes(4, "big"))
-            out = create_topic({"bootstrap.servers": bootstrap}, f"bench-{shape}-out",
-                               PARTITIONS, 1)
-            writers = {
-                "txkafka_avro_at_least_once": lambda: df.write.format("txkafka").options(**kafka)
-                .option("topic", out).option("deliveryGuarantee", "at_least_once")
-                .option("valueFormat", "avro").option("schema.registry.url", url)
-                .option("valueSubject", f"{topic}-value").mode("append").save(),
-                "txkafka_avro_exactly_once": lambda: df.write.format("txkafka").options(**kafka)
-                .option("topic", out).option("valueFormat", "avro")
-                .option("schema.registry.url", url)
-                .option("valueSubject", f"{topic}-value").mode("append").save(),
-                "spark_to_avro": lambda t=text: df.select(
-                    "key", F.concat(header, to_avro(F.col("value"), t)).alias("value"))
-                .write.format("kafka").options(**kafka).option("topic", out).save(),
-            }
-            wruns: dict[str, list[float]] = {k: [] for k in writers}
-            for i in range(ns.repeats + 1):
-                for name, write in writers.items():
-                    began = time.monotonic()
-                    write()
-                    rate = ns.rows / (time.monotonic() - began)
-                    if i:
-                        wruns[name].append(rate)
-                        say(f"  write {shape} {name}: {rate:,.0f} rows/s")
-            result["write"][shape] = {k: round(_median(v)) for k, v in wruns.items()}
-            df.unpersist()
-        result["ratios"] = {
-            shape: {"read_txkafka_avro_vs_spark_from_avro": round(
-                        result["read"][shape]["txkafka_avro"]
-                        / result["read"][shape]["spark_from_avro"], 2),
-                    "read_txkafka_avro_vs_txkafka_binary": round(
-                        result["read"][shape]["txkafka_avro"]
-                        / result["read"][shape]["txkafka_binary"], 2),
-                    "write_txkafka_avro_at_least_once_vs_spark_to_avro": round(
-                        result["write"][shape]["txkafka_avro_at_least_once"]
-                        / result["write"][shape]["spark_to_avro"], 2)}
-            for shape in SHAPES}
+                readers = {
+                    f"txkafka_binary_{key}": _Loader(lambda: source("txkafka").load()),
+                    f"txkafka_{key}": _Loader(lambda o=opts: source("txkafka").options(**o)
+                                              .load()),
+                }
+                if fmt == "avro":
+                    readers["spark_from_avro"] = _Loader(lambda t=text: source("kafka").load()
+                                                         .select("key", from_avro(F.expr(
+                                                             "substring(value, 6)"), t)
+                                                                 .alias("value")))
+                read.update(_rounds(f"read {shape}", {
+                    name: lambda n=name, r=reader: _available_now_into_noop(
+                        f"read {shape} {n}", r, ns.rows, workdir)[0]
+                    for name, reader in readers.items()}, ns.repeats))
+
+                df = (spark.read.format("txkafka").options(**kafka).option("subscribe", topic)
+                      .options(**opts).load().select("key", "value").cache())
+                assert df.count() == ns.rows
+                out = create_topic({"bootstrap.servers": bootstrap}, f"bench-{shape}-{fmt}-out",
+                                   PARTITIONS, 1)
+                sink = {**kafka, **opts, "topic": out, "valueSubject": subject}
+                if fmt != "avro":  # the subject's schema (Avro's is derived from the DataFrame)
+                    sink["use.latest.version"] = "true"
+                writers: dict[str, Callable[[], Any]] = {
+                    f"txkafka_{key}_at_least_once": lambda s=sink: df.write.format("txkafka")
+                    .options(**s).option("deliveryGuarantee", "at_least_once")
+                    .mode("append").save()}
+                if fmt == "avro":
+                    header = F.lit(b"\x00" + int(sid).to_bytes(4, "big"))
+                    writers["txkafka_avro_exactly_once"] = lambda s=sink: (
+                        df.write.format("txkafka").options(**s).mode("append").save())
+                    writers["spark_to_avro"] = lambda t=text, h=header: df.select(
+                        "key", F.concat(h, to_avro(F.col("value"), t)).alias("value")) \
+                        .write.format("kafka").options(**kafka).option("topic", out).save()
+                write.update(_rounds(f"write {shape}", {
+                    name: lambda w=w: ns.rows / _timed(w) for name, w in writers.items()},
+                    ns.repeats))
+                df.unpersist()
+            if "avro" in formats:  # the Avro topic's binary read keeps its name of before
+                read["txkafka_binary"] = read.pop("txkafka_binary_avro")
+            result["codec_alone"][shape] = codec_alone(codecs, values, ns.repeats)
+            del values
+        result["ratios"] = ratios(result)
         spark.stop()
     finally:
         registry.stop(quiet=True)
@@ -250,55 +309,97 @@ def run(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _timed(fn: Callable[[], Any]) -> float:
+    began = time.monotonic()
+    fn()
+    return time.monotonic() - began
+
+
+def ratios(result: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per shape: Avro against Spark's from_avro/to_avro (when Avro ran), and each format's read
+    and write against txkafka's binary read of the same topic (the ceiling)."""
+    out: dict[str, dict[str, float]] = {}
+    for shape in result["read"]:
+        r, w, mine = result["read"][shape], result["write"][shape], {}
+        for fmt in result["params"].get("formats", ["avro"]):
+            key = _key(fmt)
+            binary = r.get(f"txkafka_binary_{key}") or r["txkafka_binary"]
+            mine[f"read_txkafka_{key}_vs_txkafka_binary"] = round(r[f"txkafka_{key}"] / binary, 2)
+            mine[f"write_txkafka_{key}_at_least_once_vs_txkafka_binary_read"] = round(
+                w[f"txkafka_{key}_at_least_once"] / binary, 2)
+        if "spark_from_avro" in r:
+            mine["read_txkafka_avro_vs_spark_from_avro"] = round(
+                r["txkafka_avro"] / r["spark_from_avro"], 2)
+            for guarantee in ("at_least_once", "exactly_once"):
+                mine[f"write_txkafka_avro_{guarantee}_vs_spark_to_avro"] = round(
+                    w[f"txkafka_avro_{guarantee}"] / w["spark_to_avro"], 2)
+        out[shape] = mine
+    return out
+
+
 def charts(result: dict[str, Any], out: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    for ax, kind in zip(axes, ("read", "write")):
+    panels = []
+    for kind in ("read", "write"):
         shapes = list(result[kind])
-        systems = list(result[kind][shapes[0]])
-        width = 0.8 / len(systems)
-        for j, system in enumerate(systems):
-            ax.bar([i + j * width for i in range(len(shapes))],
-                   [result[kind][s][system] / 1000 for s in shapes], width, label=system)
-        ax.set_xticks([i + width * (len(systems) - 1) / 2 for i in range(len(shapes))], shapes)
-        ax.set_ylabel("thousand rows/s")
-        ax.set_title(f"Avro {kind} ({result['params']['rows']:,} rows)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "formats.png"), dpi=110)
-    plt.close(fig)
+        systems = list(dict.fromkeys(s for shape in shapes for s in result[kind][shape]))
+        panels.append(Panel(f"{kind} ({result['params']['rows']:,} rows)", shapes,
+                            {s: [(result[kind][shape].get(s) or 0) / 1000 for shape in shapes]
+                             for s in systems}, "thousand rows/s"))
+    grouped_bars(panels, os.path.join(out, "formats.png"))
+
+
+def _sizes(result: dict[str, Any], shape: str) -> dict[str, Any]:
+    sizes = result["bytes_per_row"][shape]
+    return sizes if isinstance(sizes, dict) else {"avro": sizes}  # a result of Avro only
 
 
 def report_markdown(result: dict[str, Any]) -> str:
-    lines = ["| shape | B/row | read: txkafka binary | txkafka avro | Spark from_avro | "
-             "write: txkafka avro at_least_once | exactly_once | Spark to_avro |",
-             "|---|---|---|---|---|---|---|---|"]
+    """The Avro table against Spark (when Avro ran), every format's read and write against the
+    binary read of its topic, and the codec steps alone."""
+    parts = []
+    formats = [_key(f) for f in result["params"].get("formats", ["avro"])]
+    if any("spark_from_avro" in r for r in result["read"].values()):
+        parts.append(markdown_table(
+            ["shape", "B/row", "read: txkafka binary", "txkafka avro", "Spark from_avro",
+             "write: txkafka avro at_least_once", "exactly_once", "Spark to_avro"],
+            [[shape, _sizes(result, shape)["avro"], r["txkafka_binary"], r["txkafka_avro"],
+              r["spark_from_avro"], w["txkafka_avro_at_least_once"],
+              w["txkafka_avro_exactly_once"], w["spark_to_avro"]]
+             for shape, r, w in ((s, result["read"][s], result["write"][s])
+                                 for s in result["read"])]))
+    rows = []
     for shape in result["read"]:
         r, w = result["read"][shape], result["write"][shape]
-        lines.append(f"| {shape} | {result['bytes_per_row'][shape]} | {r['txkafka_binary']:,} | "
-                     f"{r['txkafka_avro']:,} | {r['spark_from_avro']:,} | "
-                     f"{w['txkafka_avro_at_least_once']:,} | {w['txkafka_avro_exactly_once']:,} | "
-                     f"{w['spark_to_avro']:,} |")
-    lines += ["", "| shape | split header | Avro decode | Avro encode | frame header |",
-              "|---|---|---|---|---|"]
-    for shape, c in result.get("codec_alone", {}).items():
-        lines.append(f"| {shape} | {c['split_header']:,} | {c['avro_decode']:,} | "
-                     f"{c['avro_encode']:,} | {c['frame_header']:,} |")
-    return "\n".join(lines)
+        for key in formats:
+            binary = r.get(f"txkafka_binary_{key}") or r["txkafka_binary"]
+            rows.append([key.replace("_", " "), shape, _sizes(result, shape).get(key), binary,
+                         r[f"txkafka_{key}"], round(r[f"txkafka_{key}"] / binary, 2),
+                         w[f"txkafka_{key}_at_least_once"],
+                         round(w[f"txkafka_{key}_at_least_once"] / binary, 2)])
+    parts.append(markdown_table(["format", "shape", "B/row", "read: txkafka binary",
+                                 "txkafka decoded", "/ binary", "write: at_least_once",
+                                 "/ binary read"], rows))
+    alone = result.get("codec_alone") or {}
+    if alone:
+        steps = list(dict.fromkeys(k for c in alone.values() for k in c))
+        parts.append(markdown_table(["shape", *[k.replace("_", " ") for k in steps]],
+                                    [[shape, *[c.get(k) for k in steps]]
+                                     for shape, c in alone.items()]))
+    return "\n\n".join(parts)
 
 
 def register_cli(developer: argparse._SubParsersAction) -> None:
-    p = developer.add_parser("bench-formats", help="benchmark: Avro read and write, txkafka vs "
-                                                   "Spark's from_avro/to_avro")
+    p = developer.add_parser("bench-formats", help="benchmark: Avro, Protobuf and JSON Schema "
+                                                   "read and write; Avro vs Spark's "
+                                                   "from_avro/to_avro")
     p.add_argument("--out", default="results/formats", metavar="DIR",
                    help="folder for formats.json and its chart")
     p.add_argument("--rows", type=int, default=1_000_000, metavar="N", help="records per run")
     p.add_argument("--repeats", type=int, default=3, metavar="N",
                    help="runs per system after one warm-up round; the median is reported")
+    p.add_argument("--formats", type=parse_formats, default=list(FORMATS), metavar="LIST",
+                   help="comma-separated formats to run: avro, protobuf, json-schema "
+                        "(default: all; Spark's from_avro/to_avro run with avro)")
     p.add_argument("--master", default="local[2]", help="Spark master")
     p.add_argument("--spark-conf", action="append", metavar="KEY=VALUE",
                    help="a Spark setting for the session (repeatable)")

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from ..cli_options import CommandParser
 from .bench import machine, save_result, say
+from .bench_tables import Panel, grouped_bars, markdown_table
 
 PROTO = """
 syntax = "proto3";
@@ -149,47 +150,30 @@ def json_suite(rows: int, repeats: int, sample: int) -> dict[str, Any]:
 
 
 def charts(result: dict[str, Any], out: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels, dec, enc = [], [], []
-    for fmt in ("protobuf", "json_schema"):
-        for shape in ("flat", "nested"):
-            r = result[fmt][shape]
-            labels.append(f"{fmt}\n{shape}")
-            dec.append(r["decode_rows_s"] / 1e6)
-            enc.append(r["encode_rows_s"] / 1e6)
-    xs = list(range(len(labels)))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.bar([x - 0.2 for x in xs], dec, width=0.4, label="decode")
-    ax.bar([x + 0.2 for x in xs], enc, width=0.4, label="encode")
-    ax.set_xticks(xs, labels, fontsize=8)
-    ax.set_ylabel("million rows per CPU second (one thread)")
-    ax.set_title("record formats, a column at a time")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "serde.png"), dpi=110)
-    plt.close(fig)
+    pairs = [(fmt, shape) for fmt in ("protobuf", "json_schema") for shape in ("flat", "nested")]
+    series = {op: [result[fmt][shape][f"{op}_rows_s"] / 1e6 for fmt, shape in pairs]
+              for op in ("decode", "encode")}
+    grouped_bars([Panel("record formats, a column at a time",
+                        [f"{fmt}\n{shape}" for fmt, shape in pairs], series,
+                        "million rows per CPU second (one thread)")],
+                 os.path.join(out, "serde.png"), width=8)
 
 
 def report_markdown(result: dict[str, Any]) -> str:
-    lines = ["| format | record | bytes/row | decode rows/s | encode rows/s | native step alone "
-             "(decode / encode) | per row in Python (decode) |", "|---|---|---|---|---|---|---|"]
-    # rows per CPU second, one thread
+    rows = []  # rows per CPU second, one thread
     for shape in ("flat", "nested"):
         r = result["protobuf"][shape]
-        lines.append(f"| Protobuf | {shape} | {r['bytes_per_row']} | {r['decode_rows_s']:,} | "
-                     f"{r['encode_rows_s']:,} | {r['ptars_decode_rows_s']:,} / "
-                     f"{r['ptars_encode_rows_s']:,} | "
-                     f"{r['per_row_fromstring_to_dict_rows_s']:,} |")
+        rows.append(["Protobuf", shape, r["bytes_per_row"], r["decode_rows_s"], r["encode_rows_s"],
+                     f"{r['ptars_decode_rows_s']:,} / {r['ptars_encode_rows_s']:,}",
+                     r["per_row_fromstring_to_dict_rows_s"]])
     for shape in ("flat", "nested"):
         r = result["json_schema"][shape]
-        lines.append(f"| JSON Schema | {shape} | {r['bytes_per_row']} | {r['decode_rows_s']:,} "
-                     f"| {r['encode_rows_s']:,} | {r['read_json_alone_rows_s']:,} / - | "
-                     f"{r['per_row_json_loads_rows_s']:,} |")
-    return "\n".join(lines)
+        rows.append(["JSON Schema", shape, r["bytes_per_row"], r["decode_rows_s"],
+                     r["encode_rows_s"], f"{r['read_json_alone_rows_s']:,} / -",
+                     r["per_row_json_loads_rows_s"]])
+    return markdown_table(["format", "record", "bytes/row", "decode rows/s", "encode rows/s",
+                           "native step alone (decode / encode)", "per row in Python (decode)"],
+                          rows)
 
 
 def parser() -> argparse.ArgumentParser:
