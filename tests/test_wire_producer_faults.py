@@ -520,13 +520,13 @@ def test_adding_partitions_looks_the_coordinator_up_for_the_producer_s_budget(
     b.handlers[PRODUCE] = _produce_ok
     conf = {"bootstrap.servers": f"127.0.0.1:{b.port}"}
     link = ClusterLink(conf, timeout_s=1.0)
+    p = WireProducer(conf, transactional_id="t", link=link, timeout_s=30)
     try:
-        p = WireProducer(conf, transactional_id="t", link=link, timeout_s=10)
         p.begin()
         p.send("t", _values(0, 10), partitions=_to(0, 10))
         assert p.flush().record_count == 10
-        p.close()
     finally:
+        p.close()  # senders stopped even on failure: else they sleep on the next test's clock
         link.close()
     assert answers == []  # the coordinator did move
     assert sum(1 for _, key, _ in b.log if key == FIND_COORDINATOR) > 2
@@ -667,15 +667,15 @@ def test_a_busy_produce_connection_logs_in_again_before_its_session_ends(
             "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "pw",
             "batch.size": "200"}
     link = ClusterLink(conf)
+    p = WireProducer(conf, link=link, where="test task")
     try:
-        p = WireProducer(conf, link=link, where="test task")
         p.begin()
         p.send("t", _values(0, 3000), partitions=_to(0, 3000))
         queued.set()
         assert p.flush().record_count == 3000
-        p.close()
     finally:
         queued.set()
+        p.close()
         link.close()
     produced = [n for n, key, _ in b.log if key == PRODUCE]
     assert len(produced) * 0.005 > 2 * 0.5  # the sender was busy for more than two sessions
