@@ -212,17 +212,20 @@ _SHARED_UNITS = {
 # unit's seconds); the others follow in xdist's own order.
 _COSTLIEST_FIRST = {unit: rank for rank, unit in enumerate([
     "integration_tests/test_chaos.py",
-    "integration_tests/test_security_pipeline.py",
-    "integration_tests/test_wire_producer_failover.py",
-    "integration_tests/test_switching.py",
-    "integration_tests/test_bench_command.py",
     "integration_tests/test_packaging.py",
+    "integration_tests/test_security_pipeline.py",
+    "integration_tests/test_bench_command.py",
+    "integration_tests/test_wire_producer_failover.py",
     "integration_tests/test_s3_checkpoints.py",
+    "integration_tests/test_savepoint.py",
+    "integration_tests/test_switching.py",
+    "integration_tests/test_operator_actions.py",
+    "integration_tests/test_writer_exactly_once.py",
+    "integration_tests/test_late_transactions.py",
     "integration_tests/test_formats_avro.py",
     "integration_tests/test_formats_protobuf_json.py",
-    "integration_tests/test_upgrades.py",
-    "integration_tests/test_writer_exactly_once.py",
-    "integration_tests/test_operator_actions_kafka.py",
+    "integration_tests/test_spark_python_imports.py",
+    "integration_tests/test_reader_crash_restart.py",
 ])}
 
 
