@@ -251,17 +251,21 @@ def checkpoint_store_from_args(args: argparse.Namespace) -> S3Settings | None:
             f"'spark.hadoop.' prefix): {e}") from None
 
 
+def _read_text(path: str, flag: str) -> str:
+    """A settings file's UTF-8 text; a file that cannot be read is a usage error naming ``flag``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+        raise CommandLineError(f"{flag} {path}: cannot read it ({reason})") from None
+
+
 def read_spark_properties(path: str) -> dict[str, str]:
     """A Spark properties file (spark-defaults.conf: Java properties, where a key ends at the
     first ``=``, ``:`` or blank), values trimmed as Spark trims them. Never echoes a line."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-        raise CommandLineError(f"--properties-file {path}: cannot read it ({reason})") from None
     out: dict[str, str] = {}
-    for _number, line in _logical_lines(text):
+    for _number, line in _logical_lines(_read_text(path, "--properties-file")):
         end = 0
         while end < len(line) and not (line[end] in "=:" or line[end].isspace()):
             end += 2 if line[end] == "\\" else 1
@@ -279,14 +283,8 @@ def read_command_config(path: str) -> dict[str, str]:
     One difference: the separator must be ``=``. Java also splits at ``:`` or a space, so a line
     without ``=`` is refused (naming its number, never its text: it may hold a secret) rather than
     guessed at."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
-        raise CommandLineError(f"--command-config {path}: cannot read it ({reason})") from None
     out: dict[str, str] = {}
-    for number, line in _logical_lines(text):
+    for number, line in _logical_lines(_read_text(path, "--command-config")):
         key, sep, value = line.partition("=")
         key = key.strip()
         if not sep or not key or any(c.isspace() or c == ":" for c in key):
