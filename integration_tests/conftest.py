@@ -208,27 +208,6 @@ _SHARED_UNITS = {
 }
 
 
-# The units that take longest in CI, costliest first (results/test-units.json of a run lists every
-# unit's seconds); the others follow in xdist's own order.
-_COSTLIEST_FIRST = {unit: rank for rank, unit in enumerate([
-    "integration_tests/test_chaos.py",
-    "integration_tests/test_packaging.py",
-    "integration_tests/test_security_pipeline.py",
-    "integration_tests/test_bench_command.py",
-    "integration_tests/test_wire_producer_failover.py",
-    "integration_tests/test_s3_checkpoints.py",
-    "integration_tests/test_savepoint.py",
-    "integration_tests/test_switching.py",
-    "integration_tests/test_operator_actions.py",
-    "integration_tests/test_writer_exactly_once.py",
-    "integration_tests/test_late_transactions.py",
-    "integration_tests/test_formats_avro.py",
-    "integration_tests/test_formats_protobuf_json.py",
-    "integration_tests/test_spark_python_imports.py",
-    "integration_tests/test_reader_crash_restart.py",
-])}
-
-
 def unit_of(nodeid: str) -> str:
     """The xdist unit (under ``--dist loadfile``) a test runs in: its file, or the unit it joins."""
     file = nodeid.split("::", 1)[0]
@@ -241,7 +220,8 @@ _UNIT_SECONDS: dict[str, float] = {}
 def pytest_runtest_logreport(report) -> None:
     """Seconds per unit (setup, call and teardown), summed where the reports arrive: in the
     controller under xdist."""
-    _UNIT_SECONDS[unit_of(report.nodeid)] = _UNIT_SECONDS.get(unit_of(report.nodeid), 0.0) + report.duration
+    unit = unit_of(report.nodeid)
+    _UNIT_SECONDS[unit] = _UNIT_SECONDS.get(unit, 0.0) + report.duration
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -253,13 +233,6 @@ def pytest_xdist_make_scheduler(config, log):
     class SharedResourceScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return unit_of(nodeid)
-
-        def _assign_work_unit(self, node) -> None:
-            # The costliest unit left goes first (longest-processing-time order): a long unit
-            # started last would run alone at the end while the other workers sit idle.
-            first = min(self.workqueue, key=lambda unit: _COSTLIEST_FIRST.get(unit, len(_COSTLIEST_FIRST)))
-            self.workqueue.move_to_end(first, last=False)
-            super()._assign_work_unit(node)
 
     return SharedResourceScheduling(config, log)
 
