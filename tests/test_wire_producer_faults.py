@@ -211,11 +211,11 @@ def test_a_pipelined_answer_waits_for_the_request_s_deadline_not_the_per_read_ca
     broker = brokers()
 
     def slow_end_txn(n, body) -> bytes:
-        time.sleep(0.8)
+        time.sleep(3.0)  # well past the cap below, which must still cover a loaded handshake
         return Writer(True).int32(0).int16(0).tags().build()
 
     broker.handlers[END_TXN] = slow_end_txn
-    conn = BrokerConnection("127.0.0.1", broker.port, SecurityConfig(), timeout=0.2)
+    conn = BrokerConnection("127.0.0.1", broker.port, SecurityConfig(), timeout=1.0)
     body = Writer(True).string("t").int64(7).int16(0).boolean(False).tags().build()
     cid = conn.send_pipelined(END_TXN, 3, body, flexible=True)
     r = conn.receive_pipelined(cid, END_TXN, flexible=True, deadline=time.monotonic() + 10)
@@ -232,7 +232,7 @@ def test_a_pipelined_request_is_written_within_the_deadline_not_the_per_write_ca
     broker = brokers()
 
     def slow_end_txn(n, body) -> bytes:
-        time.sleep(0.8)
+        time.sleep(3.0)  # well past the cap below, which must still cover a loaded handshake
         return Writer(True).int32(0).int16(0).tags().build()
 
     broker.handlers[END_TXN] = slow_end_txn
@@ -240,7 +240,7 @@ def test_a_pipelined_request_is_written_within_the_deadline_not_the_per_write_ca
     large = small + bytes(48 << 20)  # far past loopback's socket buffers
 
     def pipeline(deadline: float | None) -> None:
-        conn = BrokerConnection("127.0.0.1", broker.port, SecurityConfig(), timeout=0.2)
+        conn = BrokerConnection("127.0.0.1", broker.port, SecurityConfig(), timeout=1.0)
         try:
             first = conn.send_pipelined(END_TXN, 3, small, flexible=True)
             second = conn.send_pipelined(END_TXN, 3, large, flexible=True, deadline=deadline)
