@@ -144,3 +144,58 @@ def test_the_delivery_timeout_is_capped_by_the_transaction_only_when_exactly_onc
     alo = SinkConfig.from_options({**BASE, "deliveryGuarantee": "at_least_once",
                                    "kafka.message.timeout.ms": "90000"}, streaming=True)
     assert kafka_writer._delivery_timeout_s(alo) == 90.0
+
+
+class FailedTransactionProducer:
+    """Takes ``room`` records, then refuses every produce as librdkafka does once the transaction
+    failed (its AddPartitionsToTxn refused while the task was still producing)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room
+
+    def produce(self, *args, **kwargs):
+        from confluent_kafka import KafkaError, KafkaException
+
+        if self.room == 0:
+            raise KafkaException(KafkaError(KafkaError._STATE,
+                                            "Unable to produce message: Local: Erroneous state"))
+        self.room -= 1
+
+    def poll(self, timeout=0):
+        return 0
+
+
+@pytest.mark.parametrize("schema,columns,topics", [
+    ({"value": "binary"}, {"value": pa.array([b"a", b"b", b"c"])}, ["out"]),
+    ({"value": "binary", "topic": "string"},
+     {"value": pa.array([b"a", b"b", b"c"]), "topic": pa.array(["t2", "t1", "t2"])},
+     ["t1", "t2"]),
+])
+def test_a_produce_refused_by_a_failed_transaction_names_the_missing_acl(monkeypatch, schema,
+                                                                          columns, topics):
+    from txkafka.connector.errors import KafkaAuthorizationError
+
+    asked: list = []
+
+    def missing(admin, names, needed, **kw):
+        asked.append(sorted(names))
+        return {"t2": ["WRITE"]} if "t2" in names else {"out": ["WRITE"]}
+
+    monkeypatch.setattr(kafka_writer, "missing_topic_operations", missing)
+    w = _writer({} if "topic" not in schema else {"topic": None}, schema)
+    w.producer = FailedTransactionProducer(room=1)
+    with pytest.raises(KafkaAuthorizationError, match="refused a record: its transaction had "
+                       "failed.*lacks WRITE"):
+        w._produce_batch(pa.record_batch(list(columns.values()), names=list(columns)))
+    assert asked == [topics]  # every topic the batch writes, asked once
+
+
+def test_a_produce_refused_by_a_failed_transaction_with_every_acl_keeps_librdkafkas_error(
+        monkeypatch):
+    from confluent_kafka import KafkaException
+
+    monkeypatch.setattr(kafka_writer, "missing_topic_operations", lambda *a, **kw: {})
+    w = _writer({}, {"value": "binary"})
+    w.producer = FailedTransactionProducer(room=0)
+    with pytest.raises(KafkaException, match="Erroneous state"):
+        w._produce_batch(pa.record_batch([pa.array([b"a"])], names=["value"]))

@@ -540,7 +540,12 @@ class KafkaWriter(TaskAttempt):
             else:
                 self._produce_general(batch, topics, values, keys, parts, produce, poll)
         except Exception as e:
-            if parts is None or not _is_unknown_partition(e.args[0] if e.args else None):
+            err = e.args[0] if e.args else None
+            if self.transactional_id is not None and _is_erroneous_state(err):
+                # The transaction failed while its records were being produced (e.g. its
+                # AddPartitionsToTxn refused): the same diagnosis as records purged at flush.
+                self._diagnose_purged(err, _distinct(topics), refused=True)
+            if parts is None or not _is_unknown_partition(err):
                 raise
             # librdkafka refuses a partition the topic lacks naming neither; say which (the
             # caller aborts the attempt's transaction, as for any other bad row).
@@ -672,7 +677,7 @@ class KafkaWriter(TaskAttempt):
                     f"batch {self.batch_id}, task partition {self.partition_id}: writing "
                     f"{topic}[{partition}]: {INVALID_TIMESTAMP_HINT}")
             if self.transactional_id is not None:
-                self._diagnose_purged(err, topic)
+                self._diagnose_purged(err, [topic])
         if self.probe.errors:
             raise TransactionError(
                 f"{len(self.probe.errors)} record(s) failed delivery in batch {self.batch_id}, "
@@ -728,30 +733,34 @@ class KafkaWriter(TaskAttempt):
             return None
         return len(t.partitions) if t is not None and t.error is None and t.partitions else None
 
-    def _diagnose_purged(self, err: Any, topic: str) -> None:
-        """Records purged from a transactional producer: say why when it is a missing topic ACL.
+    def _diagnose_purged(self, err: Any, topics: list[str], *, refused: bool = False) -> None:
+        """Records purged from a transactional producer, or a produce refused because its
+        transaction already failed (``refused``): say why when it is a missing topic ACL.
 
         Without WRITE on the topic, AddPartitionsToTxn is refused, the transaction fails and
-        librdkafka purges its records (_PURGE_QUEUE); the cause reaches only its log. Ask the broker
-        which operations the principal has on the topic (only on this failure path).
+        librdkafka purges its records (_PURGE_QUEUE) or refuses the next produce (_STATE); the
+        cause reaches only its log. Ask the broker which operations the principal has on the
+        topics (only on this failure path).
         """
         from confluent_kafka import KafkaError
         from confluent_kafka.admin import AdminClient
 
-        if getattr(err, "code", lambda: None)() != KafkaError._PURGE_QUEUE:
+        if not refused and getattr(err, "code", lambda: None)() != KafkaError._PURGE_QUEUE:
             return
         try:
             admin = AdminClient({**self.cfg.kafka,
                                  "logger": RedactingLog(_LIBRDKAFKA_LOG, self.cfg.kafka)})
-            lacking = missing_topic_operations(admin, [topic], ("WRITE",), timeout_s=10.0)
+            lacking = missing_topic_operations(admin, topics, ("WRITE",), timeout_s=10.0)
         except Exception as e:  # noqa: BLE001 - only a diagnosis: the generic error follows
-            log.debug("could not check the writer's operations on %r: %s", topic,
+            log.debug("could not check the writer's operations on %s: %s", topics,
                       redact_text(str(e), self.cfg.kafka))
             return
-        if topic in lacking:
+        for topic in sorted(lacking):
+            what = ("refused a record: its transaction had failed" if refused
+                    else "purged the transaction's records")
             raise topic_access_error(
                 f"writing batch {self.batch_id}, task partition {self.partition_id} (librdkafka "
-                "purged the transaction's records)", topic, lacking[topic], "writer")
+                f"{what})", topic, lacking[topic], "writer")
 
     def _abort_quietly(self) -> None:
         """A failed attempt aborts its own transaction at once so readers are not held up."""
@@ -775,6 +784,18 @@ def _delivery_timeout_s(cfg: SinkConfig) -> float:
     record as long for room in librdkafka's queue."""
     return delivery_timeout_ms(cfg.kafka, cfg.transaction_timeout_ms if cfg.exactly_once
                                else None) / 1000.0
+
+
+def _is_erroneous_state(err: Any) -> bool:
+    """librdkafka refused a produce because the producer's transaction is in an error state."""
+    from confluent_kafka import KafkaError
+
+    return getattr(err, "code", lambda: None)() == KafkaError._STATE
+
+
+def _distinct(topics: str | list) -> list[str]:
+    """The topics a batch writes: the option's, or the ``topic`` column's distinct values."""
+    return [topics] if isinstance(topics, str) else sorted(set(topics))
 
 
 def _is_unknown_partition(err: Any) -> bool:
