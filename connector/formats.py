@@ -6,7 +6,8 @@ wrote it (``"txkafka_version"``); every reader checks the version here before it
 a file in a newer format than this txkafka reads raises ``NewerFormatError`` naming both versions.
 A file without a version (written before txkafka recorded one) is format 1.
 
-The rules that keep this true (docs/operations.md, "Upgrading txkafka", has the table for users):
+The rules that keep this true (docs/operations-reference.md, "File formats", has the table for
+users):
 
 - A change that an older reader would misread (a field removed, renamed or given another meaning;
   a record kind whose absence changes what the log says) bumps that kind's ``current`` and sets

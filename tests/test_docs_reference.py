@@ -392,7 +392,7 @@ def test_every_developer_command_the_docs_show_parses():
 def test_the_exit_status_table_is_the_codes():
     from txkafka.exit_codes import MEANINGS
 
-    page = (REPO / "docs" / "operations.md").read_text()
+    page = (REPO / "docs" / "operations-reference.md").read_text()
     table = next(rows for header, rows in _tables(page) if header == ["status", "meaning"])
     assert {int(r[0]): r[1] for r in table} == MEANINGS
 
@@ -434,8 +434,8 @@ def test_every_option_in_the_docs_code_is_an_option():
 
 USER_PAGES = [REPO / "README.md", *(REPO / "docs" / f"{n}.md" for n in (
     "user-guide", "user-guide-reader", "user-guide-writer", "deployment", "managed-kafka",
-    "operations", "operations-security", "troubleshooting", "runbook", "glossary",
-    "record-format-types"))]
+    "operations", "operations-reference", "operations-security", "troubleshooting", "runbook",
+    "glossary", "record-format-types"))]
 
 
 def test_user_pages_name_no_test_module_or_commit():

@@ -402,12 +402,12 @@ def test_the_error_survives_pickling():
         ("m", "f", 3, 2, "9.0.0")
 
 
-def test_the_operations_page_lists_every_format():
-    """docs/operations.md's table: file, where, format, written since, as connector/formats.py,
-    and what an earlier version does with a newer format: a cache is ignored (so it never stands
-    in the way of a downgrade), any other file refused."""
-    page = (REPO / "docs" / "operations.md").read_text()
-    section = page.split("## Upgrading txkafka", 1)[1].split("\n## ", 1)[0]
+def test_the_operations_reference_lists_every_format():
+    """docs/operations-reference.md's table: file, where, format, written since, as
+    connector/formats.py, and what an earlier version does with a newer format: a cache is ignored
+    (so it never stands in the way of a downgrade), any other file refused."""
+    page = (REPO / "docs" / "operations-reference.md").read_text()
+    section = page.split("## File formats", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in section.splitlines() if re.match(r"\|\s*\S", line)]
     header, table = rows[0], [r for r in rows[2:] if len(r) == 5]

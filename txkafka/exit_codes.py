@@ -1,5 +1,6 @@
 """The exit statuses of every txkafka command: one table, which the commands return, ``txkafka
---help`` prints and docs/operations.md lists (tests/test_docs_reference.py keeps them in step).
+--help`` prints and docs/operations-reference.md lists (tests/test_docs_reference.py keeps them in
+step).
 
 A script tells the cases apart by number alone: a failed check (1) is not a typo (2), a query that
 needs an operator's decision (3) is not a cluster that does not answer (4).
