@@ -229,6 +229,53 @@ def test_every_checkpoint_command_takes_spark_submits_s3a_flags(name):
         assert "--properties-file" not in opts, name
 
 
+def test_one_spelling_per_option_whatever_the_command():
+    """The same thing has the same flag, metavar and help everywhere: --checkpoint DIR, the
+    query's checkpointLocation (plus what the command does with it); -X is --conf on every
+    command that takes --conf (spark.* keys the checkpoint's, others a Kafka client's); a
+    transactional id is --transactional-id ID, as kafka-transactions.sh spells it (--id, its older
+    spelling, still works there), while verify's --id is where a record's id is."""
+    wrong = []
+    for name, parser in _leaves(_tree()):
+        opts = _options(parser)
+        ck = opts.get("--checkpoint")
+        if ck is not None and (ck.metavar != "DIR" or not ck.help.startswith(
+                "the query's checkpointLocation, a path or a URI")):
+            wrong.append(f"{name} --checkpoint: {ck.metavar} {ck.help!r}")
+        if "--conf" in opts and opts.get("-X") is not opts["--conf"]:
+            wrong.append(f"{name}: --conf without -X")
+        tid = opts.get("--transactional-id")
+        if "--id" in opts and tid is None and opts["--id"].metavar != "WHERE":
+            wrong.append(f"{name} --id: a transactional id is --transactional-id")
+        if tid is not None and (tid.metavar, tid.dest) != ("ID", opts["--id"].dest):
+            wrong.append(f"{name} --transactional-id: {tid.metavar} {tid.dest}")
+    assert not wrong, wrong
+
+
+def test_every_command_s_help_starts_with_what_it_does():
+    """`txkafka broker start --help` opens with the line `txkafka broker --help` lists for it;
+    each such line starts with a verb, in lower case, in plain text (no markup)."""
+    wrong = []
+    for program in (_tree(), devtools_cli.build_parser()):
+        for name, parser in _parsers(program):
+            for action in _subcommands(parser):
+                for choice in action._choices_actions:
+                    child = action.choices[choice.dest]
+                    text = choice.help
+                    if not text[:1].islower() or "`" in text or text.endswith("."):
+                        wrong.append(f"{name} {choice.dest}: {text!r}")
+                    opens = " ".join((child.description or "").split()).rstrip(".")
+                    if opens[:1].lower() + opens[1:] != text:
+                        wrong.append(f"{name} {choice.dest}: --help opens {child.description!r}")
+    assert not wrong, wrong
+
+
+def test_status_help_gives_its_own_exit_statuses(capsys):
+    text = dict(_leaves(_tree()))["status"].format_help()
+    for code in exit_codes.MEANINGS:
+        assert f"\n  {code}  " in text, text
+
+
 def test_json_is_a_flag_and_nobody_spells_bootstrap():
     programs = [*_parsers(_tree()), *_parsers(devtools_cli.build_parser()),
                 ("python -m txkafka.pipeline", pipeline.parser()),

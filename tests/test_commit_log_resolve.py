@@ -74,7 +74,7 @@ def test_committed_everything_completes_the_batch(tmp_path):
 
 def test_per_id_answers_accumulate_and_the_restart_honours_them(tmp_path):
     fake, log, tids = _stopped(tmp_path, forgotten=(1, 2))
-    assert _resolve(tmp_path, "--committed", "--id", tids[1], "--yes") == 0
+    assert _resolve(tmp_path, "--committed", "--transactional-id", tids[1], "--yes") == 0
     assert log.latest().pending is not None  # task partition 2 is still undetermined
     with pytest.raises(TransactionOutcomeUnknownError) as exc:
         _committer(tmp_path, fake)[0].recover()
@@ -95,7 +95,7 @@ def test_refuses_a_batch_without_a_pending_round(tmp_path):
 
 def test_refuses_an_id_that_is_not_undetermined(tmp_path):
     fake, log, tids = _stopped(tmp_path)
-    with pytest.raises(SystemExit, match=f"--id {tids[0]}: not an undetermined transaction"):
+    with pytest.raises(SystemExit, match=f"--transactional-id {tids[0]}: not an undetermined transaction"):
         _resolve(tmp_path, "--lost", "--id", tids[0], "--yes")
     assert log.latest().pending is not None
 

@@ -110,8 +110,8 @@ def test_abort_refuses_an_id_of_another_sink(tmp_path, fake):
     sid = SinkCommitLog(str(ck)).identity("a").sink_id
     fake.open_ids = [f"a-{sid}-0-0", "b-0123abcd-0-0"]
     with pytest.raises(SystemExit) as exc:
-        main(["transactions", "abort", "-b", B, "--checkpoint", str(ck), "--id", "b-0123abcd-0-0",
-              "--yes"])
+        main(["transactions", "abort", "-b", B, "--checkpoint", str(ck),
+              "--transactional-id", "b-0123abcd-0-0", "--yes"])
     assert "b-0123abcd-0-0" in str(exc.value.code)
     assert fake.instances == [] or fake.instances[-1].aborted == []
 
@@ -121,7 +121,7 @@ def test_abort_says_which_named_ids_are_not_open(tmp_path, fake, capsys):
     sid = SinkCommitLog(str(ck)).identity("a").sink_id
     fake.open_ids = [f"a-{sid}-0-0"]
     code = main(["transactions", "abort", "-b", B, "--checkpoint", str(ck),
-                 "--id", f"a-{sid}-9-0", "--yes"])
+                 "--transactional-id", f"a-{sid}-9-0", "--yes"])
     assert code == 1
     assert f"a-{sid}-9-0" in capsys.readouterr().err
     assert fake.instances[-1].aborted == []
@@ -248,7 +248,7 @@ def test_dry_run_fails_too_when_a_named_id_is_not_open(tmp_path, fake, capsys):
     sid = SinkCommitLog(str(ck)).identity("a").sink_id
     fake.open_ids = [f"a-{sid}-0-0"]
     code = main(["transactions", "abort", "-b", B, "--checkpoint", str(ck),
-                 "--id", f"a-{sid}-0-0", "--id", f"a-{sid}-9-0"])
+                 "--transactional-id", f"a-{sid}-0-0", "--id", f"a-{sid}-9-0"])
     assert code == 1
     out = capsys.readouterr()
     assert f"a-{sid}-9-0" in out.err and "would abort 1" in out.out

@@ -11,7 +11,8 @@ import sys
 from typing import Callable, Sequence
 
 from . import exit_codes
-from .cli_options import CommandLineError, CommandParser, add_json_flag, local_server_actions
+from .cli_options import (CommandLineError, CommandParser, add_json_flag, describe_commands,
+                          local_server_actions)
 
 def _broker_cluster(args: argparse.Namespace):
     from .embedded_kafka import EmbeddedKafka
@@ -78,8 +79,8 @@ def _register_broker(sub: argparse._SubParsersAction) -> None:
         sub, "broker", "run a local Apache Kafka (KRaft) for development, from Maven Central's "
         "jars", "cluster")
 
-    st = named(bsub.add_parser("start", help="start it (or find it running) and print its "
-                               "bootstrap servers"))
+    st = named(bsub.add_parser("start", help="start the local broker (or find it running) and "
+                               "print its bootstrap servers"))
     st.add_argument("--nodes", type=int, choices=[1, 3], default=1, help="brokers: 1, or 3 for "
                     "replication factor 3")
     st.add_argument("--transaction-version", type=int, choices=[0, 1, 2], default=None,
@@ -91,14 +92,15 @@ def _register_broker(sub: argparse._SubParsersAction) -> None:
     st.add_argument("--timeout", type=float, default=180.0, metavar="SECONDS",
                     help="how long to wait until transactions work")
     st.set_defaults(func=cmd_broker_start)
-    sp = named(bsub.add_parser("stop", help="stop it (its data stays, unless --clean)"))
+    sp = named(bsub.add_parser("stop", help="stop the local broker (its data stays, unless "
+                               "--clean)"))
     sp.add_argument("--clean", action="store_true", help="also delete its data")
     sp.set_defaults(func=cmd_broker_stop)
-    ss = named(bsub.add_parser("status", help="whether it runs, where, and each node (exit "
-                               "status 3 when not running)"))
+    ss = named(bsub.add_parser("status", help="print whether the local broker runs, where, and "
+                               "each node (exit status 3 when not running)"))
     add_json_flag(ss, "the status")
     ss.set_defaults(func=cmd_broker_status)
-    lg = named(bsub.add_parser("logs", help="each node's log tail"))
+    lg = named(bsub.add_parser("logs", help="print the tail of each node's log"))
     lg.add_argument("--lines", type=int, default=40, metavar="N", help="lines per node")
     lg.set_defaults(func=cmd_broker_logs)
 
@@ -112,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register_broker(sub)
     for register in _EXTENSIONS:
         register(sub)
+    describe_commands(p)
     return p
 
 

@@ -90,6 +90,37 @@ def local_server_actions(sub: argparse._SubParsersAction, command: str, help: st
     return actions, named
 
 
+def add_checkpoint_option(parser: argparse.ArgumentParser, *, required: bool = True,
+                          note: str = "") -> None:
+    """``--checkpoint DIR``, the same on every command that reads a query's checkpoint: Spark's
+    checkpointLocation, a path or a URI (``note`` says what this command does with it)."""
+    parser.add_argument("--checkpoint", required=required, metavar="DIR",
+                        help="the query's checkpointLocation, a path or a URI (s3a://, hdfs://, "
+                             "...)" + (f": {note}" if note else ""))
+
+
+def add_transactional_id_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--transactional-id ID`` (repeatable), as Kafka's kafka-transactions.sh spells it; ``--id``
+    is the older spelling, kept working (verify's ``--id`` is where a record's id is)."""
+    parser.add_argument("--transactional-id", action="append", metavar="ID", dest="id",
+                        help=f"only this transactional id (repeatable; default: {what})")
+    parser.add_argument("--id", action="append", metavar="ID", dest="id",
+                        help="the older spelling of --transactional-id")
+
+
+def describe_commands(parser: argparse.ArgumentParser) -> None:
+    """Each command's ``--help`` starts with the line the list of commands above it shows, so
+    ``txkafka broker start --help`` says what it does, as ``txkafka broker --help`` does."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help for a in action._choices_actions}
+            for name, child in action.choices.items():
+                if child.description is None and helps.get(name):
+                    child.description = textwrap.fill(
+                        helps[name][:1].upper() + helps[name][1:] + ".", 79)
+                describe_commands(child)
+
+
 def add_json_flag(parser: argparse.ArgumentParser, what: str = "the report") -> None:
     """``--json``, the same on every command that reports."""
     parser.add_argument("--json", action="store_true", help=f"print {what} as JSON")
@@ -197,7 +228,8 @@ def add_checkpoint_store_options(parser: argparse.ArgumentParser) -> None:
     store_help = f"spark.hadoop.fs.s3a.NAME=VALUE, NAME one of: {names}"
     kafka_conf = parser._option_string_actions.get("--conf")
     if kafka_conf is None:
-        g.add_argument("--conf", action="append", metavar="KEY=VALUE",
+        # -X as on the commands that connect: one flag, whatever the command.
+        g.add_argument("-X", "--conf", action="append", metavar="KEY=VALUE",
                        help=f"one setting, after --properties-file's (repeatable): {store_help}")
     else:
         kafka_conf.help = (f"{kafka_conf.help}. With a spark.* KEY: an S3 checkpoint's "

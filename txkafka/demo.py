@@ -212,7 +212,8 @@ def run_demo(ns: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
-    p = sub.add_parser("demo", help="exactly-once Kafka -> Spark -> Kafka across a driver crash")
+    p = sub.add_parser("demo", help="run Kafka -> Spark -> Kafka exactly once across a driver "
+                       "crash, and verify the output")
     add_kafka_options(p, required=False, cluster="run on this Kafka cluster")
     p.add_argument("--records", type=int, default=20000, metavar="N",
                    help="committed input records")

@@ -271,14 +271,15 @@ def register_cli(sub: argparse._SubParsersAction) -> None:
         sub, "registry", "run a local Schema Registry (Apicurio, Confluent's API) for "
         "development, from Maven Central's jars", "registry")
 
-    st = named(rsub.add_parser("start", help="start it (or find it running) and print its "
-                               "schema.registry.url"))
+    st = named(rsub.add_parser("start", help="start the local registry (or find it running) and "
+                               "print its schema.registry.url"))
     st.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS",
                     help="how long to wait until it answers")
     st.set_defaults(func=cmd_registry_start)
-    named(rsub.add_parser("stop", help="stop it (its schemas are kept in memory: they go)")
+    named(rsub.add_parser("stop", help="stop the local registry (its schemas are kept in "
+                          "memory: they go)")
           ).set_defaults(func=cmd_registry_stop)
-    ss = named(rsub.add_parser("status", help="whether it runs and where (exit status 3 when "
-                               "not running)"))
+    ss = named(rsub.add_parser("status", help="print whether the local registry runs, and where "
+                               "(exit status 3 when not running)"))
     add_json_flag(ss, "the status")
     ss.set_defaults(func=cmd_registry_status)

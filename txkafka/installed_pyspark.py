@@ -230,14 +230,14 @@ def register_cli(sub) -> None:
 
     p = sub.add_parser(
         "pyspark-bytecode",
-        help="let the Python processes Spark starts import the installed pyspark's bytecode instead "
-             "of compiling pyspark.zip again (faster streaming query starts); off by default")
+        help="make Spark's Python processes import the installed pyspark's bytecode, not "
+             "compile pyspark.zip again (faster starts with pip's pyspark; off by default)")
     psub = p.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
     psub.add_parser("enable", help="install the import hook beside pyspark").set_defaults(
         func=cmd_pyspark_bytecode)
     psub.add_parser("disable", help="remove the import hook").set_defaults(
         func=cmd_pyspark_bytecode)
-    st = psub.add_parser("status", help="whether the hook is on, and where Spark's Python "
-                         "processes import pyspark from")
+    st = psub.add_parser("status", help="print whether the hook is on, and where Spark's "
+                         "Python processes import pyspark from")
     add_json_flag(st, "the status")
     st.set_defaults(func=cmd_pyspark_bytecode)

@@ -1,9 +1,9 @@
 """Operator commands: the sink's open transactions and its commit log.
 
     txkafka transactions list  -b HOST:PORT (--checkpoint DIR | --prefix P) [--all] [--json]
-    txkafka transactions abort -b HOST:PORT (--checkpoint DIR | --prefix P --force) [--id ID ...] [--yes]
+    txkafka transactions abort -b HOST:PORT (--checkpoint DIR | --prefix P --force) [--transactional-id ID ...] [--yes]
     txkafka commit-log show    --checkpoint DIR [--last N] [--json]
-    txkafka commit-log resolve --checkpoint DIR --batch N (--committed | --lost) [--id ID ...] [--yes]
+    txkafka commit-log resolve --checkpoint DIR --batch N (--committed | --lost) [--transactional-id ID ...] [--yes]
     txkafka commit-log moved   --checkpoint DIR [--force] [--yes]
 
 Client settings (security) come from a properties file (``--command-config``) and ``-X key=value``,
@@ -19,9 +19,9 @@ import sys
 import time
 
 from . import exit_codes
-from .cli_options import (CommandLineError, KafkaConnection, add_checkpoint_store_options,
-                          add_json_flag, add_kafka_options, add_yes_flag,
-                          checkpoint_store_from_args)
+from .cli_options import (CommandLineError, KafkaConnection, add_checkpoint_option,
+                          add_checkpoint_store_options, add_json_flag, add_kafka_options,
+                          add_transactional_id_option, add_yes_flag, checkpoint_store_from_args)
 from .connector.checkpoint.object_store import S3Settings
 from .connector.errors import TxKafkaError
 from .connector.secrets_redaction import redact_uri
@@ -174,7 +174,7 @@ def cmd_abort(args: argparse.Namespace) -> int:
     foreign = [tid for tid in named if not sel.owns(tid)]
     if foreign:
         raise CommandLineError(
-            f"--id {', '.join(foreign)}: not a transactional id of "
+            f"--transactional-id {', '.join(foreign)}: not a transactional id of "
             f"{'this sink' if args.checkpoint else 'the --prefix'} (ids start with {sel.label})")
     with TransactionClient(conn.client_conf) as tc:
         listed = [t for t in _listed(tc, sel, ["Ongoing"])
@@ -303,7 +303,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     wrong = [tid for tid in chosen if tid not in undetermined]
     if wrong:
         raise CommandLineError(
-            f"--id {', '.join(wrong)}: not an undetermined transaction of batch {args.batch} round "
+            f"--transactional-id {', '.join(wrong)}: not an undetermined transaction of batch {args.batch} round "
             f"{rnd.number}; undetermined: {', '.join(undetermined) or 'none'}")
     verdict = "committed" if args.committed else "lost"
     resolved = {**(note.get("resolved") or {}), **{tid: verdict for tid in chosen}}
@@ -388,8 +388,7 @@ def cmd_moved(args: argparse.Namespace) -> int:
 def register_cli(sub) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         add_kafka_options(p, cluster="the sink's Kafka cluster")
-        p.add_argument("--checkpoint", metavar="DIR",
-                       help="the query's checkpointLocation (finds the sink's ids)")
+        add_checkpoint_option(p, required=False, note="finds the sink's ids")
         p.add_argument("--prefix", help="without --checkpoint: the start of the transactional ids "
                        "(e.g. txkafka-1a2b3c4d-); with --checkpoint: the query's "
                        "transactionalIdPrefix option (default: the ones its commit log used)")
@@ -397,14 +396,14 @@ def register_cli(sub) -> None:
 
     t = sub.add_parser("transactions", help="list or abort the sink's open transactions")
     tsub = t.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
-    tl = tsub.add_parser("list", help="open transactions of the sink")
+    tl = tsub.add_parser("list", help="list the sink's open transactions")
     common(tl)
     tl.add_argument("--all", action="store_true", help="every state, not only Ongoing")
     add_json_flag(tl, "the rows")
     tl.set_defaults(func=cmd_list)
     ta = tsub.add_parser("abort", help="abort open transactions (never a decided batch's)")
     common(ta)
-    ta.add_argument("--id", action="append", help="only this transactional id (repeatable)")
+    add_transactional_id_option(ta, "every open one of the sink")
     add_yes_flag(ta, "abort them")
     ta.add_argument("--force", action="store_true", help="abort a decided batch's transactions "
                     "too (and, with --prefix alone, whatever matches)")
@@ -413,17 +412,16 @@ def register_cli(sub) -> None:
     c = sub.add_parser("commit-log", help="show the sink's commit log, resolve an unknown "
                        "outcome, or record a moved checkpoint")
     csub = c.add_subparsers(dest="action", required=True, title="actions", metavar="ACTION")
-    cs = csub.add_parser("show", help="the newest batches: status, rounds, source offsets")
-    cs.add_argument("--checkpoint", required=True, metavar="DIR",
-                    help="the query's checkpointLocation")
+    cs = csub.add_parser("show", help="print the newest batches: their state, rounds and "
+                         "source offsets")
+    add_checkpoint_option(cs)
     cs.add_argument("--last", type=int, default=20, metavar="N", help="how many batches")
     add_checkpoint_store_options(cs)
     add_json_flag(cs, "the batches")
     cs.set_defaults(func=cmd_log)
     cr = csub.add_parser("resolve", help="record whether a batch's unknown-outcome transactions "
                          "committed (after checking the output), so the query can continue")
-    cr.add_argument("--checkpoint", required=True, metavar="DIR",
-                    help="the query's checkpointLocation")
+    add_checkpoint_option(cr)
     cr.add_argument("--batch", type=int, required=True, metavar="N",
                     help="the batch whose outcome is unknown (commit-log show marks it)")
     verdict = cr.add_mutually_exclusive_group(required=True)
@@ -431,15 +429,13 @@ def register_cli(sub) -> None:
                          help="their records are in the output: nothing is written again")
     verdict.add_argument("--lost", action="store_true",
                          help="their records are missing: the restart writes those task partitions again")
-    cr.add_argument("--id", action="append", help="only this transactional id (repeatable; default: "
-                    "every undetermined one)")
+    add_transactional_id_option(cr, "every undetermined one of the batch")
     add_checkpoint_store_options(cr)
     add_yes_flag(cr, "record the answer in the checkpoint")
     cr.set_defaults(func=cmd_resolve)
     cm = csub.add_parser("moved", help="record a moved checkpoint's new place (a query on a moved "
                          "or copied checkpoint stops with CheckpointMovedError)")
-    cm.add_argument("--checkpoint", required=True, metavar="DIR",
-                    help="the checkpoint's new place: the query's checkpointLocation now")
+    add_checkpoint_option(cm, note="its new place, where the query runs now")
     cm.add_argument("--force", action="store_true", help="record it even though the old place "
                     "still holds the sink's checkpoint")
     add_checkpoint_store_options(cm)

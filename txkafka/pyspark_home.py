@@ -197,9 +197,8 @@ def register_cli(sub) -> None:
 
     p = sub.add_parser(
         "pyspark-home",
-        help="build a SPARK_HOME whose pyspark.zip has bytecode (faster Python worker and "
-             "streaming-source starts with a Spark distribution; with pip's pyspark, "
-             "`txkafka pyspark-bytecode enable` does the same); prints the export line")
+        help="build a Spark home whose pyspark.zip has bytecode (faster starts with a Spark "
+             "distribution) and print its export line")
     p.add_argument("--spark-home", metavar="DIR", help="the Spark home to mirror (default: "
                    "$SPARK_HOME, else the installed pyspark)")
     p.add_argument("--out", metavar="DIR",

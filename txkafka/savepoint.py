@@ -480,8 +480,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
-    from .cli_options import (add_checkpoint_store_options, add_json_flag, add_kafka_options,
-                              add_yes_flag)
+    from .cli_options import (add_checkpoint_option, add_checkpoint_store_options, add_json_flag,
+                              add_kafka_options, add_yes_flag)
 
     s = sub.add_parser("savepoint", help="move a stopped pipeline to a new checkpoint or a "
                        "changed query, exactly once")
@@ -489,8 +489,7 @@ def register_cli(sub) -> None:
     c = ssub.add_parser("create", help="resolve the sink of a stopped query and write the source "
                         "positions matching its output")
     add_kafka_options(c, cluster="the sink's Kafka cluster")
-    c.add_argument("--checkpoint", required=True, metavar="DIR",
-                   help="the stopped query's checkpointLocation")
+    add_checkpoint_option(c, note="the query must be stopped")
     c.add_argument("--out", required=True, metavar="FILE", help="the savepoint file to create (a "
                    "path or a pyarrow.fs URI); never overwritten")
     c.add_argument("--prefix", help="the query's transactionalIdPrefix (default: the ones its "
@@ -503,7 +502,8 @@ def register_cli(sub) -> None:
     add_checkpoint_store_options(c)
     c.set_defaults(func=cmd_create)
     sh = ssub.add_parser("show", help="print what a savepoint holds")
-    sh.add_argument("savepoint", help="the savepoint file (a path or a pyarrow.fs URI)")
+    sh.add_argument("savepoint", metavar="FILE",
+                    help="the savepoint file (a path or a pyarrow.fs URI)")
     add_json_flag(sh, "the savepoint")
     add_checkpoint_store_options(sh)
     sh.set_defaults(func=cmd_show)

@@ -23,8 +23,9 @@ import sys
 import time
 from typing import Any
 
-from .cli_options import (CommandLineError, KafkaConnection, add_checkpoint_store_options,
-                          add_kafka_options, checkpoint_store_from_args)
+from .cli_options import (CommandLineError, KafkaConnection, add_checkpoint_option,
+                          add_checkpoint_store_options, add_json_flag, add_kafka_options,
+                          checkpoint_store_from_args)
 from .connector.checkpoint.object_store import S3Settings
 from .connector.checkpoint.savepoint import merge_sources, sources_of
 from .connector.checkpoint.spark_checkpoint import SparkCheckpoint
@@ -39,6 +40,13 @@ from .connector.source.offsets import PartitionOffsets
 from .exit_codes import FINDINGS as BEHIND, NEEDS_OPERATOR, OK as HEALTHY, USAGE  # noqa: F401
 from .exit_codes import UNREACHABLE as CANNOT_TELL
 _STATES = {HEALTHY: "HEALTHY", BEHIND: "BEHIND", NEEDS_OPERATOR: "NEEDS AN OPERATOR"}
+# What each status means for this command, under --help (the general table is txkafka --help's).
+STATUS_EPILOG = f"""exit status:
+  {HEALTHY}  healthy: nothing needs an operator, lag at most --max-lag
+  {BEHIND}  behind: lag above --max-lag
+  {USAGE}  the command line is wrong (an unknown option, client settings that cannot be used)
+  {NEEDS_OPERATOR}  needs an operator: an unknown outcome, a moved or copied checkpoint
+  {CANNOT_TELL}  cannot tell: the checkpoint or the cluster could not be read"""
 
 
 def committed_positions(spark: SparkCheckpoint) -> tuple[int | None, PartitionOffsets, list[str]]:
@@ -203,11 +211,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def register_cli(sub) -> None:
     p = sub.add_parser(
-        "status", help="a query's state on one screen: lag, the sink's last batches, open "
-        "transactions, what needs an operator (exit status 0 healthy, 1 behind, 3 needs an "
-        "operator, 4 cannot tell)")
-    p.add_argument("--checkpoint", required=True, metavar="DIR",
-                   help="the query's checkpointLocation")
+        "status", help="print a query's state on one screen: lag, the sink's last batches, open "
+        "transactions, what needs an operator", epilog=STATUS_EPILOG)
+    add_checkpoint_option(p)
     add_kafka_options(p, required=False, cluster="the cluster the query reads and writes "
                       "(default: none; then no latest offsets, lag or open transactions)")
     add_checkpoint_store_options(p)
@@ -216,5 +222,5 @@ def register_cli(sub) -> None:
                         "query is behind (exit status 1)")
     p.add_argument("--batches", type=int, default=5, metavar="N",
                    help="how many of the sink's newest batches to show")
-    p.add_argument("--json", action="store_true", help="print everything as JSON")
+    add_json_flag(p, "everything")
     p.set_defaults(func=cmd_status)

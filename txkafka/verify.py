@@ -741,9 +741,11 @@ def _run_check(conf: dict, args: argparse.Namespace, s3: S3Settings | None
 
 
 def register_cli(sub) -> None:
-    from .cli_options import add_checkpoint_store_options, add_kafka_options
+    from .cli_options import (add_checkpoint_option, add_checkpoint_store_options, add_json_flag,
+                              add_kafka_options)
 
-    p = sub.add_parser("verify", help="check an output topic holds each input record exactly once")
+    p = sub.add_parser("verify", help="check that an output topic holds each input record "
+                       "exactly once")
     add_kafka_options(p, cluster="the cluster of both topics")
     p.add_argument("--input", required=True, metavar="TOPIC", help="the input topic")
     p.add_argument("--output", required=True, metavar="TOPIC", help="the output topic")
@@ -761,10 +763,9 @@ def register_cli(sub) -> None:
     p.add_argument("--id-out", metavar="WHERE", help="ids: the id's place in the output, if it "
                    "differs (default: --id)")
     p.add_argument("--no-order", action="store_true", help="ids: skip the per-partition order check")
-    p.add_argument("--checkpoint", metavar="DIR",
-                   help="the query's checkpointLocation: Spark's offset log makes the check "
-                        "exact (ids: the input its committed batches read must be out once, "
-                        "later input at most once)")
+    add_checkpoint_option(p, required=False, note="Spark's offset log makes the check exact "
+                          "(ids: the input its committed batches read must be out once, later "
+                          "input at most once)")
     p.add_argument("--window-ms", type=int, default=2000, metavar="MS",
                    help="windowed-counts: the window length")
     p.add_argument("--watermark-ms", type=int, default=None, metavar="MS",
@@ -773,8 +774,7 @@ def register_cli(sub) -> None:
                    help="pass a run that verified nothing (an empty input or output, no id or "
                         "key, no closed window, no committed batch) when that is expected; "
                         "without it such a run fails. Output records no input explains still fail")
-    p.add_argument("--json", action="store_true",
-                   help="print the report as JSON instead of text")
+    add_json_flag(p, "the report")
     p.add_argument("--json-out", metavar="FILE", help="also write the report as JSON to FILE")
     add_checkpoint_store_options(p)
     p.set_defaults(func=cmd_verify)

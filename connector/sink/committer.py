@@ -800,8 +800,9 @@ class KafkaCommitter:
                     f"with isolation.level=read_committed), then record the answer: "
                     f"`txkafka commit-log resolve --checkpoint {ck} --batch {batch_id} --committed` "
                     f"if they are there (nothing is written again), or `... --lost` if they are "
-                    f"missing (the restart writes exactly these task partitions again); add --id "
-                    f"to answer per transaction, --yes to apply. Then restart the query.")
+                    f"missing (the restart writes exactly these task partitions again); add "
+                    f"--transactional-id ID to answer per transaction, --yes to apply. Then "
+                    f"restart the query.")
         raise TransactionOutcomeUnknownError(
             f"batch {batch_id} round {round_no}: the outcome of {len(unknown)} decided "
             f"transaction(s) is unknown: {'; and '.join(reasons)}; so Kafka cannot say whether "

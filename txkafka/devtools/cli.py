@@ -1,6 +1,6 @@
-"""The developer tooling's command line, apart from the user's: ``python -m txkafka.devtools
-bench|bench-endurance ...`` from the repository (the wheel does not ship txkafka.devtools).
-Its commands parse, report and exit like the user's (txkafka/exit_codes.py)."""
+"""The developer tooling's command line, apart from the user's: python -m txkafka.devtools
+bench|bench-endurance|bench-formats, from a clone of the repository (the wheel does not ship
+txkafka.devtools). Its commands parse, report and exit like txkafka's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Sequence
 
 from .. import exit_codes
 from ..cli import dispatch
-from ..cli_options import CommandParser
+from ..cli_options import CommandParser, describe_commands
 
 PROG = "python -m txkafka.devtools"
 
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for module in (bench, bench_endurance, bench_formats):
         module.register_cli(sub)
+    describe_commands(p)
     return p
 
 
