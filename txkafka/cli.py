@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 from . import exit_codes
 from .cli_options import (CommandLineError, CommandParser, add_json_flag, describe_commands,
-                          local_server_actions)
+                          description, local_server_actions)
 
 def _broker_cluster(args: argparse.Namespace):
     from .embedded_kafka import EmbeddedKafka
@@ -108,7 +108,7 @@ def _register_broker(sub: argparse._SubParsersAction) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    p = CommandParser(prog="txkafka", description=__doc__, epilog=exit_codes.epilog())
+    p = CommandParser(prog="txkafka", description=description(__doc__), epilog=exit_codes.epilog())
     p.add_argument("--version", action="version", version=f"txkafka {__version__}")
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     _register_broker(sub)

@@ -108,6 +108,11 @@ def add_transactional_id_option(parser: argparse.ArgumentParser, what: str) -> N
                         help="the older spelling of --transactional-id")
 
 
+def description(doc: str) -> str:
+    """A program's docstring as its --help shows it: one paragraph, wrapped for 80 columns."""
+    return textwrap.fill(" ".join(doc.split()), 79)
+
+
 def describe_commands(parser: argparse.ArgumentParser) -> None:
     """Each command's ``--help`` starts with the line the list of commands above it shows, so
     ``txkafka broker start --help`` says what it does, as ``txkafka broker --help`` does."""

@@ -44,7 +44,7 @@ _STATES = {HEALTHY: "HEALTHY", BEHIND: "BEHIND", NEEDS_OPERATOR: "NEEDS AN OPERA
 STATUS_EPILOG = f"""exit status:
   {HEALTHY}  healthy: nothing needs an operator, lag at most --max-lag
   {BEHIND}  behind: lag above --max-lag
-  {USAGE}  the command line is wrong (an unknown option, client settings that cannot be used)
+  {USAGE}  the command line is wrong: an unknown option, unusable client settings
   {NEEDS_OPERATOR}  needs an operator: an unknown outcome, a moved or copied checkpoint
   {CANNOT_TELL}  cannot tell: the checkpoint or the cluster could not be read"""
 

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from .. import exit_codes
 from ..cli import dispatch
-from ..cli_options import CommandParser, describe_commands
+from ..cli_options import CommandParser, describe_commands, description
 
 PROG = "python -m txkafka.devtools"
 
@@ -17,7 +17,7 @@ PROG = "python -m txkafka.devtools"
 def build_parser() -> argparse.ArgumentParser:
     from . import bench, bench_endurance, bench_formats
 
-    p = CommandParser(prog=PROG, description=__doc__, epilog=exit_codes.epilog())
+    p = CommandParser(prog=PROG, description=description(__doc__), epilog=exit_codes.epilog())
     sub = p.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
     for module in (bench, bench_endurance, bench_formats):
         module.register_cli(sub)
