@@ -435,7 +435,7 @@ def test_every_option_in_the_docs_code_is_an_option():
 USER_PAGES = [REPO / "README.md", *(REPO / "docs" / f"{n}.md" for n in (
     "user-guide", "user-guide-reader", "user-guide-writer", "deployment", "managed-kafka",
     "operations", "operations-reference", "operations-security", "troubleshooting", "runbook",
-    "glossary", "record-format-types"))]
+    "glossary", "record-format-types", "record-format-avro", "switching"))]
 
 
 def test_user_pages_name_no_test_module_or_commit():
