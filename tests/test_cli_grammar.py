@@ -264,6 +264,8 @@ def test_every_command_s_help_starts_with_what_it_does():
                     text = choice.help
                     if not text[:1].islower() or "`" in text or text.endswith("."):
                         wrong.append(f"{name} {choice.dest}: {text!r}")
+                    wrong += [f"{name} {choice.dest} {a.option_strings}: markup in {a.help!r}"
+                              for a in child._actions if "`" in (a.help or "")]
                     opens = " ".join((child.description or "").split()).rstrip(".")
                     if opens[:1].lower() + opens[1:] != text:
                         wrong.append(f"{name} {choice.dest}: --help opens {child.description!r}")

@@ -551,7 +551,8 @@ def register_cli(sub) -> None:
     p.add_argument("--producer", choices=("auto", "librdkafka", "txkafka"),
                    help="the sink's producer option (default: the sink's default)")
     p.add_argument("--pyspark-home", action="store_true",
-                   help="run Spark from `txkafka pyspark-home`'s Spark home (bytecode imports)")
+                   help="run Spark from the Spark home txkafka pyspark-home "
+                   "builds (bytecode imports)")
     p.add_argument("--keep-broker", action="store_true",
                    help="leave the cluster started for the run running")
     p.add_argument("--out", default="results/endurance", metavar="DIR",
