@@ -1321,8 +1321,8 @@ def register_cli(sub) -> None:
                    help="write, sink and tasks suites: also run exactly_once with "
                         "producer=librdkafka (the txkafka systems write with the default producer)")
     p.add_argument("--pyspark-home", action="store_true",
-                   help="run Spark from the Spark home txkafka pyspark-home builds (pyspark.zip with "
-                        "bytecode) instead of the installed one")
+                   help="run Spark from the Spark home txkafka pyspark-home builds (pyspark.zip "
+                        "with bytecode) instead of the installed one")
     p.add_argument("--no-warmup", dest="warmup", action="store_false",
                    help="no untimed warm-up run per system (a smoke run: its figures include "
                         "each system's first-run costs and are not for comparison)")
