@@ -1,6 +1,6 @@
 """Protobuf and JSON Schema in Confluent's wire format against a real Schema Registry and real Kafka
 and Spark: txkafka reads what confluent_kafka's serializers wrote, and they read what txkafka
-writes (Protobuf byte for byte)."""
+writes (Protobuf byte for byte); timestamp_ntz through each format's derived schema (Avro too)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import datetime as dt
 import json
 
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -224,3 +225,54 @@ def test_json_schema_ref_to_another_subject(spark, kafka, schema_registry):
     dctx = SerializationContext(dst, MessageField.VALUE)
     back = sorted((de(r.value, dctx) for r in kafka.read_all(dst)), key=lambda d: d["id"])
     assert back == docs
+
+
+def test_timestamp_ntz_round_trips_where_the_format_has_a_local_date_time(spark, kafka,
+                                                                          schema_registry):
+    """timestamp_ntz written with a derived, auto-registered schema and read back: Avro
+    (local-timestamp-micros) and JSON Schema (format datetime-local) keep timestamp_ntz, the
+    wall-clock time unchanged; Protobuf has only the instant Timestamp, so the wall-clock time
+    is written as UTC and reads back as a timestamp. confluent_kafka reads what was written
+    (its JSON deserializer validating each document against the registered schema)."""
+    df = spark.range(12).selectExpr(
+        "CAST(id AS STRING) AS key",
+        "named_struct('id', id, 'local', IF(id % 4 = 0, NULL, make_timestamp_ntz(2024, 3, 31, 2, "
+        "30, CAST(id + 0.123456 AS DECIMAL(8, 6)))), 'at', timestamp_micros(id * 1000001)) "
+        "AS value")
+    wall = {i: None if i % 4 == 0 else dt.datetime(2024, 3, 31, 2, 30, i, 123456)
+            for i in range(12)}
+    utc_micros = {i: w and (w - dt.datetime(1970, 1, 1)) // dt.timedelta(microseconds=1)
+                  for i, w in wall.items()}
+    client = SchemaRegistryClient({"url": schema_registry})
+    for fmt, local_type in (("avro", "timestamp_ntz"), ("json-schema", "timestamp_ntz"),
+                            ("protobuf", "timestamp")):
+        topic = kafka.create_topic()
+        _auto_write(df, kafka, topic, schema_registry, fmt)
+        back = _fmt_read(spark, kafka, topic, schema_registry, fmt)
+        assert back.schema["value"].dataType.simpleString() == (
+            f"struct<id:bigint,local:{local_type},at:timestamp>"), fmt
+        local = "value.local" if local_type == "timestamp_ntz" else "unix_micros(value.local)"
+        got = {r[0]: (r[1], r[2]) for r in back.selectExpr(
+            "value.id", local, "unix_micros(value.at)").collect()}
+        want = wall if local_type == "timestamp_ntz" else utc_micros
+        assert got == {i: (want[i], i * 1000001) for i in range(12)}, fmt
+
+        ctx = SerializationContext(topic, MessageField.VALUE)
+        records = kafka.read_all(topic)
+        if fmt == "avro":
+            theirs = {d["id"]: d["local"] for d in (
+                AvroDeserializer(client)(r.value, ctx) for r in records)}
+            assert theirs == wall  # a naive datetime: local-timestamp-micros
+        elif fmt == "json-schema":
+            text = client.get_latest_version(f"{topic}-value").schema.schema_str
+            assert json.loads(text)["properties"]["local"]["format"] == "datetime-local"
+            docs = [JSONDeserializer(text)(r.value, ctx) for r in records]
+            assert {d["id"]: d.get("local") for d in docs} == {
+                i: w and w.isoformat() for i, w in wall.items()}
+        else:
+            text = client.get_latest_version(f"{topic}-value").schema.schema_str
+            Item = message_factory.GetMessageClass(protobuf.codec(text).descriptor)
+            de = ProtobufDeserializer(Item, {"use.deprecated.format": False})
+            msgs = [de(r.value, ctx) for r in records]
+            assert {m.id: m.local.ToMicroseconds() if m.HasField("local") else None
+                    for m in msgs} == utc_micros

@@ -622,6 +622,36 @@ def test_schema_from_arrow_as_spark_with_null_first() -> None:
     assert res.values.to_pylist() == [{"id": 3, "more": None}]
 
 
+def test_timestamp_ntz_round_trips_through_local_timestamp() -> None:
+    """timestamp_ntz is derived as local-timestamp-micros (Avro's date-time without a zone) and
+    reads back as timestamp_ntz, its wall-clock time unchanged; timestamp stays an instant.
+    fastavro reads the local one as a naive datetime, the instant as an aware one."""
+    t = pa.struct([pa.field("local", pa.timestamp("us")),
+                   pa.field("at", pa.timestamp("us", "UTC"))])
+    text = avro.schema_from_arrow(t, "Item", "shop")
+    codec = avro.codec(text)
+    assert codec.arrow_type == t
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    assert from_arrow_type(codec.arrow_type).simpleString() == (
+        "struct<local:timestamp_ntz,at:timestamp>")
+    wall = dt.datetime(2024, 3, 31, 2, 30, 0, 123456)  # a wall-clock time DST skips in Europe
+    values = pa.array([{"local": wall, "at": wall.replace(tzinfo=UTC)},
+                       {"local": dt.datetime(1, 1, 1), "at": None}], t)
+    enc = codec.encode(values)
+    assert enc.errors == {}
+    assert codec.decode(enc.payloads).values == values
+    assert [read(json.loads(text), p) for p in enc.payloads.to_pylist()] == [
+        {"local": wall, "at": wall.replace(tzinfo=UTC)},
+        {"local": dt.datetime(1, 1, 1), "at": None}]
+    # local-timestamp-millis (what other writers may register) reads as timestamp_ntz too.
+    millis = {"type": "record", "name": "R", "fields": [
+        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-millis"}}]}
+    res = decode(millis, write(millis, [{"local": dt.datetime(2024, 3, 31, 2, 30, 0, 123000)}]))
+    assert res.values.type.field("local").type == pa.timestamp("us")
+    assert res.values.to_pylist() == [{"local": dt.datetime(2024, 3, 31, 2, 30, 0, 123000)}]
+
+
 def test_encode_from_spark_shaped_arrow() -> None:
     """Columns as Spark hands them (int16, large strings, timestamps of another unit)."""
     t = pa.struct([pa.field("small", pa.int16(), False), pa.field("s", pa.large_string(), False),

@@ -334,3 +334,73 @@ def test_refs_to_referenced_documents_by_their_registered_names():
     with pytest.raises(SchemaFormatError, match="recursive"):
         json_schema.codec(json.dumps({"type": "object", "properties": {"a": {"$ref": "loop.json"}}}),
                           references={"loop.json": json.dumps(loop)})
+
+
+def test_timestamp_ntz_round_trips_as_a_local_date_time():
+    """A local date-time (Spark's timestamp_ntz) has no offset, which RFC 3339's date-time
+    requires: it is derived as format datetime-local, written without an offset and read back
+    as timestamp_ntz; an instant stays date-time. confluent_kafka's deserializer, which
+    validates each document, accepts what is written."""
+    t = pa.struct([pa.field("id", pa.int64(), False), pa.field("local", pa.timestamp("us")),
+                   pa.field("at", pa.timestamp("us", "UTC"))])
+    doc = json.loads(json_schema.schema_from_arrow(t, "Item", "shop"))
+    assert doc["properties"]["local"] == {"type": ["string", "null"], "format": "datetime-local"}
+    assert doc["properties"]["at"] == {"type": ["string", "null"], "format": "date-time"}
+    codec = json_schema.codec(json.dumps(doc))
+    assert codec.arrow_type == pa.struct([("id", pa.int64()), ("local", pa.timestamp("us")),
+                                          ("at", pa.timestamp("us", "UTC"))])
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    assert from_arrow_type(codec.arrow_type).simpleString() == (
+        "struct<id:bigint,local:timestamp_ntz,at:timestamp>")
+    rows = [{"id": 1, "local": dt.datetime(2024, 3, 31, 2, 30, 0, 123456),
+             "at": dt.datetime(2024, 3, 31, 2, 30, tzinfo=UTC)},
+            {"id": 2, "local": dt.datetime(1, 1, 1), "at": None},
+            {"id": 3, "local": None, "at": None}]
+    values = pa.array(rows, t)
+    enc = codec.encode(values)
+    assert enc.errors == {}
+    assert [json.loads(p) for p in enc.payloads.to_pylist()] == [
+        {"id": 1, "local": "2024-03-31T02:30:00.123456", "at": "2024-03-31T02:30:00.000000Z"},
+        {"id": 2, "local": "0001-01-01T00:00:00.000000"}, {"id": 3}]
+    back = codec.decode(enc.payloads)
+    assert back.errors == {} and back.values.type == codec.arrow_type
+    assert back.values.to_pylist() == values.cast(codec.arrow_type).to_pylist()
+
+    from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    deserialize = JSONDeserializer(json.dumps(doc))  # validates with the schema it is given
+    ctx = SerializationContext("items", MessageField.VALUE)
+    for p in enc.payloads.to_pylist():
+        assert deserialize(b"\x00\x00\x00\x00\x01" + p, ctx) == json.loads(p)
+    with pytest.raises(Exception, match="is not of type 'string'"):  # it does validate
+        deserialize(b'\x00\x00\x00\x00\x01{"id": 1, "local": 5}', ctx)
+
+
+def test_datetime_local_values_without_an_offset_are_read_and_others_are_bad_rows():
+    codec = json_schema.codec(json.dumps({"type": "object", "properties": {
+        "at": {"type": "string", "format": "datetime-local"},
+        "all": {"type": "array", "items": {"type": "string", "format": "datetime-local"}}}}))
+    assert codec.arrow_type.field("at").type == pa.timestamp("us")
+    good = {
+        '"2024-05-01T12:00:00"': dt.datetime(2024, 5, 1, 12),
+        '"2024-05-01T12:00"': dt.datetime(2024, 5, 1, 12),  # HTML's datetime-local
+        '"2024-05-01 12:00:00.5"': dt.datetime(2024, 5, 1, 12, 0, 0, 500000),
+        '"2024-05-01T12:00:00.123456789"': dt.datetime(2024, 5, 1, 12, 0, 0, 123456),
+        "null": None,
+    }
+    bad = ['"2024-05-01T12:00:00Z"', '"2024-05-01T12:00:00+02:00"', '"2024-02-30T00:00:00"',
+           '"2024-05-01"', '"noon"', '"2024-05-01T25:00:00"']
+    payloads = [f'{{"at": {v}}}'.encode() for v in [*good, *bad]]
+    payloads.append(b'{"all": ["2024-05-01T12:00:00", "2024-05-01T12:00:00-05:00"]}')
+    payloads.append(b'{"all": ["2024-05-01T12:00:00", "2024-05-01T13:00:00"]}')
+    res = codec.decode(pa.array(payloads, pa.binary()))
+    assert sorted(res.errors) == list(range(len(good), len(payloads) - 1))
+    for i in res.errors:
+        assert "is not a local date-time" in res.errors[i], res.errors[i]
+    assert "$.all[]" in res.errors[len(payloads) - 2]
+    values = res.values.to_pylist()
+    assert [v and v["at"] for v in values[:len(good)]] == list(good.values())
+    assert values[-1] == {"at": None, "all": [dt.datetime(2024, 5, 1, 12),
+                                              dt.datetime(2024, 5, 1, 13)]}

@@ -347,6 +347,29 @@ message Item {
         codec.arrow_type).to_pylist()
 
 
+def test_timestamp_ntz_is_written_as_its_utc_wall_clock_and_read_back_as_timestamp():
+    """Protobuf has no local date-time among its well-known types: a timestamp_ntz column is
+    derived as google.protobuf.Timestamp, its wall-clock time taken as UTC, and reads back as a
+    timestamp (an instant) whose UTC wall-clock time is the one written."""
+    t = pa.struct([pa.field("local", pa.timestamp("us"))])
+    text = protobuf.schema_from_arrow(t, "Item", "shop.v1")
+    assert "google.protobuf.Timestamp local = 1;" in text
+    codec = protobuf.codec(text)
+    assert codec.arrow_type == pa.struct([("local", pa.timestamp("us", "UTC"))])
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    assert from_arrow_type(codec.arrow_type).simpleString() == "struct<local:timestamp>"
+    wall = dt.datetime(2024, 3, 31, 2, 30, 0, 123456)
+    enc = codec.encode(pa.array([{"local": wall}, {"local": None}], t))
+    assert enc.errors == {}
+    Item = message_factory.GetMessageClass(codec.descriptor)
+    m = Item.FromString(enc.payloads[0].as_py()[1:])  # after the message index 0
+    assert m.local.ToMicroseconds() == (wall - dt.datetime(1970, 1, 1)) // dt.timedelta(
+        microseconds=1)
+    assert codec.decode(enc.payloads).values.to_pylist() == [
+        {"local": wall.replace(tzinfo=dt.timezone.utc)}, {"local": None}]
+
+
 @pytest.mark.parametrize("t, match", [
     (pa.struct([pa.field("d", pa.date32())]), "field 'd'.*cast it to a timestamp"),
     (pa.struct([pa.field("p", pa.struct([pa.field("n", pa.decimal128(10, 2))]))]),

@@ -11,18 +11,24 @@ JSON text with pyarrow compute and numpy: no ``json.dumps`` per row.
 The Arrow type (as Spark's JSON types): ``object`` with ``properties`` is a struct (in the
 properties' order), ``object`` with only an ``additionalProperties`` schema a map from string,
 ``array`` a list of its ``items``, ``string`` a string (``format: date`` date32,
-``format: date-time`` timestamp[us, UTC]), ``integer`` int64, ``number`` float64, ``boolean``
-bool. ``"null"`` in a type list, ``anyOf``/``oneOf`` of one schema and ``{"type": "null"}``,
-``$ref`` to ``#/$defs/...`` or ``#/definitions/...`` (draft-07 and 2020-12) are followed, and
-``$ref`` to another document by the name the registry gives it as a reference (inlined first).
+``format: date-time`` timestamp[us, UTC], ``format: datetime-local`` timestamp[us]), ``integer``
+int64, ``number`` float64, ``boolean`` bool. ``"null"`` in a type list, ``anyOf``/``oneOf`` of
+one schema and ``{"type": "null"}``, ``$ref`` to ``#/$defs/...`` or ``#/definitions/...``
+(draft-07 and 2020-12) are followed, and ``$ref`` to another document by the name the registry
+gives it as a reference (inlined first).
+
+``date-time`` is RFC 3339's, which requires an offset: an instant (Spark's timestamp). A local
+date-time (timestamp_ntz) has none, so it takes the format name HTML's input type and the
+mbknor Jackson schema generator use, ``datetime-local``; validators ignore a format they do not
+know (as the specification asks), so other tools see a string.
 
 What decoding checks: each value's JSON type against the schema's (a string where an integer is
 expected, a fraction in an integer), ``required`` properties present and not null, ``enum``
-values of strings, date and date-time formats. What it does not (unless ``validate=True``, which
-runs the ``jsonschema`` library on every row, slowly): ``pattern``, lengths, ``minimum`` and
-``maximum``, ``additionalProperties: false``, ``const``, ``uniqueItems``, other formats, and
-combinations beyond those above. Encoding omits null properties and refuses a row whose
-required property is null.
+values of strings, date, date-time and datetime-local formats. What it does not (unless
+``validate=True``, which runs the ``jsonschema`` library on every row, slowly): ``pattern``,
+lengths, ``minimum`` and ``maximum``, ``additionalProperties: false``, ``const``,
+``uniqueItems``, other formats, and combinations beyond those above. Encoding omits null
+properties and refuses a row whose required property is null.
 """
 
 from __future__ import annotations
@@ -42,7 +48,11 @@ from . import DecodeResult, EncodeResult, columns
 
 _SCALARS = {"string": pa.string(), "integer": pa.int64(), "number": pa.float64(),
             "boolean": pa.bool_()}
-_FORMATS = {"date": pa.date32(), "date-time": pa.timestamp("us", "UTC")}
+_FORMATS = {"date": pa.date32(), "date-time": pa.timestamp("us", "UTC"),
+            "datetime-local": pa.timestamp("us")}
+# A local date-time as written: no offset; seconds and fraction optional (HTML's input type);
+# digits beyond microseconds are cut, as Spark keeps microseconds.
+_LOCAL_DATE_TIME = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?$"
 
 
 @dataclass
@@ -51,7 +61,7 @@ class _Node:
 
     arrow_type: pa.DataType
     path: str
-    kind: str                                   # struct, list, map, scalar, date, date-time
+    kind: str              # struct, list, map, scalar, date, date-time, datetime-local
     children: dict[str, "_Node"] = field(default_factory=dict)  # struct properties
     item: "_Node | None" = None                 # list items, map values
     required: frozenset[str] = frozenset()      # struct: properties that must be present
@@ -487,7 +497,7 @@ def _read_type(node: _Node, keys: Mapping[str, list[str]]) -> pa.DataType:
         return pa.list_(pa.field("element", _read_type(node.item, keys)))
     if node.kind == "map":
         return pa.struct([pa.field(k, node.item.arrow_type) for k in keys[node.path]])
-    if node.kind == "date":
+    if node.kind in ("date", "datetime-local"):
         return pa.string()
     return node.arrow_type
 
@@ -570,6 +580,8 @@ def _convert(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
             _fail(int(owner[j]), f"{node.path}: {arr[int(j)].as_py()!r} is not a date "
                                  "(YYYY-MM-DD)", keep, errors, rows)
         return parsed.cast(pa.date32())
+    if node.kind == "datetime-local":
+        return _local_date_times(arr, node, owner, keep, errors, rows)
     if node.enum is not None and len(arr):
         outside = columns.bools(pc.invert(pc.is_in(arr, value_set=pa.array(node.enum, pa.string())))
                            .fill_null(False)) & columns.bools(arr.is_valid())
@@ -577,6 +589,27 @@ def _convert(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
             _fail(int(owner[j]), f"{node.path}: {arr[int(j)].as_py()!r} is not one of "
                                  f"{list(node.enum)}", keep, errors, rows)
     return arr if arr.type == node.arrow_type else arr.cast(node.arrow_type)
+
+
+def _local_date_times(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
+                      errors: dict[int, str], rows: np.ndarray) -> pa.Array:
+    """Strings of local date-times as timestamp[us]: one with an offset (an instant, which
+    has no single wall-clock time), or that is no date-time, marks its row."""
+    if arr.null_count == len(arr):
+        return pa.nulls(len(arr), node.arrow_type)
+    shaped = columns.bools(pc.match_substring_regex(arr, _LOCAL_DATE_TIME).fill_null(False))
+    text = pc.if_else(columns.mask(shaped), pc.replace_substring_regex(
+        arr, r"(\.\d{6})\d+$", r"\1"), pa.scalar(None, pa.string()))
+    # The cast checks the calendar (2024-02-30 fails it); a failing row is found by halves.
+    parsed, impossible = columns.by_halves(text, lambda a: a.cast(node.arrow_type), str,
+                                           node.arrow_type)
+    wrong = columns.bools(arr.is_valid()) & ~shaped
+    wrong[list(impossible)] = True
+    for j in np.flatnonzero(wrong):
+        _fail(int(owner[j]), f"{node.path}: {arr[int(j)].as_py()!r} is not a local date-time "
+                             "(YYYY-MM-DDTHH:MM:SS[.ffffff], without an offset)",
+              keep, errors, rows)
+    return parsed
 
 
 def _to_map(arr: pa.Array, node: _Node, owner: np.ndarray, keep: np.ndarray,
@@ -671,6 +704,9 @@ def _to_json(arr: pa.Array, node: _Node, owner: np.ndarray, bad: dict[int, str])
     elif node.kind == "date-time":
         text = _concat([b'"', pc.strftime(arr, format="%Y-%m-%dT%H:%M:%SZ").fill_null(""),
                         b'"'], n)
+    elif node.kind == "datetime-local":
+        text = _concat([b'"', pc.strftime(arr, format="%Y-%m-%dT%H:%M:%S").fill_null(""),
+                        b'"'], n)
     elif pa.types.is_string(arr.type):
         text = _quoted(arr.fill_null(""))
     elif pa.types.is_boolean(arr.type):
@@ -732,7 +768,9 @@ def _json_of(t: pa.DataType, path: str, nullable: bool) -> dict:
     elif pa.types.is_date(t):
         out = {"type": "string", "format": "date"}
     elif pa.types.is_timestamp(t):
-        out = {"type": "string", "format": "date-time"}
+        # An instant (Spark's timestamp) has RFC 3339's date-time; a local date-time
+        # (timestamp_ntz) has no offset, which date-time requires.
+        out = {"type": "string", "format": "date-time" if t.tz else "datetime-local"}
     elif pa.types.is_signed_integer(t) or t in (pa.uint8(), pa.uint16(), pa.uint32()):
         out = {"type": "integer"}
     elif pa.types.is_floating(t):
