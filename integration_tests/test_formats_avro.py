@@ -204,6 +204,95 @@ def test_evolution_reads_every_version_with_the_latest_schema(spark, kafka, sche
     assert got_v1[45] == {k: v for k, v in _order(45).items()} | {"note": None}
 
 
+BUYER_V1 = {"type": "record", "name": "Buyer", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "name", "type": "string"}]}
+# v2 of the referenced type: a field added with a default.
+BUYER_V2 = {**BUYER_V1, "fields": BUYER_V1["fields"] + [
+    {"name": "tier", "type": "string", "default": "basic"}]}
+PURCHASE_V1 = {"type": "record", "name": "Purchase", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "buyer", "type": "shop.Buyer"},
+    {"name": "payer", "type": ["null", "shop.Buyer"], "default": None},
+    {"name": "others", "type": {"type": "array", "items": "shop.Buyer"}}]}
+# v2 of the referencing schema refers to Buyer v2, its own text the same or with a field added.
+PURCHASE_V2 = {**PURCHASE_V1, "fields": PURCHASE_V1["fields"] + [
+    {"name": "channel", "type": "string", "default": "web"}]}
+
+
+def _purchase(i: int, v2: bool, channel: bool) -> dict:
+    def buyer(n: int) -> dict:
+        return {"id": n, "name": f"b{n}"} | ({"tier": f"t{n % 3}"} if v2 else {})
+
+    row = {"id": i, "buyer": buyer(i), "payer": None if i % 2 else buyer(i + 1000),
+           "others": [buyer(i * 10 + j) for j in range(i % 3)]}
+    return row | ({"channel": f"app{i}"} if channel else {})
+
+
+@pytest.mark.parametrize("adds_field", [False, True], ids=["same-text", "field-added"])
+def test_evolution_of_a_referenced_schema_reads_every_version_with_the_latest(
+        spark, kafka, schema_registry, adds_field):
+    """A value schema referencing another subject's record (Purchase -> Buyer), evolved:
+    Buyer v2 adds a field with a default; Purchase v2 refers to Buyer v2 (with its own text
+    unchanged, or a field added). v1 records written by confluent_kafka's serializer and v2
+    records by txkafka's writer in one topic, read with the latest (every record resolved by
+    Avro's rules, the referenced type's too) and with v1."""
+    topic = kafka.create_topic()
+    client = _client(schema_registry)
+    buyer_subject, value_subject = f"{topic}-buyer", f"{topic}-value"
+    client.register_schema(buyer_subject, Schema(json.dumps(BUYER_V1), "AVRO"))
+    v1 = Schema(json.dumps(PURCHASE_V1), "AVRO",
+                [SchemaReference("shop.Buyer", buyer_subject, 1)])
+    client.register_schema(value_subject, v1)
+    ser = AvroSerializer(client, v1, conf={"auto.register.schemas": False,
+                                           "use.latest.version": True})
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    v1_rows = [_purchase(i, v2=False, channel=False) for i in range(20)]
+    kafka.produce(topic, [(str(r["id"]).encode(), ser(r, ctx)) for r in v1_rows])
+
+    client.register_schema(buyer_subject, Schema(json.dumps(BUYER_V2), "AVRO"))
+    purchase_v2 = PURCHASE_V2 if adds_field else PURCHASE_V1
+    client.register_schema(value_subject, Schema(json.dumps(purchase_v2), "AVRO", [
+        SchemaReference("shop.Buyer", buyer_subject, 2)]))
+    assert client.get_versions(buyer_subject) == [1, 2]
+    assert client.get_versions(value_subject) == [1, 2]
+    v2_rows = [_purchase(i, v2=True, channel=adds_field) for i in range(20, 40)]
+    channel = ",channel:string" if adds_field else ""
+    buyer_ddl = "struct<id:bigint,name:string,tier:string>"
+    v2_df = spark.createDataFrame(
+        [(str(r["id"]), r) for r in v2_rows],
+        f"key string, value struct<id:bigint,buyer:{buyer_ddl},payer:{buyer_ddl},"
+        f"others:array<{buyer_ddl}>{channel}>")
+    (v2_df.write.format("txkafka").option("kafka.bootstrap.servers", kafka.bootstrap)
+     .option("topic", topic).option("valueFormat", "avro")
+     .option("schema.registry.url", schema_registry).mode("append").save())
+
+    def upgraded(b: dict | None) -> dict | None:
+        return b and b | {"tier": "basic"}
+
+    latest = {r["id"]: {**r, "buyer": upgraded(r["buyer"]), "payer": upgraded(r["payer"]),
+                        "others": [upgraded(b) for b in r["others"]]}
+              | ({"channel": "web"} if adds_field else {}) for r in v1_rows}
+    latest.update({r["id"]: r for r in v2_rows})
+    df = _read(spark, kafka, topic, schema_registry)
+    assert df.schema["value"].dataType.simpleString() == (
+        f"struct<id:bigint,buyer:{buyer_ddl},payer:{buyer_ddl},others:array<{buyer_ddl}>"
+        f"{channel}>")
+    got = {r.value.id: r.value.asDict(recursive=True) for r in df.select("value").collect()}
+    assert got == latest
+    # confluent_kafka reads txkafka's v2 records with the schema (and reference) they name.
+    de = AvroDeserializer(client)
+    theirs = {d["id"]: d for d in (de(r.value, ctx) for r in kafka.read_all(topic))}
+    assert theirs == {r["id"]: r for r in v1_rows} | {r["id"]: r for r in v2_rows}
+
+    def downgraded(b: dict | None) -> dict | None:
+        return b and {k: v for k, v in b.items() if k != "tier"}
+
+    old = _read(spark, kafka, topic, schema_registry, valueSchemaVersion="1")
+    got_v1 = {r.value.id: r.value.asDict(recursive=True) for r in old.select("value").collect()}
+    assert got_v1 == {r["id"]: r for r in v1_rows} | {
+        r["id"]: {"id": r["id"], "buyer": downgraded(r["buyer"]), "payer": downgraded(r["payer"]),
+                  "others": [downgraded(b) for b in r["others"]]} for r in v2_rows}
+
+
 def test_failfast_names_the_record_and_permissive_keeps_it(spark, kafka, schema_registry):
     topic = kafka.create_topic()
     _produce_avro(kafka, topic, schema_registry, ORDER_V1, [_order(0)])
