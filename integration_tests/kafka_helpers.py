@@ -198,8 +198,10 @@ class ObservedTransaction:
     epoch: int
     start_ms: int            # the coordinator's start time (first partition added)
     first_seen_ms: int
-    last_open_ms: int        # the last poll that saw it Ongoing
+    last_open_ms: int        # the last poll that saw it Ongoing (never seen so: its start)
     closed_ms: int | None = None  # the first poll that no longer saw it Ongoing
+    # Opened and aborted between two polls: found in its aborted state, never seen Ongoing.
+    between_polls: bool = False
 
     @property
     def key(self) -> tuple[str, int, int]:
@@ -212,8 +214,15 @@ class ObservedTransaction:
 
 
 class TransactionWatcher:
-    """Polls the Ongoing transactions whose ids start with what ``prefix()`` returns (None until
-    known) and records each one's open interval, in a thread, until ``stop()``."""
+    """Polls the transactions whose ids start with what ``prefix()`` returns (None until known)
+    and records each one's open interval, in a thread, until ``stop()``.
+
+    A transaction opened and aborted between two polls (a late attempt's, a sweep ended it
+    quickly; polls are slow on a loaded machine) is found in its aborted state, which keeps the
+    coordinator's start time, and recorded as ended by the poll that found it (if it started
+    after the watcher did: the prefix may hold earlier tests' transactions)."""
+
+    _ABORTED = ("PrepareAbort", "CompleteAbort")
 
     def __init__(self, kafka: KafkaTarget, prefix, interval_s: float = 0.25) -> None:
         import threading
@@ -223,6 +232,8 @@ class TransactionWatcher:
         self.interval_s = interval_s
         self.seen: list[ObservedTransaction] = []  # one per open interval, in order seen
         self._open: dict[tuple[str, int, int], ObservedTransaction] = {}
+        self._recorded: set[tuple[str, int]] = set()  # (id, the coordinator's start time)
+        self.started_ms = int(time.time() * 1000)
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="txn-watcher")
@@ -251,15 +262,23 @@ class TransactionWatcher:
         prefix = self.prefix()
         if prefix is None:
             return
-        listed = tc.list_transactions(prefix=prefix, states=["Ongoing"])
+        listed = tc.list_transactions(prefix=prefix, states=["Ongoing", *self._ABORTED])
         descs = tc.describe(t.transactional_id for t in listed) if listed else {}
         now = int(time.time() * 1000)
         open_now = set()
         for d in descs.values():
+            key = (d.transactional_id, d.producer_id, d.producer_epoch)
+            if d.state in self._ABORTED:
+                if ((d.transactional_id, d.start_time_ms) not in self._recorded
+                        and d.start_time_ms >= self.started_ms):
+                    self._recorded.add((d.transactional_id, d.start_time_ms))
+                    self.seen.append(ObservedTransaction(*key, d.start_time_ms, now,
+                                                         d.start_time_ms, now, True))
+                continue
             if d.state != "Ongoing":
                 continue
-            key = (d.transactional_id, d.producer_id, d.producer_epoch)
             open_now.add(key)
+            self._recorded.add((d.transactional_id, d.start_time_ms))
             seen = self._open.get(key)
             if seen is None:
                 # (a key seen again after it closed is a new transaction of the same producer)

@@ -81,7 +81,8 @@ def _check_late_transactions(ck: str, seen, injected: dict[tuple[int, int], Path
                              zombies: set[tuple[int, int]], last_batch: int) -> dict:
     """Every transaction no decision covers ended within BOUND_MS of its batch's commit; the
     injected late attempts really opened after it, and the watcher saw each zombie's (open
-    until a follow-up sweep ends it: many of the watcher's polls). Returns the measurements."""
+    until a follow-up sweep ends it; aborted, if that was between two polls). Returns the
+    measurements."""
     log = SinkCommitLog(ck)
     assert log.batch_ids()[-1] == last_batch, f"batches {log.batch_ids()}: the layout changed"
     ident = log.existing_identity()
@@ -106,7 +107,7 @@ def _check_late_transactions(ck: str, seen, injected: dict[tuple[int, int], Path
                 and p.attempt == 0 and p.parity == batch % 2 and t.start_ms > committed_ms[batch]]
         assert mine or (batch, partition) not in zombies, (
             f"batch {batch}: the zombie's transaction (partition {partition}, attempt 0, opened "
-            f"after the commit at {committed_ms[batch]}) was never seen open; the watcher saw: "
+            f"after the commit at {committed_ms[batch]}) was never seen; the watcher saw: "
             f"{seen}")
         for t in mine:
             late_after_commit[t.transactional_id] = t.end_ms - committed_ms[batch]
@@ -190,7 +191,8 @@ def test_late_attempt_of_a_batch_write(kafka, spark_cluster, driver_processes, t
         assert marker.exists(), "the losing attempt never wrote"
         written_ms = written.stat().st_mtime * 1000
         late = [t for t in watcher.seen if t.start_ms > written_ms]
-        # The zombie's transaction stays open until a follow-up sweep: the watcher sees it.
+        # The zombie's transaction stays open until a follow-up sweep: the watcher sees it (open,
+        # or aborted when it opened and ended between two polls).
         assert late, (f"no transaction opened after the write returned at {written_ms}; the "
                       f"watcher saw: {watcher.seen}")
         assert all(t.end_ms - written_ms <= BOUND_MS for t in late), (late, written_ms)
@@ -215,6 +217,29 @@ def _ongoing(kafka: KafkaTarget, transactional_id: str) -> bool:
     with TransactionClient(kafka.conf) as tc:
         d = tc.describe([transactional_id]).get(transactional_id)
     return d is not None and d.state == "Ongoing"
+
+
+def test_the_watcher_records_a_transaction_aborted_between_two_of_its_polls(kafka):
+    """A late attempt's transaction may open and be swept between two of the watcher's polls (a
+    poll takes seconds on a loaded machine): the watcher finds it aborted, with its start, and
+    its end bounded by that poll. (It recorded only what it saw Ongoing, and the batch-write
+    test once found no late transaction.)"""
+    topic = kafka.create_topic()
+    tid = unique("watched")
+    watcher = TransactionWatcher(kafka, lambda: tid)
+    with TransactionClient(kafka.conf) as client:
+        watcher._poll(client)  # (its polls stepped here, not in its thread)
+        producer = _open_transaction(kafka, topic, tid)
+        d = client.describe([tid])[tid]
+        assert client.end_many([(tid, d.producer_id, d.producer_epoch)], commit=False) == {tid: 0}
+        ended_ms = int(time.time() * 1000)
+        watcher._poll(client)
+        watcher._poll(client)  # (recorded once)
+    del producer
+    assert len(watcher.seen) == 1, watcher.seen
+    t = watcher.seen[0]
+    assert t.between_polls and t.key == (tid, d.producer_id, d.producer_epoch)
+    assert t.start_ms == d.start_time_ms and ended_ms <= t.end_ms
 
 
 @pytest.mark.kafka_matrix

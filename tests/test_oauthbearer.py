@@ -444,3 +444,31 @@ def test_a_login_whose_broker_session_is_ending_is_renewed_before_the_next_reque
         conn.close()
     finally:
         broker.close()
+
+
+def test_a_slow_token_fetch_is_not_spent_of_the_broker_session(clock_ahead, monkeypatch):
+    """The broker starts a session once it has checked the token: a token endpoint that took
+    most of the session's length to answer leaves the login its whole session (KIP-368). (The
+    session counted from the TCP connect: such a login was renewed before the very next
+    request, and a pipelining sender logged in again before each of its requests.)"""
+    broker = OAuthBearerBroker(accept="writer", session_ms=10_000)
+    try:
+        fetch = UnsecuredJwtSource.token
+
+        def slow_fetch(self: UnsecuredJwtSource, deadline: float | None = None) -> object:
+            clock_ahead(9)  # past 85 % of the session to come
+            return fetch(self, deadline)
+
+        monkeypatch.setattr(UnsecuredJwtSource, "token", slow_fetch)
+        conn = BrokerConnection("127.0.0.1", broker.port, _unsecured("writer"), timeout=60)
+        _describe(conn)
+        assert not conn.login_expiring
+        _describe(conn)
+        assert len(broker.messages) == 1
+        clock_ahead(8.6)  # the session itself is now past its renewal point
+        assert conn.login_expiring
+        _describe(conn)
+        assert len(broker.messages) == 2
+        conn.close()
+    finally:
+        broker.close()

@@ -7,7 +7,8 @@ connection's per-read cap; Metadata and an idempotent InitProducerId asked of ev
 them; coordinator lookups asking every broker the link knows, within the producer's budget; a
 partition the coordinator does not know yet added again; a transaction whose AddPartitionsToTxn
 went unanswered aborted; a connection that only waited for its lock kept; a busy Produce
-connection's login renewed before its session ends."""
+connection's login renewed before its session ends, and a slow login's session counted from its
+last SaslAuthenticate."""
 
 from __future__ import annotations
 
@@ -645,21 +646,17 @@ def test_a_metadata_request_that_only_waited_for_the_shared_connection_leaves_it
         link.close()
 
 
-def test_a_busy_produce_connection_logs_in_again_before_its_session_ends(
-        brokers, virtual_clock):  # noqa: F811
-    """A broker with connections.max.reauth.ms (KIP-368; 500 ms here) closes a connection at
-    the first request after its session ended, losing the answers in flight. A sender that
-    always has requests in flight stops sending once its login nears the end, reads the answers,
-    logs in again and goes on. (Only an idle connection renewed its login: a busy one reached
-    the end, and its requests went again.) Virtual time: each Produce takes the broker 5 ms."""
-    b = brokers(sasl_password="pw", session_ms=500, offered=PRODUCER_OFFERED)
+def _busy_sasl_producer(b, produce_s: float) -> list[int]:
+    """3000 records to ``b`` (a SASL fake broker) through one busy sender: every batch is queued
+    before the first answer, and each Produce takes the broker ``produce_s`` (on the virtual
+    clock). Returns the connection number of each Produce request."""
     b.handlers[METADATA] = lambda n, body: _topic_answer(b.port, leader=1)
     b.handlers[INIT_PRODUCER_ID] = _producer_id
     queued = threading.Event()  # every batch queued before the first answer: a busy sender
 
     def produce(n: int, body: Reader) -> bytes:
         queued.wait(10)
-        time.sleep(0.005)
+        time.sleep(produce_s)
         return _produce_ok(n, body)
 
     b.handlers[PRODUCE] = produce
@@ -677,10 +674,36 @@ def test_a_busy_produce_connection_logs_in_again_before_its_session_ends(
         queued.set()
         p.close()
         link.close()
-    produced = [n for n, key, _ in b.log if key == PRODUCE]
-    assert len(produced) * 0.005 > 2 * 0.5  # the sender was busy for more than two sessions
+    return [n for n, key, _ in b.log if key == PRODUCE]
+
+
+def test_a_busy_produce_connection_logs_in_again_before_its_session_ends(
+        brokers, virtual_clock):  # noqa: F811
+    """A broker with connections.max.reauth.ms (KIP-368; 5 s here) closes a connection at the
+    first request after its session ended, losing the answers in flight. A sender that always
+    has requests in flight stops sending once its login nears the end, reads the answers, logs
+    in again and goes on. (Only an idle connection renewed its login: a busy one reached the
+    end, and its requests went again.) Virtual time: each Produce takes the broker 50 ms, so the
+    real time a loaded machine adds is small beside the session's end margin."""
+    b = brokers(sasl_password="pw", session_ms=5000, offered=PRODUCER_OFFERED)
+    produced = _busy_sasl_producer(b, 0.05)
+    assert len(produced) * 0.05 > 2 * 5  # the sender was busy for more than two sessions
     assert b.expired == []
     assert len(set(produced)) >= 3  # logged in again on a new connection each session
+
+
+def test_a_slow_login_leaves_a_busy_sender_its_whole_session(brokers, virtual_clock):  # noqa: F811
+    """The broker starts a login's session once it has checked the last SaslAuthenticate: the
+    time the login's other round trips took (ApiVersions here, 4.5 s of a 5 s session: a loaded
+    machine, a slow token endpoint) is not spent of it, and the sender pipelines on that login
+    until its renewal point. (The session counted from the TCP connect: such a login was due
+    for renewal at once, so the sender logged in again before every request; on a loaded
+    machine 3000 records then missed the 300 s delivery timeout.)"""
+    b = brokers(sasl_password="pw", session_ms=5000, api_versions_delay=4.5,
+                offered=PRODUCER_OFFERED)
+    produced = _busy_sasl_producer(b, 0.005)  # all of them within one session's 4.25 s
+    assert len(produced) >= 50 * len(set(produced))  # not a login per request
+    assert b.expired == []
 
 
 def test_a_partition_added_since_the_metadata_was_read_is_written_not_refused():

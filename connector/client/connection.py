@@ -407,12 +407,11 @@ class BrokerConnection:
             except (OSError, EOFError) as e:
                 raw.close()
                 raise _tls_handshake_error(e, where) from None
-        started = time.monotonic()
-        session_ms = 0
+        session_ms, session_from = 0, 0.0
         try:
             versions = self._negotiate_versions(sock, deadline)
             if self.security.uses_sasl:
-                session_ms = self._authenticate(sock, versions, deadline)
+                session_ms, session_from = self._authenticate(sock, versions, deadline)
         except BaseException:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -424,7 +423,7 @@ class BrokerConnection:
                 raise self._closed_error()
             # Published only now: other threads must not send before ApiVersions and the login.
             self.api_versions = versions
-            self._renew_at = (started + SESSION_RENEW_FRACTION * session_ms / 1000.0
+            self._renew_at = (session_from + SESSION_RENEW_FRACTION * session_ms / 1000.0
                               if session_ms > 0 else None)
             self._sock = sock
 
@@ -493,8 +492,12 @@ class BrokerConnection:
     # -------------------------------------------------------------------- SASL
 
     def _authenticate(self, sock: socket.socket, versions: dict[int, tuple[int, int]],
-                      deadline: float) -> int:
-        """Log in on ``sock``; returns the broker's session lifetime in ms (0: no limit)."""
+                      deadline: float) -> tuple[int, float]:
+        """Log in on ``sock``; returns the broker's session lifetime in ms (0: no limit) and when
+        (time.monotonic()) the last SaslAuthenticate was written. The session is counted from
+        then: the broker starts it once it has checked that message, so the login's earlier round
+        trips and a token's fetch are not spent of it (a slow login, on a loaded machine, must not
+        be due for renewal at once: a pipelining sender would log in again before each request)."""
         mech = self.security.sasl_mechanism
         v = self._pick_version(versions, SASL_HANDSHAKE, 1, 1)
         body = Writer(False).string(mech).build()
@@ -510,10 +513,11 @@ class BrokerConnection:
             return self._oauthbearer_login(sock, versions, deadline)
         user = self.security.sasl_username or ""
         password = self.security.sasl_password or ""
-        session_ms = 0
+        session_ms, sent = 0, 0.0
 
         def step(payload: bytes) -> bytes:
-            nonlocal session_ms
+            nonlocal session_ms, sent
+            sent = time.monotonic()
             err, msg, data, session_ms = self._sasl_exchange(sock, versions, payload, deadline)
             if err:
                 raise KafkaAuthenticationError(
@@ -525,17 +529,17 @@ class BrokerConnection:
 
         if mech == "PLAIN":
             step(b"\0" + user.encode() + b"\0" + password.encode())
-            return session_ms
+            return session_ms, sent
         nonce = base64.b64encode(secrets.token_bytes(18)).decode()
         first = scram_client_first(user, nonce)
         server_first = step(("n,," + first).encode()).decode()
         final, expected_server_final = scram_client_final(mech, password, first, server_first)
         if step(final.encode()).decode() != expected_server_final:
             raise KafkaAuthenticationError("SCRAM: the server's signature did not verify")
-        return session_ms
+        return session_ms, sent
 
     def _oauthbearer_login(self, sock: socket.socket, versions: dict[int, tuple[int, int]],
-                           deadline: float) -> int:
+                           deadline: float) -> tuple[int, float]:
         """RFC 7628 over SaslAuthenticate: the token in the client's first message; an empty
         answer is success, a JSON error is acknowledged with ^A and the broker then fails the
         exchange. Messages name the principal and the options to check, never the token."""
@@ -544,10 +548,11 @@ class BrokerConnection:
             raise KafkaConfigError("kafka.sasl.mechanism=OAUTHBEARER has no token source configured")
         token = source.token(deadline)
         where = f"{self.host}:{self.port}"
+        sent = time.monotonic()  # (after the token's fetch: the session starts with its check)
         err, msg, data, session_ms = self._sasl_exchange(
             sock, versions, client_first_message(token.value, token.extensions), deadline)
         if not err and not data:
-            return session_ms
+            return session_ms, sent
         source.invalidate(token)  # refused: the next login gets a new token
         status = ""
         if data:
