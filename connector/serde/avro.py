@@ -1634,8 +1634,13 @@ def _short_bytes_plan(offsets: np.ndarray, data: np.ndarray, lens: np.ndarray,
     are then word plans."""
     src64 = _words_at(data)
     head = np.minimum(lens, 7)
-    word = (lens.astype(np.uint64) << _ONE) | ((src64[offsets[:-1]] & _LOW[head]) << np.uint64(8))
-    head_sizes = np.where(present, head + 1, 0)
+    first = src64[offsets[:-1]]
+    if int(lens.min()) < 7:  # else the shift drops the 8th byte, the only one not the value's
+        first &= _LOW[head]
+    first <<= np.uint64(8)
+    first |= lens.astype(np.uint64) << _ONE
+    word = first
+    head_sizes = head + 1 if present.all() else np.where(present, head + 1, 0)
     if int(lens.max(initial=0)) <= 7:
         return _word_plan(word, head_sizes)
     heads = _word_plan(word, head_sizes)
