@@ -1093,3 +1093,95 @@ def test_arrays_of_one_store_items_anywhere_in_a_row_encode_fastavro_s_bytes() -
         out = c.encode(values.slice(start, n))
         assert not out.errors
         assert out.payloads.to_pylist() == write(schema, rows[start:start + n])
+
+
+def test_small_values_joined_into_words_encode_fastavro_s_bytes() -> None:
+    """Neighbouring values of at most 8 bytes together (a record's small fields, a map entry's
+    key and value, a union's tag and branch, strings under 8 bytes) are written as one word;
+    strings under 64 bytes as their length and first bytes in one word, then the rest. Byte for
+    byte as fastavro, with lengths around those bounds, nulls, empty and long lists, records
+    nested in lists in maps, each as a row's last field too, and a slice of the column."""
+    small = {"type": "record", "name": "Small", "fields": [
+        {"name": "ok", "type": "boolean"}, {"name": "n", "type": "int"},
+        {"name": "tag", "type": ["null", "string"]}]}
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "s", "type": "string"},
+        {"name": "smalls", "type": {"type": "array", "items": small}},
+        {"name": "m", "type": {"type": "map", "values": ["null", "string"]}},
+        {"name": "deep", "type": {"type": "map", "values": {"type": "array", "items": [
+            "null", {"type": "record", "name": "Leaf", "fields": [
+                {"name": "f", "type": "float"}, {"name": "b", "type": "bytes"},
+                {"name": "e", "type": {"type": "enum", "name": "E",
+                                       "symbols": ["A", "B"]}}]}]}}},
+        {"name": "opt", "type": ["null", "Small"]},
+        {"name": "pair", "type": {"type": "record", "name": "Pair", "fields": [
+            {"name": "x", "type": "double"}, {"name": "y", "type": "boolean"}]}},
+        {"name": "strs", "type": {"type": "array", "items": "string"}},
+        {"name": "codes", "type": {"type": "map", "values": ["null", "string"]}},
+        {"name": "opts", "type": {"type": "array", "items": ["null", "int"]}},
+        {"name": "tiny", "type": ["null", {"type": "record", "name": "Tiny", "fields": [
+            {"name": "on", "type": "boolean"}, {"name": "c", "type": ["null", "string"]}]}]},
+        {"name": "last", "type": "Small"}]}
+    rnd = random.Random(11)
+    lengths = [0, 1, 6, 7, 8, 9, 15, 16, 62, 63, 64, 65, 200]
+
+    def text() -> str:
+        return "".join(rnd.choice("ab€") for _ in range(rnd.choice(lengths)))
+
+    def small_value() -> dict:
+        return {"ok": rnd.random() < .5, "n": rnd.choice([0, -1, 63, -65, 2**31 - 1, -2**31]),
+                "tag": None if rnd.random() < .3 else text()}
+
+    rows = [{"id": rnd.choice([0, 1, -2**63, 2**63 - 1, rnd.randrange(-2**40, 2**40)]),
+             "s": text(),
+             "smalls": [small_value() for _ in range(rnd.choice([0, 0, 1, 2, 9]))],
+             "m": {f"k{j}": None if rnd.random() < .3 else text()
+                   for j in range(rnd.choice([0, 1, 3]))},
+             "deep": {"d" * rnd.randrange(9): [
+                 None if rnd.random() < .3 else {
+                     "f": float(np.float32(rnd.uniform(-5, 5))),
+                     "b": bytes(rnd.randrange(256) for _ in range(rnd.choice([0, 3, 7, 8, 70]))),
+                     "e": rnd.choice("AB")}
+                 for _ in range(rnd.choice([0, 1, 4]))] for _ in range(rnd.choice([0, 2]))},
+             "opt": None if rnd.random() < .4 else small_value(),
+             "pair": {"x": rnd.choice([0.0, -0.0, 1e300, float("inf")]), "y": rnd.random() < .5},
+             "strs": [text() for _ in range(rnd.choice([0, 1, 5]))],
+             "codes": {"c" * j: None if rnd.random() < .3 else "x" * rnd.randrange(6)
+                       for j in range(rnd.choice([0, 2]))},
+             "opts": [None if rnd.random() < .3 else rnd.choice([0, -1, 2**31 - 1])
+                      for _ in range(rnd.choice([0, 3]))],
+             "tiny": None if rnd.random() < .3 else {
+                 "on": rnd.random() < .5,
+                 "c": None if rnd.random() < .3 else "é" * rnd.randrange(3)},
+             "last": small_value()} for _ in range(2000)]
+    c = avro.codec(json.dumps(schema))
+    values = pa.array([{**r, "m": list(r["m"].items()), "codes": list(r["codes"].items()),
+                        "deep": [(k, v) for k, v in r["deep"].items()]} for r in rows],
+                      c.arrow_type)
+    for start, n in ((0, 2000), (5, 700), (1999, 1)):
+        out = c.encode(values.slice(start, n))
+        assert not out.errors
+        assert out.payloads.to_pylist() == write(schema, rows[start:start + n])
+    assert c.decode(c.encode(values).payloads).values.to_pylist() == values.to_pylist()
+
+
+def test_null_in_a_joined_record_inside_a_list_is_one_error_row() -> None:
+    """A null where a record of small fields (written as one word) has no null: that row is
+    an error naming the field, the rows around it come out as fastavro writes them."""
+    schema = {"type": "record", "name": "R", "fields": [
+        {"name": "xs", "type": {"type": "array", "items": {"type": "record", "name": "P",
+                                                           "fields": [
+            {"name": "a", "type": "int"}, {"name": "b", "type": "boolean"}]}}},
+        {"name": "c", "type": "int"}]}
+    c = avro.codec(json.dumps(schema))
+    item = pa.struct([pa.field("a", pa.int32()), pa.field("b", pa.bool_(), False)])
+    t = pa.struct([pa.field("xs", pa.list_(pa.field("element", item, False)), False),
+                   pa.field("c", pa.int32(), False)])
+    rows = [{"xs": [{"a": 1, "b": True}, {"a": 2, "b": False}], "c": 3},
+            {"xs": [{"a": 1, "b": True}, {"a": None, "b": False}], "c": 4},
+            {"xs": [], "c": -5}]
+    out = c.encode(pa.array(rows, t))
+    assert list(out.errors) == [1] and "xs[].a" in out.errors[1]
+    assert out.payloads.to_pylist() == [write(schema, [rows[0]])[0], None,
+                                        write(schema, [rows[2]])[0]]

@@ -203,6 +203,19 @@ def test_nested_batches_are_joined_before_encoding_rows_and_order_kept():
     assert pa.Table.from_batches(bounded).to_pylist() == pa.Table.from_batches(batches).to_pylist()
 
 
+def test_avro_joins_nested_batches_only_up_to_its_slice_bytes(monkeypatch):
+    """Avro's encoder slices a column by bytes anyway: batches are joined up to its
+    ``join_bytes``, a batch that would pass it starts the next group."""
+    rows = [{"a": i, "xs": [str(j) for j in range(i % 4)]} for i in range(50)]
+    batches = _value_batches(NESTED_TEXT, rows, [7, 0, 13, 30])
+    monkeypatch.setattr(avro.AvroCodec, "join_bytes", sum(b.nbytes for b in batches[:3]))
+    out = list(encode_record_batches(iter(batches), _encode_plan(NESTED_TEXT), "t"))
+    assert [b.num_rows for b in out] == [20, 30]
+    whole = frame_column(5, avro.codec(NESTED_TEXT).encode(
+        pa.array(rows, avro.arrow_type(NESTED_TEXT))).payloads)
+    assert pa.Table.from_batches(out).column(1).to_pylist() == whole.to_pylist()
+
+
 def test_flat_batches_are_encoded_as_they_come():
     rows = [{"a": i, "s": str(i)} for i in range(10)]
     out = list(encode_record_batches(iter(_value_batches(SCHEMA_TEXT, rows, [4, 6])),

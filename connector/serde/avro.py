@@ -7,9 +7,11 @@ arrays and maps first find where every item starts (a pass per item index over t
 still have items; long blocks of varints by one scan; a few values with thousands of items in
 plain Python), then decode all items in one call. Encoding mirrors it: each field's encoded size
 for all values, row offsets, then each field written for all rows as 8-byte words into the one
-buffer that becomes the payloads. A column is worked on in slices of about 2 MiB, so that each
-field's pass stays in the CPU's cache. Bad rows never raise: they are collected with a message
-and come out null.
+buffer that becomes the payloads; neighbouring values of at most 8 bytes together (small fields
+of a record, a map entry, a union's tag and value, a short string and its length) are first
+joined into one word, written by one store. A column is worked on in slices of about 2 MiB,
+so that each field's pass stays in the CPU's cache. Bad rows never raise: they are collected
+with a message and come out null.
 
 Types map as Spark's ``from_avro`` and ``to_avro`` map them (its ``SchemaConverters``): see
 :func:`arrow_type` and :func:`schema_from_arrow`. A reader schema different from the writer's
@@ -300,6 +302,7 @@ _INT32_SPAN = np.uint64(0xFFFFFFFF)
 _ALL = np.uint64(2**64 - 1)
 _CHUNK_BYTES = 1 << 21  # payload bytes per slice of a column: a core's share of cache
 _CHUNK_ROWS_MIN = 4096
+_FIRST_ROWS_MAX = 1 << 16  # a first slice's rows, however few bytes the column takes
 _SCAN_MIN = 64
 _FEW_ROWS = 2            # values still going, with ...
 _FEW_ROWS_ITEMS = 256    # ... more items than this: skipped in plain Python  # a block with more varint items than this is read by one scan of its bytes
@@ -1294,10 +1297,66 @@ def _py_default(s: _S, v: Any) -> Any:
 
 @dataclass
 class _Plan:
-    """One column's encoding: bytes per value (0 where not written) and how to write them."""
+    """One column's encoding: bytes per value (0 where not written) and how to write them.
+
+    ``word``, where set, holds each value's whole encoding (at most 8 bytes) as one
+    little-endian word, zero past its size and for values not written: such plans of
+    neighbouring fields (a record's, a map entry's key and value, a union's branch behind its
+    tag) are joined into one word (:func:`_fused`), so each value costs one store, not one per
+    field, and a list of them stores each item in one assignment."""
 
     sizes: np.ndarray
     write: Any  # (out: _Out, at: int64 positions, one per value) -> None
+    word: np.ndarray | None = None
+
+
+def _word_plan(word: np.ndarray, sizes: np.ndarray) -> _Plan:
+    """The plan of values given whole by ``word`` (see :class:`_Plan`)."""
+
+    def write(out: _Out, at: np.ndarray, limit: np.ndarray) -> None:
+        if sizes.all():
+            out.put(at, word, sizes, limit, clean=True)
+            return
+        idx = np.flatnonzero(sizes)
+        if len(idx):
+            out.put(at[idx], word[idx], sizes[idx], limit[idx], clean=True)
+
+    return _Plan(sizes, write, word)
+
+
+def _fused(plans: list[_Plan]) -> list[_Plan]:
+    """``plans`` (values laid one after the other) with each run of word plans whose values
+    together stay within 8 bytes joined into one word plan."""
+    out: list[_Plan] = []
+    run: list[_Plan] = []
+
+    def close() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            word, sizes = run[0].word.copy(), run[0].sizes.copy()
+            for p in run[1:]:
+                word |= p.word << (sizes.astype(np.uint64) << np.uint64(3))
+                sizes += p.sizes
+            out.append(_word_plan(word, sizes))
+        run.clear()
+
+    total: np.ndarray | None = None
+    for p in plans:
+        if p.word is None:
+            close()
+            out.append(p)
+            total = None
+            continue
+        if run and total is not None and int((total + p.sizes).max(initial=0)) <= 8:
+            run.append(p)
+            total = total + p.sizes
+            continue
+        close()
+        run.append(p)
+        total = p.sizes
+    close()
+    return out
 
 
 class _Out:
@@ -1441,6 +1500,9 @@ def _uvarint_plan(u: np.ndarray, present: np.ndarray, extra: np.ndarray | int = 
     """A varint per value (where present), then ``extra`` bytes written by ``then``."""
     v = _Varints(u)
     sizes = np.where(present, v.sizes + extra, 0)
+    if then is None and isinstance(extra, int) and extra == 0 and \
+            int(v.sizes.max(initial=0)) <= 8:
+        return _word_plan(np.where(present, v.words, np.uint64(0)), sizes)
     idx = None if present.all() else np.flatnonzero(present)
 
     def write(out: _Out, at: np.ndarray, limit: np.ndarray) -> None:
@@ -1480,20 +1542,16 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
         return _union_plan(s, arr, present, rows, enc, path)
     valid = _valid(arr)
     if k == "null":
-        return _Plan(np.zeros(n, dtype=np.int64), lambda out, at, limit: None)
+        return _Plan(np.zeros(n, dtype=np.int64), lambda out, at, limit: None,
+                     np.zeros(n, dtype=np.uint64))
     if valid is not None:
         missing = present & ~valid
         if missing.any():
             enc.fail(rows[missing], f"{where}: null, and the schema's {k} is not nullable")
             present = present & valid
     if k == "boolean":
-        v = _numbers(arr, np.bool_).view(np.uint8)
-        idx = np.flatnonzero(present)
-
-        def write_bool(out, at, limit):
-            out.buf[at[idx]] = v[idx]
-
-        return _Plan(present.astype(np.int64), write_bool)
+        v = _numbers(arr, np.bool_) & present
+        return _word_plan(v.astype(np.uint64), present.astype(np.int64))
     if k in ("int", "long"):
         v = _time_values(arr, s)
         if k == "int" and len(v) and (v.min() < -2**31 or v.max() >= 2**31):
@@ -1502,15 +1560,9 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
             present = present & ~bad
         return _uvarint_plan(zigzag(v), present)
     if k in ("float", "double"):
-        dtype = np.float32 if k == "float" else np.float64
-        v = _numbers(arr, dtype)
-        idx = np.flatnonzero(present)
-
-        def write_float(out, at, limit):
-            np.ndarray(shape=(len(out.buf) - 7,), dtype=np.dtype(dtype).newbyteorder("<"),
-                       buffer=out.buf, strides=(1,))[at[idx]] = v[idx]
-
-        return _Plan(present * np.dtype(dtype).itemsize, write_float)
+        dtype, bits = (np.float32, np.uint32) if k == "float" else (np.float64, np.uint64)
+        word = np.where(present, _numbers(arr, dtype).view(bits), 0).astype(np.uint64)
+        return _word_plan(word, present * np.dtype(dtype).itemsize)
     if s.logical == "decimal":
         return _decimal_plan(s, arr, present, rows, enc, where)
     if k in ("string", "bytes", "fixed"):
@@ -1540,6 +1592,8 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
                 _copy_bytes(out, at, offsets, lens, data, limit)
 
             return _Plan(lens.copy(), write_fixed)
+        if len(lens) and int(lens.max()) < 64:
+            return _short_bytes_plan(offsets, data, lens, present)
         return _uvarint_plan(zigzag(lens), present, lens,
                              lambda out, at, limit: _copy_bytes(out, at, offsets, lens, data,
                                                                 limit))
@@ -1561,18 +1615,57 @@ def _plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc: _Enc
     return _list_plan(s, arr, present, rows, enc, path)
 
 
+# Mask of the low k bytes of a word, k from 0 to 8.
+_LOW = np.array([(1 << (8 * k)) - 1 for k in range(9)], dtype=np.uint64)
+
+
+def _words_at(data: np.ndarray) -> np.ndarray:
+    """The 8 bytes from each position of ``data`` (and one past it) as a little-endian word:
+    bytes past the end read as 0."""
+    padded = np.zeros(len(data) + 16, dtype=np.uint8)
+    padded[:len(data)] = data
+    return np.ndarray(shape=(len(data) + 9,), dtype="<u8", buffer=padded, strides=(1,))
+
+
+def _short_bytes_plan(offsets: np.ndarray, data: np.ndarray, lens: np.ndarray,
+                      present: np.ndarray) -> _Plan:
+    """Strings or bytes of under 64 bytes (a length varint of one byte): the length and the
+    first 7 bytes as one word; the rest, if any, copied after it. Values of at most 7 bytes
+    are then word plans."""
+    src64 = _words_at(data)
+    head = np.minimum(lens, 7)
+    first = src64[offsets[:-1]]
+    if int(lens.min()) < 7:  # else the shift drops the 8th byte, the only one not the value's
+        first &= _LOW[head]
+    first <<= np.uint64(8)
+    first |= lens.astype(np.uint64) << _ONE
+    word = first
+    head_sizes = head + 1 if present.all() else np.where(present, head + 1, 0)
+    if int(lens.max(initial=0)) <= 7:
+        return _word_plan(word, head_sizes)
+    heads = _word_plan(word, head_sizes)
+    rest = lens - head
+    rest_from = offsets[:-1] + 7
+
+    def write(out, at, limit):
+        heads.write(out, at, limit)
+        _copy_bytes(out, at + 8, rest_from, rest, data, limit, src64)
+
+    return _Plan(np.where(present, lens + 1, 0), write)
+
+
 def _copy_bytes(out: _Out, at: np.ndarray, offsets: np.ndarray, lens: np.ndarray,
-                data: np.ndarray, limit: np.ndarray) -> None:
+                data: np.ndarray, limit: np.ndarray, src64: np.ndarray | None = None) -> None:
     """Copy value i's bytes (``lens[i]`` of them, 0 for values not written) to ``out[at[i]]``:
     8 bytes at a time (a few passes for short values, each one numpy gather and scatter over
-    the values still going); values of many kilobytes by one scatter of every byte."""
+    the values still going); values of many kilobytes by one scatter of every byte.
+    ``src64`` is ``_words_at(data)`` where the caller has it."""
     total = int(lens.sum())
     if not total:
         return
     if int(lens.max()) <= _WORD_COPY_MAX:
-        padded = np.zeros(len(data) + 16, dtype=np.uint8)
-        padded[:len(data)] = data
-        src64 = np.ndarray(shape=(len(data) + 9,), dtype="<u8", buffer=padded, strides=(1,))
+        if src64 is None:
+            src64 = _words_at(data)
         sel = np.flatnonzero(lens)
         src, dst, ln, lim = offsets[sel], at[sel], lens[sel], limit[sel]
         while len(src):
@@ -1659,8 +1752,12 @@ def _record_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, en
             f"{s.name!r}: " + "; ".join(
                 ([f"not in the schema: {', '.join(extra)}"] if extra else [])
                 + ([f"missing from the column: {', '.join(missing)}"] if missing else [])))
-    plans = [_plan(f.type, arr.field(f.name), present, rows, enc,
-                   f"{path}.{f.name}" if path else f.name) for f in s.fields]
+    plans = _fused([_plan(f.type, arr.field(f.name), present, rows, enc,
+                          f"{path}.{f.name}" if path else f.name) for f in s.fields])
+    if len(plans) == 1:
+        return plans[0]
+    if not plans:
+        return _word_plan(np.zeros(len(arr), dtype=np.uint64), np.zeros(len(arr), dtype=np.int64))
     sizes = np.zeros(len(arr), dtype=np.int64)
     for p in plans:
         sizes += p.sizes
@@ -1700,23 +1797,25 @@ def _list_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc:
     item_rows = np.repeat(rows, offsets[1:] - offsets[:-1])
     where = f"{path}[]"
     if is_map:
-        kp = _plan(_S("string"), values.field(0), item_present, item_rows, enc, f"{path} key")
-        vp = _plan(s.items, values.field(1), item_present, item_rows, enc, where)
-        item_sizes = kp.sizes + vp.sizes
+        item_plans = _fused([
+            _plan(_S("string"), values.field(0), item_present, item_rows, enc, f"{path} key"),
+            _plan(s.items, values.field(1), item_present, item_rows, enc, where)])
     else:
-        vp = _plan(s.items, values, item_present, item_rows, enc, where)
-        item_sizes = vp.sizes
+        item_plans = [_plan(s.items, values, item_present, item_rows, enc, where)]
+    item_sizes = item_plans[0].sizes if len(item_plans) == 1 else \
+        item_plans[0].sizes + item_plans[1].sizes
     cum = np.zeros(len(item_sizes) + 1, dtype=np.int64)
     np.cumsum(item_sizes, out=cum[1:])
     content = cum[offsets[1:]] - cum[offsets[:-1]]
-    count_sizes = uvarint_sizes(zigzag(lens))
+    count_varints = _Varints(lens.astype(np.uint64) << _ONE)  # zig-zag of counts >= 0
+    count_sizes = count_varints.sizes
     sizes = np.where(present, np.where(lens > 0, count_sizes + content + 1, 1), 0)
     idx = np.flatnonzero(lens > 0)
-    count_varints = _Varints(zigzag(lens))
     present_idx = np.flatnonzero(present)
 
     counts = offsets[1:] - offsets[:-1]
-    one_store = not is_map and s.items.kind in _ONE_STORE
+    one_store = len(item_plans) == 1 and (item_plans[0].word is not None
+                                          or not is_map and s.items.kind in _ONE_STORE)
 
     def write(out, at, limit):
         count_varints.write(out, at, idx, limit)
@@ -1728,10 +1827,9 @@ def _list_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc:
             item_limit = np.repeat(limit, counts)
         else:
             item_limit = item_at + item_sizes  # an item's later fields are written after it
-        if is_map:
-            kp.write(out, item_at, item_limit)
-            item_at = item_at + kp.sizes
-        vp.write(out, item_at, item_limit)
+        for p in item_plans:
+            p.write(out, item_at, item_limit)
+            item_at = item_at + p.sizes
         out.buf[(at + sizes - 1)[present_idx]] = 0  # the block that ends it (or the empty one)
 
     return _Plan(sizes, write)
@@ -1783,6 +1881,12 @@ def _union_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc
     sizes = np.where(present, tag_sizes, 0)
     for p in plans:
         sizes += p.sizes
+    if all(p.word is not None for p in plans) and int(sizes.max(initial=0)) <= 8:
+        word = np.where(present, tags.words, np.uint64(0))
+        shift = tag_sizes.astype(np.uint64) << np.uint64(3)
+        for p in plans:  # a value is in one branch at most: the others' words are 0 there
+            word |= p.word << shift
+        return _word_plan(word, sizes)
     idx = None if present.all() else np.flatnonzero(present)
 
     def write(out, at, limit):
@@ -1797,6 +1901,10 @@ def _union_plan(s: _S, arr: pa.Array, present: np.ndarray, rows: np.ndarray, enc
 
 class AvroCodec:
     """Avro for one (writer schema, reader schema) pair: :class:`Codec`'s shape."""
+
+    # A write task joins Spark's small Arrow batches up to this many bytes before encoding
+    # (``batches.coalesced``): encode works in slices of about this size anyway.
+    join_bytes = _CHUNK_BYTES
 
     def __init__(self, writer_schema: str, reader_schema: str | None = None,
                  writer_references: Sequence[str] = (), reader_references: Sequence[str] = ()):
@@ -1876,7 +1984,10 @@ class AvroCodec:
         offsets = np.zeros(n + 1, dtype=np.int64)
         buf = np.zeros(16, dtype=np.uint8)
         enc = _Enc()
-        start, step = 0, _CHUNK_ROWS_MIN
+        # The first slice's rows from the column's own bytes per row (near the encoded
+        # size): a batch that fits one slice is encoded in one pass of each field.
+        start, step = 0, min(_FIRST_ROWS_MAX, max(_CHUNK_ROWS_MIN,
+                                                  _CHUNK_BYTES * n // max(1, values.nbytes)))
         while start < n:
             stop = min(n, start + step)
             plan = _plan(self.writer, values.slice(start, stop - start),

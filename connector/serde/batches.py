@@ -281,6 +281,8 @@ def resolve_writer_schema(options: FormatOptions, fmt: ColumnFormat, topic: Opti
 # A nested column's encode is many numpy passes per call (per field, per list level), so Spark's
 # Arrow batches of 10,000 rows (spark.sql.execution.arrow.maxRecordsPerBatch) pay that fixed
 # cost ten times per 100,000 rows: such batches are joined first (bounded by rows and bytes).
+# A codec may set a lower bound of bytes (``join_bytes``): Avro's encoder cuts a column into
+# slices of that size anyway, so joining past it only copies.
 _COALESCE_ROWS = 1 << 17
 _COALESCE_BYTES = 32 << 20
 
@@ -321,14 +323,17 @@ def encode_record_batches(batches, plan: EncodePlan, topic: Optional[str]):
     """The write task's input with its struct key and/or value encoded and framed; batches with
     a nested formatted column are joined first (:func:`coalesced`)."""
     cols = [c for c in (plan.key, plan.value) if c is not None]
-    names = {c.fmt.column for c in cols}
     it = iter(batches)
     head = next(it, None)
     if head is None:
         return
     stream = itertools.chain([head], it)
-    if any(_is_nested(f.type) for f in head.schema if f.name.lower() in names):
-        stream = coalesced(stream)
+    nested = [c for c in cols for f in head.schema
+              if f.name.lower() == c.fmt.column and _is_nested(f.type)]
+    if nested:
+        stream = coalesced(stream, nbytes=min(
+            getattr(make_codec(c.fmt, c.schema, c.schema), "join_bytes", _COALESCE_BYTES)
+            for c in nested))
     seen = 0  # rows of the task's input before this batch: errors count from its start
     for batch in stream:
         arrays, fields = list(batch.columns), list(batch.schema)
