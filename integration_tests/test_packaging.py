@@ -151,12 +151,14 @@ def user_env(release, tmp_path_factory) -> UserEnv:
     return UserEnv(app, env)
 
 
-def _app_config(kafka, topics, checkpoint: Path, master: str, trigger: str, **conf: str) -> dict:
+def _app_config(kafka, topics, checkpoint: Path, master: str, trigger: str, *,
+                max_offsets: int = 200, **conf: str) -> dict:
     from txkafka.spark_session import BASE_CONF  # loopback driver, no UI: this machine's network
 
     return {"master": master, "bootstrap": kafka.bootstrap, "input": topics.source,
             "output": topics.sink, "checkpoint": str(checkpoint), "trigger": trigger,
-            "max_offsets": 200, "timeout_s": APP_TIMEOUT_S, "conf": {**BASE_CONF, **conf}}
+            "max_offsets": max_offsets, "timeout_s": APP_TIMEOUT_S,
+            "conf": {**BASE_CONF, **conf}}
 
 
 def test_wheel_in_a_new_environment_runs_an_exactly_once_query(release, user_env, kafka,
@@ -301,8 +303,10 @@ def test_packed_environment_ships_txkafka_to_bare_executors(user_env, shipped_en
         assert not list(unpacked.glob("lib/python*/site-packages/pyspark"))  # the archive's
 
     # The restart through spark-submit: its driver program runs PYSPARK_PYTHON too, from here.
+    # It catches up in a few batches (the first run's small ones made the kill land mid-stream).
     second = user_env.start(driver_processes, _app_config(
-        kafka, topics, checkpoint, bare_cluster.master_url, "available_now"), shell,
+        kafka, topics, checkpoint, bare_cluster.master_url, "available_now", max_offsets=1000),
+        shell,
         launcher=[str(user_env.env / "bin" / "spark-submit"), "--master", bare_cluster.master_url,
                   "--archives", f"{shipped_env}#env"])
     assert second.wait(APP_TIMEOUT_S) == 0, second.tail()

@@ -61,6 +61,7 @@ def test_records_are_visible_to_read_committed_only_after_the_driver_commits(spa
         while not stop.is_set():
             seen.append((len(kafka.read_all(topics.sink, isolation="read_uncommitted")),
                          len(kafka.read_all(topics.sink))))
+            stop.wait(0.2)  # a look every fraction of the 3 s hold, not a busy loop beside Spark
 
     t = threading.Thread(target=watch, daemon=True)
     t.start()

@@ -192,6 +192,12 @@ def settled_ends(conf: Mapping[str, Any], topic: str, timeout_s: float) -> dict[
         time.sleep(0.5)
 
 
+# A scan ends at each partition's EOF, which librdkafka reports only after a fetch that found
+# nothing more: the broker holds such a fetch up to fetch.wait.max.ms (500 ms by default), a wait
+# that bought a scan nothing and cost every small topic about a second.
+SCAN_FETCH_WAIT_MS = 10
+
+
 def scan_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 120.0,
                isolation: str = "read_committed", *, whole: bool = False) -> Iterator[Any]:
     """Every committed record of ``topic`` (confluent-kafka Messages), partition by partition up
@@ -205,8 +211,10 @@ def scan_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 120.0,
     # librdkafka's default fetch.queue.backoff.ms idles a second per 100k queued records, however
     # fast they are taken: the value txkafka's reader uses; a caller's own value wins.
     from .connector.source.options import FETCH_QUEUE_BACKOFF_MS
+    from .connector.source.range_reader import next_messages
 
-    c = Consumer({"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS, **conf,
+    c = Consumer({"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS,
+                  "fetch.wait.max.ms": SCAN_FETCH_WAIT_MS, **conf,
                   "group.id": f"{VERIFY_GROUP_PREFIX}{uuid.uuid4().hex[:8]}",
                   "enable.auto.commit": False, "enable.partition.eof": True,
                   "isolation.level": isolation, "logger": QUIET})
@@ -225,7 +233,8 @@ def scan_topic(conf: Mapping[str, Any], topic: str, timeout_s: float = 120.0,
                     f"{topic}: partitions {sorted(pending)} did not reach their end in "
                     f"{timeout_s:.0f}s (an open transaction blocks read_committed readers)"
                 )
-            for m in c.consume(5000, 0.5):
+            # (consume(n, timeout) alone would wait out its timeout: EOF events never make up n)
+            for m in next_messages(c, 0.5):
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

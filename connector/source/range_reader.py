@@ -425,7 +425,7 @@ def _fetch_framed(task: FetchTask, pool: ConsumerPool, batch_rows: int,
         pool.release(pc, reusable)
 
 
-def _next_messages(consumer: Consumer, wait: float) -> list[Message]:
+def next_messages(consumer: Consumer, wait: float) -> list[Message]:
     """What is queued now, else the first message within ``wait`` plus what came with it.
 
     (``consume(n, timeout)`` alone would block for the whole timeout unless n messages arrive.)
@@ -475,7 +475,7 @@ class _RangeReader:
             if pending:
                 msgs, pending = pending, []
             else:
-                msgs = _next_messages(consumer, max(0.0, min(
+                msgs = next_messages(consumer, max(0.0, min(
                     _POLL_SLICE_S, last_progress + stall_budget - time.monotonic())))
             if not msgs:
                 if time.monotonic() - last_progress >= stall_budget:
