@@ -101,11 +101,12 @@ def add_checkpoint_option(parser: argparse.ArgumentParser, *, required: bool = T
 
 def add_transactional_id_option(parser: argparse.ArgumentParser, what: str) -> None:
     """``--transactional-id ID`` (repeatable), as Kafka's kafka-transactions.sh spells it; ``--id``
-    is the older spelling, kept working (verify's ``--id`` is where a record's id is)."""
+    is the older spelling, kept working for existing scripts but left out of --help, so the help
+    shows one grammar (verify's ``--id`` is where a record's id is)."""
     parser.add_argument("--transactional-id", action="append", metavar="ID", dest="id",
                         help=f"only this transactional id (repeatable; default: {what})")
     parser.add_argument("--id", action="append", metavar="ID", dest="id",
-                        help="the older spelling of --transactional-id")
+                        help=argparse.SUPPRESS)
 
 
 def description(doc: str) -> str:
