@@ -544,7 +544,7 @@ class KafkaWriter(TaskAttempt):
             if self.transactional_id is not None and _is_erroneous_state(err):
                 # The transaction failed while its records were being produced (e.g. its
                 # AddPartitionsToTxn refused): the same diagnosis as records purged at flush.
-                self._diagnose_purged(err, _distinct(topics), refused=True)
+                self._diagnose_failed_transaction(err, _distinct(topics), refused=True)
             if parts is None or not _is_unknown_partition(err):
                 raise
             # librdkafka refuses a partition the topic lacks naming neither; say which (the
@@ -668,7 +668,7 @@ class KafkaWriter(TaskAttempt):
                 raise self._out_of_range(topic, [partition]) or TransactionError(
                     f"batch {self.batch_id}, task partition {self.partition_id}: {topic}"
                     f"[{partition}]: {redact_text(str(err), self.cfg.kafka)}")
-            code = getattr(err, "code", lambda: None)()
+            code = _code(err)
             if code == TOPIC_AUTHORIZATION_FAILED:
                 raise translate_kafka_error(err, self.cfg.kafka, action="writing",
                                             topic=topic, role="writer")
@@ -677,7 +677,7 @@ class KafkaWriter(TaskAttempt):
                     f"batch {self.batch_id}, task partition {self.partition_id}: writing "
                     f"{topic}[{partition}]: {INVALID_TIMESTAMP_HINT}")
             if self.transactional_id is not None:
-                self._diagnose_purged(err, [topic])
+                self._diagnose_failed_transaction(err, [topic])
         if self.probe.errors:
             raise TransactionError(
                 f"{len(self.probe.errors)} record(s) failed delivery in batch {self.batch_id}, "
@@ -733,7 +733,8 @@ class KafkaWriter(TaskAttempt):
             return None
         return len(t.partitions) if t is not None and t.error is None and t.partitions else None
 
-    def _diagnose_purged(self, err: Any, topics: list[str], *, refused: bool = False) -> None:
+    def _diagnose_failed_transaction(self, err: Any, topics: list[str], *,
+                                     refused: bool = False) -> None:
         """Records purged from a transactional producer, or a produce refused because its
         transaction already failed (``refused``): say why when it is a missing topic ACL.
 
@@ -745,7 +746,7 @@ class KafkaWriter(TaskAttempt):
         from confluent_kafka import KafkaError
         from confluent_kafka.admin import AdminClient
 
-        if not refused and getattr(err, "code", lambda: None)() != KafkaError._PURGE_QUEUE:
+        if not refused and _code(err) != KafkaError._PURGE_QUEUE:
             return
         try:
             admin = AdminClient({**self.cfg.kafka,
@@ -786,11 +787,16 @@ def _delivery_timeout_s(cfg: SinkConfig) -> float:
                                else None) / 1000.0
 
 
+def _code(err: Any) -> int | None:
+    """A librdkafka error's code (None for anything else)."""
+    return getattr(err, "code", lambda: None)()
+
+
 def _is_erroneous_state(err: Any) -> bool:
     """librdkafka refused a produce because the producer's transaction is in an error state."""
     from confluent_kafka import KafkaError
 
-    return getattr(err, "code", lambda: None)() == KafkaError._STATE
+    return _code(err) == KafkaError._STATE
 
 
 def _distinct(topics: str | list) -> list[str]:
@@ -802,7 +808,7 @@ def _is_unknown_partition(err: Any) -> bool:
     """librdkafka's answer to a record for a partition its topic does not have."""
     from confluent_kafka import KafkaError
 
-    return getattr(err, "code", lambda: None)() == KafkaError._UNKNOWN_PARTITION
+    return _code(err) == KafkaError._UNKNOWN_PARTITION
 
 
 def _written_partitions(stats: dict) -> dict[str, list[int]]:
