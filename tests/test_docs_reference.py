@@ -94,14 +94,24 @@ def _cells(line: str) -> list[str]:
     return cells
 
 
+def _outside_fences(lines: list[str]) -> list[bool]:
+    """For each line of a Markdown page: True when it is outside fenced code (a fence's own
+    ``` line counts as inside)."""
+    out, in_fence = [], False
+    for line in lines:
+        fence = line.lstrip().startswith("```")
+        if fence:
+            in_fence = not in_fence
+        out.append(not in_fence and not fence)
+    return out
+
+
 def _tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
     """Every table of a Markdown page: (header cells, body rows' cells)."""
     lines, out, i = text.splitlines(), [], 0
-    in_fence = False
+    prose = _outside_fences(lines)
     while i < len(lines):
-        if lines[i].lstrip().startswith("```"):
-            in_fence = not in_fence
-        is_table = (not in_fence and lines[i].lstrip().startswith("|") and i + 1 < len(lines)
+        is_table = (prose[i] and lines[i].lstrip().startswith("|") and i + 1 < len(lines)
                     and re.fullmatch(r"\s*\|?(\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*\|?\s*", lines[i + 1]))
         if not is_table:
             i += 1
@@ -184,16 +194,15 @@ def test_troubleshooting_lists_every_public_exception_of_the_connector():
 def _anchors(doc: Path) -> set[str]:
     """GitHub's heading anchors of a page."""
     out = set()
-    in_fence = False
-    for line in doc.read_text().splitlines():
-        if line.lstrip().startswith("```"):
-            in_fence = not in_fence
+    lines = doc.read_text().splitlines()
+    for line, prose in zip(lines, _outside_fences(lines)):
+        if not prose:
+            continue
         m = re.match(r"#{1,6}\s+(.*)", line)
-        if m and not in_fence:
+        if m:
             slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
             out.add(slug)
-        if not in_fence:  # an explicit anchor (the glossary's terms)
-            out.update(re.findall(r'<a id="([\w-]+)"></a>', line))
+        out.update(re.findall(r'<a id="([\w-]+)"></a>', line))  # the glossary's terms
     return out
 
 
@@ -513,13 +522,9 @@ MAX_PROSE_LINE = 400
 
 def _prose_lines(text: str) -> list[tuple[int, str]]:
     """A page's prose lines with their numbers: outside fenced code blocks, not table rows."""
-    out, in_fence = [], False
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.lstrip().startswith("```"):
-            in_fence = not in_fence
-        elif not in_fence and not line.lstrip().startswith("|"):
-            out.append((n, line))
-    return out
+    lines = text.splitlines()
+    return [(n, line) for n, (line, prose) in enumerate(zip(lines, _outside_fences(lines)), 1)
+            if prose and not line.lstrip().startswith("|")]
 
 
 def test_no_page_cell_exceeds_300_characters():
